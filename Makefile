@@ -1,0 +1,68 @@
+# Steward's two entry points are `make up` and `make test`; everything they need
+# (uv, the Python environment, the pinned Go binaries) is installed on first use.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+UV_VERSION := 0.13.8
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+VENV := .venv
+BIN := $(VENV)/bin
+STEWARD := $(BIN)/steward
+# Extra pytest arguments, e.g. PYTEST_ARGS="-m 'not slow'" while iterating.
+PYTEST_ARGS ?=
+# Extra `steward cluster up` flags, e.g. UP_FLAGS="--nodes 5 --controllers '*,-job'".
+UP_FLAGS ?=
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(UV):
+	@echo "installing uv $(UV_VERSION) into $(TOOLS)/"
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+$(VENV)/.synced: $(UV) pyproject.toml uv.lock
+	$(UV) sync --frozen
+	@touch $@
+
+.PHONY: venv
+venv: $(VENV)/.synced ## create the Python environment (uv, Python 3.11, locked)
+
+.PHONY: build
+build: venv ## build the pinned Go binaries that are not cached yet
+	$(STEWARD) build
+
+.PHONY: up
+up: build ## start the local control plane (kubeconfig, kubectl example, Jaeger printed)
+	$(STEWARD) cluster up $(UP_FLAGS)
+
+.PHONY: down
+down: venv ## stop the local control plane and remove its state
+	$(STEWARD) cluster down
+
+.PHONY: status
+status: venv ## show the local control plane's components and nodes
+	$(STEWARD) cluster status
+
+.PHONY: protos
+protos: venv ## regenerate the Python code of protos/ into src/steward/v1/
+	scripts/gen-protos.sh
+
+.PHONY: lint
+lint: venv ## buf lint, generated code fresh, ruff, mypy (strict)
+	$(BIN)/buf lint
+	scripts/gen-protos.sh --check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+.PHONY: test
+test: lint build ## lint, then every test tier against a real local control plane
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+.PHONY: clean
+clean: ## remove the Python environment (the Go binary cache is kept)
+	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache

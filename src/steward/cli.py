@@ -1,0 +1,230 @@
+"""The ``steward`` command line: ``steward build`` and ``steward cluster ...``.
+
+Every command explains itself with ``--help``. Errors print one clear message on standard
+error and exit with status 1 (2 for usage errors); progress goes to standard error, and
+results (paths, JSON, shell lines) to standard output so they can be captured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from steward.cluster import binaries
+from steward.cluster.control_plane import ClusterConfig, LocalCluster, state_root
+from steward.cluster.errors import ClusterError
+
+_EPILOG = """\
+environment:
+  STEWARD_STATE_DIR   where named clusters keep their state
+                      (default ~/.local/state/steward/clusters)
+  STEWARD_CACHE_DIR   where built binaries are cached (default ~/.cache/steward)
+  KUBEBUILDER_ASSETS  directory with pre-built kube-apiserver/etcd to use instead of building
+"""
+
+
+def _add_cluster_target(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--name",
+        default="default",
+        help="cluster name; its state lives in $STEWARD_STATE_DIR/<name> (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="explicit state directory, instead of one derived from --name",
+    )
+
+
+def _config(args: argparse.Namespace) -> ClusterConfig:
+    return ClusterConfig(name=args.name, state_dir=args.state_dir)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="steward",
+        description="Steward: the Kubernetes controller manager as gRPC microservices.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    build = sub.add_parser(
+        "build",
+        help="build the pinned Go binaries of the local control plane (cached)",
+        description=(
+            "Build kube-apiserver, kube-controller-manager, kube-scheduler (v1.37.2), etcd, "
+            "kwok and Jaeger from the Go modules under deploy/tools/ into the per-version "
+            "cache. Binaries already cached are not rebuilt. Shows progress and duration."
+        ),
+    )
+    build.add_argument(
+        "binaries",
+        nargs="*",
+        metavar="BINARY",
+        help=f"build only these (of: {', '.join(binaries.TOOLS)})",
+    )
+
+    cluster = sub.add_parser(
+        "cluster",
+        help="run a real local Kubernetes control plane on loopback",
+        description=(
+            "A real local control plane: etcd, kube-apiserver, kube-controller-manager, "
+            "kube-scheduler, kwok (simulated nodes) and Jaeger, on 127.0.0.1 with free ports "
+            "and fresh PKI."
+        ),
+    )
+    csub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    up = csub.add_parser(
+        "up",
+        help="start a cluster and wait until it is ready",
+        description=(
+            "Build what is missing, start every component, create the simulated nodes and "
+            "wait until all are Ready. Prints the kubeconfig path when done."
+        ),
+    )
+    _add_cluster_target(up)
+    up.add_argument(
+        "--nodes", type=int, default=3, help="number of simulated nodes (default: %(default)s)"
+    )
+    up.add_argument(
+        "--controllers",
+        default="*",
+        help=(
+            "kube-controller-manager --controllers, e.g. '*,-job' to leave the Job "
+            "controller to Steward (default: %(default)s)"
+        ),
+    )
+    up.add_argument(
+        "--apiserver-port",
+        type=int,
+        default=None,
+        help="fixed kube-apiserver port (default: a free one)",
+    )
+    up.add_argument(
+        "--timeout",
+        type=float,
+        default=180.0,
+        help="seconds each component may take to become healthy (default: %(default)s)",
+    )
+
+    down = csub.add_parser(
+        "down",
+        help="stop the cluster's processes and remove its state",
+        description="Stop exactly the processes the cluster started "
+        "(SIGTERM, then SIGKILL after 10s) and remove its state directory.",
+    )
+    _add_cluster_target(down)
+
+    status = csub.add_parser(
+        "status",
+        help="show components, ports and nodes",
+        description="Show each component's pid and liveness, the "
+        "endpoints, and which nodes are Ready.",
+    )
+    _add_cluster_target(status)
+    status.add_argument("--json", action="store_true", help="print JSON")
+
+    kubeconfig = csub.add_parser(
+        "kubeconfig",
+        help="print the admin kubeconfig path",
+        description="Print the path of the cluster-admin kubeconfig.",
+    )
+    _add_cluster_target(kubeconfig)
+
+    env = csub.add_parser(
+        "env",
+        help="print shell exports for the cluster",
+        description="Print `export` lines (KUBECONFIG, the OTLP endpoint, Jaeger's query "
+        'URL); use as: eval "$(steward cluster env)".',
+    )
+    _add_cluster_target(env)
+    return parser
+
+
+def _cmd_cluster(args: argparse.Namespace) -> int:
+    if args.action == "up":
+        if args.nodes < 0:
+            raise ClusterError("--nodes must be 0 or more")
+        config = ClusterConfig(
+            name=args.name,
+            state_dir=args.state_dir,
+            nodes=args.nodes,
+            controllers=args.controllers,
+            apiserver_port=args.apiserver_port,
+            start_timeout=args.timeout,
+        )
+        cluster = LocalCluster.up(config)
+        print(cluster.kubeconfig)
+        return 0
+    cluster = LocalCluster.find(_config(args))
+    if args.action == "down":
+        cluster.down()
+    elif args.action == "kubeconfig":
+        print(cluster.kubeconfig)
+    elif args.action == "env":
+        values = {
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "STEWARD_CLUSTER_DIR": str(cluster.directory),
+            "OTEL_EXPORTER_OTLP_ENDPOINT": cluster.otlp_endpoint,
+            "STEWARD_JAEGER_QUERY_URL": cluster.jaeger_query_url,
+        }
+        for key, value in values.items():
+            print(f"export {key}={shlex.quote(value)}")
+    elif args.action == "status":
+        info = cluster.status()
+        if args.json:
+            print(json.dumps(info, indent=2))
+        else:
+            _print_status(info)
+        return 0 if all(c["alive"] for c in info["components"]) else 1
+    return 0
+
+
+def _print_status(info: dict[str, object]) -> None:
+    print(f"cluster     {info['name']}  ({info['directory']})")
+    print(f"server      {info['server']}")
+    print(f"kubeconfig  {info['kubeconfig']}")
+    print(f"jaeger      {info['jaeger_query_url']}  (OTLP gRPC {info['otlp_endpoint']})")
+    print(f"started     {info['started_at']} in {info['startup_seconds']}s")
+    components = info["components"]
+    assert isinstance(components, list)
+    for comp in components:
+        state = "running" if comp["alive"] else "NOT RUNNING"
+        print(f"  {comp['name']:25} pid {comp['pid']:<8} {state}")
+    nodes = info.get("nodes")
+    if isinstance(nodes, dict):
+        ready = sum(1 for ok in nodes.values() if ok)
+        print(f"nodes       {ready}/{len(nodes)} Ready")
+    else:
+        print(f"nodes       unknown: {info.get('nodes_error')}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build":
+            return binaries.main_build(args.binaries)
+        if args.command == "cluster":
+            return _cmd_cluster(args)
+    except ClusterError as err:
+        print(f"steward: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("steward: interrupted", file=sys.stderr)
+        return 130
+    parser.error(f"unknown command {args.command}")
+    return 2  # pragma: no cover - parser.error exits
+
+
+__all__ = ["build_parser", "main", "state_root"]
+
+if __name__ == "__main__":
+    sys.exit(main())

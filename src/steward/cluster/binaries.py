@@ -1,0 +1,350 @@
+"""Pinned Go binaries of the local control plane: where they come from, how they are built.
+
+Every binary is built from a Go tool module under ``deploy/tools/`` with
+``CGO_ENABLED=0 go build -trimpath`` and kept in a per-version cache directory
+(``$STEWARD_CACHE_DIR``, else ``$XDG_CACHE_HOME/steward``, else ``~/.cache/steward``).
+A binary already in the cache is never rebuilt. The directory of a binary is named after
+its version and a digest of its module's ``go.mod``/``go.sum``, so changing a pin builds
+anew and never reuses a stale binary.
+
+``KUBEBUILDER_ASSETS`` (envtest's convention) is honoured: a binary of the same name
+there (typically ``kube-apiserver`` and ``etcd``) is used instead of building one.
+
+# Errors
+Go missing or older than :data:`MIN_GO` raises :class:`ToolchainError` saying how to fix
+it; a failed build raises :class:`BuildError` with the tail of the compiler output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from steward.cluster.errors import BuildError, ToolchainError
+from steward.cluster.progress import Progress
+
+MIN_GO = (1, 26)
+"""Oldest Go release that builds every pinned module."""
+
+KUBE_VERSION = "v1.37.2"
+"""Kubernetes release of kube-apiserver, kube-scheduler and kube-controller-manager."""
+
+
+def repo_root() -> Path:
+    """Root of the Steward checkout (``$STEWARD_REPO`` overrides)."""
+    env = os.environ.get("STEWARD_REPO")
+    if env:
+        return Path(env).resolve()
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "deploy" / "tools").is_dir() and (parent / "pyproject.toml").is_file():
+            return parent
+    raise ToolchainError(
+        "cannot find the Steward checkout (deploy/tools/); set STEWARD_REPO to its path"
+    )
+
+
+def cache_root() -> Path:
+    """Directory for built binaries and other cached artefacts."""
+    env = os.environ.get("STEWARD_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "steward"
+
+
+def _kube_ldflags(version: str) -> tuple[str, ...]:
+    match = re.fullmatch(r"v(\d+)\.(\d+)\.\d+", version)
+    if not match:
+        raise ValueError(f"not a Kubernetes release version: {version}")
+    major, minor = match.groups()
+    values = {
+        "gitVersion": version,
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitTreeState": "clean",
+        "buildDate": "1970-01-01T00:00:00Z",
+    }
+    flags = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X {pkg}.{key}={value}" for key, value in values.items()]
+    return tuple(flags)
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One binary of the control plane and the Go module that pins it."""
+
+    name: str
+    """File name of the binary."""
+    module_dir: str
+    """Go tool module under ``deploy/tools/`` that pins its version."""
+    package: str
+    """Go package to build (``.`` for the module's own ``main``)."""
+    pinned_module: str
+    """Module whose version in ``go.mod`` is the binary's version."""
+    ldflags: tuple[str, ...] = ()
+
+    def module_path(self) -> Path:
+        return repo_root() / "deploy" / "tools" / self.module_dir
+
+    def version(self) -> str:
+        """The pinned version, read from the tool module's ``go.mod``."""
+        gomod = (self.module_path() / "go.mod").read_text()
+        match = re.search(
+            rf"^\s*(?:require\s+)?{re.escape(self.pinned_module)}\s+(v\S+)", gomod, re.M
+        )
+        if not match:
+            raise BuildError(f"{self.pinned_module} is not pinned in {self.module_dir}/go.mod")
+        return match.group(1)
+
+    def cache_dir(self) -> Path:
+        digest = hashlib.sha256()
+        for name in ("go.mod", "go.sum", "main.go"):
+            path = self.module_path() / name
+            if path.exists():
+                digest.update(path.read_bytes())
+        digest.update("\0".join(self.ldflags).encode())
+        return cache_root() / "bin" / self.name / f"{self.version()}-{digest.hexdigest()[:10]}"
+
+    def cached(self) -> Path:
+        return self.cache_dir() / self.name
+
+
+KUBERNETES = "k8s.io/kubernetes"
+
+TOOLS: dict[str, Tool] = {
+    tool.name: tool
+    for tool in (
+        Tool("etcd", "etcd", ".", "go.etcd.io/etcd/server/v3"),
+        Tool(
+            "kube-apiserver",
+            "kubernetes",
+            f"{KUBERNETES}/cmd/kube-apiserver",
+            KUBERNETES,
+            _kube_ldflags(KUBE_VERSION),
+        ),
+        Tool(
+            "kube-controller-manager",
+            "kubernetes",
+            f"{KUBERNETES}/cmd/kube-controller-manager",
+            KUBERNETES,
+            _kube_ldflags(KUBE_VERSION),
+        ),
+        Tool(
+            "kube-scheduler",
+            "kubernetes",
+            f"{KUBERNETES}/cmd/kube-scheduler",
+            KUBERNETES,
+            _kube_ldflags(KUBE_VERSION),
+        ),
+        Tool(
+            "kwok",
+            "kwok",
+            "sigs.k8s.io/kwok/cmd/kwok",
+            "sigs.k8s.io/kwok",
+            ("-X sigs.k8s.io/kwok/pkg/consts.Version=v0.8.0",),
+        ),
+        Tool(
+            "jaeger",
+            "jaeger",
+            "github.com/jaegertracing/jaeger/cmd/jaeger",
+            "github.com/jaegertracing/jaeger",
+        ),
+    )
+}
+
+
+def _from_assets(name: str) -> Path | None:
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    if not assets:
+        return None
+    path = Path(assets) / name
+    if path.is_file() and os.access(path, os.X_OK):
+        return path
+    return None
+
+
+def go_env() -> dict[str, str]:
+    """Environment for every ``go`` invocation: static binaries, the user's toolchain choice."""
+    env = dict(os.environ)
+    env["CGO_ENABLED"] = "0"
+    env.setdefault("GOFLAGS", "-buildvcs=false")
+    return env
+
+
+def check_go() -> str:
+    """Return ``go version`` output, or raise :class:`ToolchainError` saying how to fix it."""
+    go = shutil.which("go")
+    hint = (
+        f"Install Go >= {MIN_GO[0]}.{MIN_GO[1]} (https://go.dev/doc/install) and put it on "
+        "PATH, or point KUBEBUILDER_ASSETS at a directory with pre-built kube-apiserver "
+        "and etcd binaries."
+    )
+    if go is None:
+        raise ToolchainError(f"the go command was not found on PATH. {hint}")
+    out = subprocess.run([go, "version"], capture_output=True, text=True, env=go_env(), check=False)
+    match = re.search(r"go(\d+)\.(\d+)", out.stdout)
+    if out.returncode != 0 or not match:
+        raise ToolchainError(f"`go version` failed: {out.stderr.strip() or out.stdout}. {hint}")
+    found = (int(match.group(1)), int(match.group(2)))
+    if found < MIN_GO:
+        raise ToolchainError(
+            f"Go {found[0]}.{found[1]} is too old: the pinned Kubernetes v1.37 modules need "
+            f"Go >= {MIN_GO[0]}.{MIN_GO[1]}. {hint}"
+        )
+    return out.stdout.strip()
+
+
+def resolve(
+    names: Iterable[str], *, build: bool = True, out: Progress | None = None
+) -> dict[str, Path]:
+    """Paths of the named binaries, building those missing from the cache.
+
+    With ``build=False`` a missing binary raises :class:`BuildError` instead.
+    """
+    wanted = list(names)
+    paths: dict[str, Path] = {}
+    missing: list[Tool] = []
+    for name in wanted:
+        asset = _from_assets(name)
+        if asset is not None:
+            paths[name] = asset
+            continue
+        tool = TOOLS[name]
+        if tool.cached().is_file():
+            paths[name] = tool.cached()
+        else:
+            missing.append(tool)
+    if missing:
+        if not build:
+            raise BuildError(
+                "not built yet: " + ", ".join(t.name for t in missing) + " (run `steward build`)"
+            )
+        paths.update(build_tools(missing, out=out or Progress()))
+    return paths
+
+
+def build_tools(tools: Sequence[Tool], *, out: Progress) -> dict[str, Path]:
+    """Build ``tools`` (grouped by module, one ``go build`` per module) into the cache."""
+    version = check_go()
+    out.say(f"building {', '.join(t.name for t in tools)} with {version}")
+    by_module: dict[str, list[Tool]] = {}
+    for tool in tools:
+        by_module.setdefault(tool.module_dir, []).append(tool)
+    built: dict[str, Path] = {}
+    started = time.monotonic()
+    for module_dir, group in by_module.items():
+        built.update(_build_module(module_dir, group, out))
+    out.say(f"built {len(tools)} binaries in {time.monotonic() - started:.0f}s")
+    return built
+
+
+def _build_module(module_dir: str, group: list[Tool], out: Progress) -> dict[str, Path]:
+    cwd = group[0].module_path()
+    env = go_env()
+    packages = [t.package for t in group]
+    label = "+".join(t.name for t in group)
+    # Count what is to be compiled so progress can be shown as a fraction.
+    listed = subprocess.run(
+        ["go", "list", "-deps", *packages],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if listed.returncode != 0:
+        raise BuildError(f"go list failed in deploy/tools/{module_dir}:\n{listed.stderr[-3000:]}")
+    total = len(listed.stdout.split())
+    ldflags = sorted({flag for t in group for flag in t.ldflags})
+    results: dict[str, Path] = {}
+    with tempfile.TemporaryDirectory(prefix="steward-build-") as tmp:
+        cmd = ["go", "build", "-v", "-trimpath"]
+        if ldflags:
+            cmd += ["-ldflags", " ".join(ldflags)]
+        if len(group) == 1:
+            cmd += ["-o", str(Path(tmp) / group[0].name), packages[0]]
+        else:
+            cmd += ["-o", tmp + "/", *packages]
+        compiled = _run_with_progress(cmd, cwd, env, label, total, out)
+        for tool in group:
+            produced = Path(tmp) / tool.name
+            if not produced.is_file():
+                # `go build -o dir/` names binaries after the package's last element.
+                produced = Path(tmp) / Path(tool.package).name
+            target = tool.cached()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            staging = target.with_suffix(".partial")
+            shutil.copy2(produced, staging)
+            staging.replace(target)
+            results[tool.name] = target
+        out.say(f"[{label}] done ({compiled} packages compiled)")
+    return results
+
+
+def _run_with_progress(
+    cmd: list[str], cwd: Path, env: dict[str, str], label: str, total: int, out: Progress
+) -> int:
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert proc.stdout is not None
+    compiled = 0
+    tail: list[str] = []
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def ticker() -> None:
+        while not done.wait(out.interval):
+            with lock:
+                count = compiled
+            out.tick(
+                f"[{label}] {count}/{total} packages compiled, "
+                f"{time.monotonic() - started:.0f}s elapsed"
+            )
+
+    thread = threading.Thread(target=ticker, daemon=True)
+    thread.start()
+    try:
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            tail = [*tail[-40:], line]
+            if line and not line.startswith(("#", " ", "\t")) and " " not in line:
+                with lock:
+                    compiled += 1
+        code = proc.wait()
+    finally:
+        done.set()
+        thread.join()
+        if proc.poll() is None:
+            proc.kill()
+    if code != 0:
+        raise BuildError(f"go build failed for {label} (exit {code}):\n" + "\n".join(tail))
+    out.say(f"[{label}] compiled in {time.monotonic() - started:.0f}s")
+    return compiled
+
+
+def main_build(names: Sequence[str] | None = None) -> int:
+    """Entry for ``steward build``: build every (or the named) binary that is missing."""
+    progress = Progress()
+    wanted = list(names) if names else list(TOOLS)
+    unknown = [n for n in wanted if n not in TOOLS]
+    if unknown:
+        print(f"unknown binaries: {', '.join(unknown)}; known: {', '.join(TOOLS)}", file=sys.stderr)
+        return 2
+    paths = resolve(wanted, out=progress)
+    for name in wanted:
+        print(f"{name:26} {paths[name]}")
+    return 0

@@ -1,0 +1,812 @@
+"""The local control plane: real etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, kwok and Jaeger on loopback, started and stopped as one unit.
+
+A cluster lives in a state directory that holds its PKI, configuration, one log per
+component and ``state.json`` (ports, pids, kubeconfig). Any ``steward`` process can find
+a running cluster from that directory and stop exactly the processes it started.
+
+# Start-up
+Components start in dependency order, each waited on until healthy: Jaeger (so no span
+of the API server's start is lost) → etcd → kube-apiserver (``/readyz``) →
+kube-controller-manager → kube-scheduler → kwok; then the simulated nodes are created
+and waited on until ``Ready``. A component that exits or stays unhealthy stops the whole
+start-up: everything already started is stopped again and the error shows the
+component's last log lines.
+
+# Ports
+Every port is picked free on 127.0.0.1 at start-up, so clusters run side by side
+(tests next to ``make up``). Nothing listens on any other address.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from steward.cluster import binaries, pki
+from steward.cluster.errors import (
+    AlreadyUpError,
+    ClusterError,
+    ComponentFailedError,
+    NotUpError,
+    PortInUseError,
+)
+from steward.cluster.process import ProcessRecord, spawn, stop, tail
+from steward.cluster.progress import Progress
+
+LOOPBACK = "127.0.0.1"
+SERVICE_CIDR = "10.96.0.0/24"
+SERVICE_IP = "10.96.0.1"
+POD_CIDR = "10.244.0.0/16"
+
+COMPONENTS = (
+    "jaeger",
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+)
+"""Every component, in start order (stopped in reverse)."""
+
+_PORTS = (
+    "etcd_client",
+    "etcd_peer",
+    "etcd_metrics",
+    "apiserver",
+    "controller_manager",
+    "scheduler",
+    "kwok",
+    "jaeger_otlp_grpc",
+    "jaeger_otlp_http",
+    "jaeger_query_http",
+    "jaeger_query_grpc",
+    "jaeger_health",
+)
+
+
+def state_root() -> Path:
+    """Where named clusters keep their state (``$STEWARD_STATE_DIR`` overrides)."""
+    env = os.environ.get("STEWARD_STATE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "steward" / "clusters"
+
+
+@dataclass
+class ClusterConfig:
+    """How to start a local cluster. Every field has a working default."""
+
+    name: str = "default"
+    """Cluster name; its state directory is ``state_root()/name`` unless ``state_dir``."""
+    state_dir: Path | None = None
+    """Explicit state directory (tests use a temporary one)."""
+    nodes: int = 3
+    """Number of simulated (kwok) nodes. Defaults to 3."""
+    controllers: str = "*"
+    """kube-controller-manager ``--controllers``: ``*``, ``foo``, ``-foo``, comma-separated.
+    Steward switches off the controllers it replaces here. Defaults to all (``*``)."""
+    apiserver_port: int | None = None
+    """Fixed kube-apiserver port; picked free when None (the default)."""
+    die_with_parent: bool = False
+    """Kill every component when the starting process dies (for test sessions)."""
+    start_timeout: float = 180.0
+    """Seconds each component may take to become healthy. Defaults to 180."""
+
+    def directory(self) -> Path:
+        return self.state_dir if self.state_dir is not None else state_root() / self.name
+
+
+@dataclass
+class ClusterState:
+    """What ``state.json`` records of a running cluster."""
+
+    name: str
+    directory: Path
+    ports: dict[str, int]
+    processes: list[ProcessRecord] = field(default_factory=list)
+    started_at: str = ""
+    startup_seconds: float = 0.0
+    nodes: int = 0
+    controllers: str = "*"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://{LOOPBACK}:{self.ports['apiserver']}"
+
+    @property
+    def jaeger_query_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.ports['jaeger_query_http']}"
+
+    @property
+    def otlp_endpoint(self) -> str:
+        return f"http://{LOOPBACK}:{self.ports['jaeger_otlp_grpc']}"
+
+    def log(self, component: str) -> Path:
+        return self.directory / "logs" / f"{component}.log"
+
+    def alive(self) -> dict[str, bool]:
+        return {p.name: p.alive() for p in self.processes}
+
+    def save(self) -> None:
+        data = {
+            "name": self.name,
+            "ports": self.ports,
+            "processes": [p.to_json() for p in self.processes],
+            "started_at": self.started_at,
+            "startup_seconds": self.startup_seconds,
+            "nodes": self.nodes,
+            "controllers": self.controllers,
+            "kubeconfig": str(self.kubeconfig),
+            "server": self.server,
+            "jaeger_query_url": self.jaeger_query_url,
+            "otlp_endpoint": self.otlp_endpoint,
+        }
+        path = self.directory / "state.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, directory: Path) -> ClusterState:
+        path = directory / "state.json"
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise NotUpError(f"no cluster state in {directory}") from None
+        return cls(
+            name=data["name"],
+            directory=directory,
+            ports={k: int(v) for k, v in data["ports"].items()},
+            processes=[ProcessRecord.from_json(p) for p in data["processes"]],
+            started_at=data.get("started_at", ""),
+            startup_seconds=float(data.get("startup_seconds", 0.0)),
+            nodes=int(data.get("nodes", 0)),
+            controllers=data.get("controllers", "*"),
+        )
+
+
+# --------------------------------------------------------------------------- ports
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def _pick_ports(fixed: dict[str, int]) -> dict[str, int]:
+    """Free loopback ports for every role; ``fixed`` ones are checked, not picked."""
+    for role, port in fixed.items():
+        if not _port_free(port):
+            raise PortInUseError(
+                f"port {port} on {LOOPBACK} (wanted for {role}) is already in use; "
+                "choose another or leave it unset to pick a free one"
+            )
+    held: list[socket.socket] = []
+    ports = dict(fixed)
+    try:
+        for role in _PORTS:
+            if role in ports:
+                continue
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((LOOPBACK, 0))
+            held.append(sock)
+            ports[role] = sock.getsockname()[1]
+    finally:
+        for sock in held:
+            sock.close()
+    return ports
+
+
+# --------------------------------------------------------------------------- health
+
+
+def _ssl_context(ca: Path | None, cert: pki.KeyPair | None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(ca) if ca else None)
+    if cert is not None:
+        ctx.load_cert_chain(str(cert.cert), str(cert.key))
+    return ctx
+
+
+def _http_ok(url: str, ctx: ssl.SSLContext | None, expect: Callable[[bytes], bool]) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:  # noqa: S310
+            return resp.status == 200 and expect(resp.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _any(_: bytes) -> bool:
+    return True
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+class LocalCluster:
+    """A running local control plane (see the module docs for what it contains)."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._children: list[subprocess.Popen[bytes]] = []
+
+    # Convenience accessors -------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state.kubeconfig
+
+    @property
+    def directory(self) -> Path:
+        return self.state.directory
+
+    @property
+    def jaeger_query_url(self) -> str:
+        return self.state.jaeger_query_url
+
+    @property
+    def otlp_endpoint(self) -> str:
+        return self.state.otlp_endpoint
+
+    # Lifecycle -------------------------------------------------------------------------
+    @classmethod
+    def find(cls, config: ClusterConfig) -> LocalCluster:
+        """The running cluster of ``config``, or :class:`NotUpError`."""
+        directory = config.directory()
+        state = ClusterState.load(directory)
+        return cls(state)
+
+    @classmethod
+    def up(cls, config: ClusterConfig, *, progress: Progress | None = None) -> LocalCluster:
+        """Start a cluster and wait until it is fully usable (see module docs)."""
+        out = progress or Progress()
+        directory = config.directory()
+        if (directory / "state.json").exists():
+            existing = ClusterState.load(directory)
+            alive = [name for name, ok in existing.alive().items() if ok]
+            if alive:
+                raise AlreadyUpError(
+                    f"cluster {existing.name!r} is already up in {directory} "
+                    f"(running: {', '.join(alive)}; kubeconfig: {existing.kubeconfig}). "
+                    "Use it, or run `steward cluster down` first."
+                )
+            out.say(f"removing the state of a cluster that is no longer running: {directory}")
+        if directory.exists():
+            # Left by a stopped or failed cluster (its logs are kept until the next start).
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        fixed = {"apiserver": config.apiserver_port} if config.apiserver_port else {}
+        _pick_ports(fixed)  # fail on a taken fixed port before any build or start
+        paths = binaries.resolve(COMPONENTS, out=out)
+        ports = _pick_ports(fixed)
+        state = ClusterState(
+            name=config.name,
+            directory=directory,
+            ports=ports,
+            started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            nodes=config.nodes,
+            controllers=config.controllers,
+        )
+        cluster = cls(state)
+        try:
+            cluster._start(config, paths, out)
+        except BaseException as err:
+            # Stop what was started; keep the logs for the user, drop the state file.
+            cluster.down(progress=Progress(quiet=True), keep_state=True)
+            (directory / "state.json").unlink(missing_ok=True)
+            if isinstance(err, ClusterError):
+                raise type(err)(
+                    f"{err}\n(all component logs are kept in {directory / 'logs'})"
+                ) from None
+            raise
+        state.startup_seconds = round(time.monotonic() - started, 1)
+        state.save()
+        out.say(f"cluster {config.name!r} is up in {state.startup_seconds:.1f}s")
+        return cluster
+
+    def down(self, *, progress: Progress | None = None, keep_state: bool = False) -> list[str]:
+        """Stop exactly the processes this cluster started, then remove its state.
+
+        Returns the names of components that had to be killed after the grace period.
+        """
+        out = progress or Progress()
+        killed = stop(list(reversed(self.state.processes)))
+        for child in self._children:
+            with contextlib.suppress(Exception):
+                child.wait(timeout=5)
+        if killed:
+            out.say(f"killed after the grace period: {', '.join(killed)}")
+        if not keep_state:
+            shutil.rmtree(self.state.directory, ignore_errors=True)
+        out.say(f"cluster {self.state.name!r} is down")
+        return killed
+
+    # Start-up --------------------------------------------------------------------------
+    def _start(self, config: ClusterConfig, paths: dict[str, Path], out: Progress) -> None:
+        st = self.state
+        d = st.directory
+        out.say(f"generating PKI in {d / 'pki'}")
+        ca = pki.CertificateAuthority(d / "pki")
+        local_names = ("localhost",)
+        serving_ips = (LOOPBACK,)
+        etcd_server = ca.issue(
+            "etcd-server", "etcd", dns=local_names, ips=serving_ips, server=True, client=True
+        )
+        etcd_client = ca.issue("apiserver-etcd-client", "kube-apiserver-etcd-client", client=True)
+        apiserver = ca.issue(
+            "apiserver",
+            "kube-apiserver",
+            dns=(
+                *local_names,
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ),
+            ips=(LOOPBACK, SERVICE_IP),
+            server=True,
+        )
+        sa = pki.service_account_keys(d / "pki")
+        admin = ca.issue("admin", "steward-admin", orgs=("system:masters",), client=True)
+        kcm = ca.issue("kube-controller-manager", "system:kube-controller-manager", client=True)
+        kcm_serving = ca.issue(
+            "kube-controller-manager-serving",
+            "kube-controller-manager",
+            dns=local_names,
+            ips=serving_ips,
+            server=True,
+        )
+        sched = ca.issue("kube-scheduler", "system:kube-scheduler", client=True)
+        sched_serving = ca.issue(
+            "kube-scheduler-serving",
+            "kube-scheduler",
+            dns=local_names,
+            ips=serving_ips,
+            server=True,
+        )
+        # kwok plays every kubelet and the node lease holder; it acts as cluster admin.
+        kwok = ca.issue("kwok", "steward:kwok", orgs=("system:masters",), client=True)
+        kwok_serving = ca.issue(
+            "kwok-serving", "kwok", dns=local_names, ips=serving_ips, server=True
+        )
+
+        self._write_kubeconfig(st.kubeconfig, ca.pair.cert, admin, "steward-admin")
+        kubeconfigs = {
+            "kube-controller-manager": self._write_kubeconfig(
+                d / "kube-controller-manager.kubeconfig",
+                ca.pair.cert,
+                kcm,
+                "system:kube-controller-manager",
+            ),
+            "kube-scheduler": self._write_kubeconfig(
+                d / "kube-scheduler.kubeconfig", ca.pair.cert, sched, "system:kube-scheduler"
+            ),
+            "kwok": self._write_kubeconfig(
+                d / "kwok.kubeconfig", ca.pair.cert, kwok, "steward:kwok"
+            ),
+        }
+        p = st.ports
+        timeout = config.start_timeout
+
+        # Jaeger -----------------------------------------------------------------------
+        jaeger_config = d / "jaeger.yaml"
+        jaeger_config.write_text(yaml.safe_dump(self._jaeger_config(), sort_keys=False))
+        self._launch("jaeger", [str(paths["jaeger"]), "--config", str(jaeger_config)], config)
+        self._wait(
+            "jaeger", f"http://{LOOPBACK}:{p['jaeger_health']}/status", None, _any, timeout, out
+        )
+
+        # etcd -------------------------------------------------------------------------
+        etcd_url = f"https://{LOOPBACK}:{p['etcd_client']}"
+        peer_url = f"http://{LOOPBACK}:{p['etcd_peer']}"
+        self._launch(
+            "etcd",
+            [
+                str(paths["etcd"]),
+                "--name=steward",
+                f"--data-dir={d / 'etcd-data'}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=steward={peer_url}",
+                f"--listen-metrics-urls=http://{LOOPBACK}:{p['etcd_metrics']}",
+                f"--cert-file={etcd_server.cert}",
+                f"--key-file={etcd_server.key}",
+                f"--trusted-ca-file={ca.pair.cert}",
+                "--client-cert-auth=true",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+            config,
+        )
+        self._wait(
+            "etcd",
+            f"{etcd_url}/health",
+            _ssl_context(ca.pair.cert, etcd_client),
+            lambda body: json.loads(body).get("health") == "true",
+            timeout,
+            out,
+        )
+
+        # kube-apiserver -----------------------------------------------------------------
+        tracing = d / "apiserver-tracing.yaml"
+        tracing.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "apiserver.config.k8s.io/v1",
+                    "kind": "TracingConfiguration",
+                    "endpoint": f"{LOOPBACK}:{p['jaeger_otlp_grpc']}",
+                    "samplingRatePerMillion": 1_000_000,
+                }
+            )
+        )
+        self._launch(
+            "kube-apiserver",
+            [
+                str(paths["kube-apiserver"]),
+                f"--etcd-servers={etcd_url}",
+                f"--etcd-cafile={ca.pair.cert}",
+                f"--etcd-certfile={etcd_client.cert}",
+                f"--etcd-keyfile={etcd_client.key}",
+                f"--bind-address={LOOPBACK}",
+                f"--advertise-address={LOOPBACK}",
+                f"--secure-port={p['apiserver']}",
+                f"--tls-cert-file={apiserver.cert}",
+                f"--tls-private-key-file={apiserver.key}",
+                f"--client-ca-file={ca.pair.cert}",
+                f"--cert-dir={d / 'pki' / 'generated'}",
+                "--authorization-mode=RBAC",
+                "--allow-privileged=true",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={sa.cert}",
+                f"--service-account-signing-key-file={sa.key}",
+                f"--tracing-config-file={tracing}",
+                "--profiling=false",
+                "--v=1",
+            ],
+            config,
+        )
+        admin_ctx = _ssl_context(ca.pair.cert, admin)
+        self._wait(
+            "kube-apiserver",
+            f"{st.server}/readyz",
+            admin_ctx,
+            lambda body: body.strip() == b"ok",
+            timeout,
+            out,
+        )
+
+        # kube-controller-manager ----------------------------------------------------------
+        kc = kubeconfigs["kube-controller-manager"]
+        self._launch(
+            "kube-controller-manager",
+            [
+                str(paths["kube-controller-manager"]),
+                f"--kubeconfig={kc}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={p['controller_manager']}",
+                f"--tls-cert-file={kcm_serving.cert}",
+                f"--tls-private-key-file={kcm_serving.key}",
+                f"--controllers={config.controllers}",
+                f"--service-account-private-key-file={sa.key}",
+                f"--root-ca-file={ca.pair.cert}",
+                f"--cluster-signing-cert-file={ca.pair.cert}",
+                f"--cluster-signing-key-file={ca.pair.key}",
+                "--use-service-account-credentials=true",
+                "--leader-elect=false",
+                "--v=1",
+            ],
+            config,
+        )
+        ca_ctx = _ssl_context(ca.pair.cert, None)
+        self._wait(
+            "kube-controller-manager",
+            f"https://{LOOPBACK}:{p['controller_manager']}/healthz",
+            ca_ctx,
+            lambda body: body.strip() == b"ok",
+            timeout,
+            out,
+        )
+
+        # kube-scheduler -------------------------------------------------------------------
+        sk = kubeconfigs["kube-scheduler"]
+        self._launch(
+            "kube-scheduler",
+            [
+                str(paths["kube-scheduler"]),
+                f"--kubeconfig={sk}",
+                f"--authentication-kubeconfig={sk}",
+                f"--authorization-kubeconfig={sk}",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={p['scheduler']}",
+                f"--tls-cert-file={sched_serving.cert}",
+                f"--tls-private-key-file={sched_serving.key}",
+                "--leader-elect=false",
+                "--v=1",
+            ],
+            config,
+        )
+        self._wait(
+            "kube-scheduler",
+            f"https://{LOOPBACK}:{p['scheduler']}/healthz",
+            ca_ctx,
+            lambda body: body.strip() == b"ok",
+            timeout,
+            out,
+        )
+
+        # kwok -------------------------------------------------------------------------------
+        stages = binaries.repo_root() / "deploy" / "kwok" / "stages.yaml"
+        self._launch(
+            "kwok",
+            [
+                str(paths["kwok"]),
+                f"--kubeconfig={kubeconfigs['kwok']}",
+                f"--config={stages}",
+                "--manage-all-nodes=true",
+                f"--server-address={LOOPBACK}:{p['kwok']}",
+                f"--tls-cert-file={kwok_serving.cert}",
+                f"--tls-private-key-file={kwok_serving.key}",
+                f"--node-ip={LOOPBACK}",
+                f"--node-port={p['kwok']}",
+                f"--cidr={POD_CIDR}",
+            ],
+            config,
+        )
+        self._wait("kwok", f"https://{LOOPBACK}:{p['kwok']}/healthz", ca_ctx, _any, timeout, out)
+
+        st.save()
+        self._create_nodes(config.nodes, out, timeout)
+
+    def _jaeger_config(self) -> dict[str, Any]:
+        p = self.state.ports
+        return {
+            "service": {
+                "extensions": ["jaeger_storage", "jaeger_query", "healthcheckv2"],
+                "pipelines": {
+                    "traces": {
+                        "receivers": ["otlp"],
+                        "processors": ["batch"],
+                        "exporters": ["jaeger_storage_exporter"],
+                    }
+                },
+                "telemetry": {
+                    "resource": {"service.name": "jaeger"},
+                    "metrics": {"level": "none"},
+                    "logs": {"level": "info"},
+                },
+            },
+            "extensions": {
+                "healthcheckv2": {
+                    "use_v2": True,
+                    "http": {"endpoint": f"{LOOPBACK}:{p['jaeger_health']}"},
+                },
+                "jaeger_query": {
+                    "storage": {"traces": "memstore"},
+                    "http": {"endpoint": f"{LOOPBACK}:{p['jaeger_query_http']}"},
+                    "grpc": {"endpoint": f"{LOOPBACK}:{p['jaeger_query_grpc']}"},
+                },
+                "jaeger_storage": {"backends": {"memstore": {"memory": {"max_traces": 100000}}}},
+            },
+            "receivers": {
+                "otlp": {
+                    "protocols": {
+                        "grpc": {"endpoint": f"{LOOPBACK}:{p['jaeger_otlp_grpc']}"},
+                        "http": {"endpoint": f"{LOOPBACK}:{p['jaeger_otlp_http']}"},
+                    }
+                }
+            },
+            "processors": {"batch": {}},
+            "exporters": {"jaeger_storage_exporter": {"trace_storage": "memstore"}},
+        }
+
+    def _write_kubeconfig(self, path: Path, ca: Path, client: pki.KeyPair, user: str) -> Path:
+        def b64(p: Path) -> str:
+            return base64.b64encode(p.read_bytes()).decode()
+
+        name = self.state.name
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": name,
+                    "cluster": {"server": self.state.server, "certificate-authority-data": b64(ca)},
+                }
+            ],
+            "users": [
+                {
+                    "name": user,
+                    "user": {
+                        "client-certificate-data": b64(client.cert),
+                        "client-key-data": b64(client.key),
+                    },
+                }
+            ],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": user}}],
+            "current-context": name,
+        }
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        path.chmod(0o600)
+        return path
+
+    def _launch(self, name: str, argv: list[str], config: ClusterConfig) -> None:
+        env = dict(os.environ)
+        env.pop("KUBECONFIG", None)
+        proc, record = spawn(
+            name,
+            argv,
+            self.state.log(name),
+            env=env,
+            cwd=self.state.directory,
+            die_with_parent=config.die_with_parent,
+        )
+        self._children.append(proc)
+        self.state.processes.append(record)
+        self.state.save()
+
+    def _wait(
+        self,
+        name: str,
+        url: str,
+        ctx: ssl.SSLContext | None,
+        expect: Callable[[bytes], bool],
+        timeout: float,
+        out: Progress,
+    ) -> None:
+        record = next(p for p in self.state.processes if p.name == name)
+        started = time.monotonic()
+        out.say(f"waiting for {name} ({url})")
+        while True:
+            if not record.alive():
+                raise self._failure(name, "exited during start-up")
+            if _http_ok(url, ctx, expect):
+                out.say(f"{name} is healthy after {time.monotonic() - started:.1f}s")
+                return
+            waited = time.monotonic() - started
+            if waited > timeout:
+                raise self._failure(name, f"was not healthy after {timeout:.0f}s")
+            out.tick(f"still waiting for {name}: {waited:.0f}s")
+            time.sleep(0.1)
+
+    def _failure(self, name: str, what: str) -> ClusterError:
+        log = self.state.log(name)
+        last = tail(log)
+        if "address already in use" in last:
+            return PortInUseError(
+                f"{name} {what}: a port it needs was taken by another process "
+                f"(ports: {self.state.ports}). Last lines of {log}:\n{last}"
+            )
+        return ComponentFailedError(f"{name} {what}. Last lines of {log}:\n{last}")
+
+    def _create_nodes(self, count: int, out: Progress, timeout: float) -> None:
+        out.say(f"creating {count} simulated nodes")
+        for i in range(count):
+            node = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": f"kwok-node-{i}",
+                    "labels": {
+                        "kubernetes.io/hostname": f"kwok-node-{i}",
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64",
+                        "type": "kwok",
+                    },
+                    "annotations": {"kwok.x-k8s.io/node": "fake"},
+                },
+                "status": {
+                    "capacity": {"cpu": "32", "memory": "256Gi", "pods": "250"},
+                    "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "250"},
+                },
+            }
+            self.api("POST", "/api/v1/nodes", node, ok=(201, 409))
+        started = time.monotonic()
+        while True:
+            listing = self.api("GET", "/api/v1/nodes")
+            ready = [n["metadata"]["name"] for n in listing.get("items", []) if _node_ready(n)]
+            if len(ready) >= count:
+                out.say(f"{len(ready)} nodes Ready after {time.monotonic() - started:.1f}s")
+                return
+            kwok = next(p for p in self.state.processes if p.name == "kwok")
+            if not kwok.alive():
+                raise self._failure("kwok", "exited while nodes were initialised")
+            if time.monotonic() - started > timeout:
+                raise ComponentFailedError(
+                    f"only {len(ready)}/{count} nodes became Ready in {timeout:.0f}s. "
+                    f"Last lines of the kwok log:\n{tail(self.state.log('kwok'))}"
+                )
+            out.tick(f"{len(ready)}/{count} nodes Ready")
+            time.sleep(0.2)
+
+    # A small admin client for start-up (the kubernetes client is for everything else). ----
+    def api(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        ok: tuple[int, ...] = (200,),
+    ) -> dict[str, Any]:
+        """One request to kube-apiserver as cluster admin; returns the decoded JSON body."""
+        d = self.state.directory / "pki"
+        ctx = _ssl_context(d / "ca.crt", pki.KeyPair(d / "admin.crt", d / "admin.key"))
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(  # noqa: S310 - https to our own loopback API server
+            self.state.server + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:  # noqa: S310
+                result: dict[str, Any] = json.loads(resp.read() or b"{}")
+                return result
+        except urllib.error.HTTPError as err:
+            if err.code in ok:
+                decoded: dict[str, Any] = json.loads(err.read() or b"{}")
+                return decoded
+            raise ClusterError(f"{method} {path} failed: {err.code} {err.read()[:500]!r}") from None
+
+    # Status --------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """Components with pid and liveness, ports, endpoints, and Ready nodes if reachable."""
+        alive = self.state.alive()
+        result: dict[str, Any] = {
+            "name": self.state.name,
+            "directory": str(self.state.directory),
+            "kubeconfig": str(self.kubeconfig),
+            "server": self.state.server,
+            "jaeger_query_url": self.jaeger_query_url,
+            "otlp_endpoint": self.otlp_endpoint,
+            "started_at": self.state.started_at,
+            "startup_seconds": self.state.startup_seconds,
+            "components": [
+                {"name": p.name, "pid": p.pid, "alive": alive[p.name], "log": p.log}
+                for p in self.state.processes
+            ],
+        }
+        try:
+            nodes = self.api("GET", "/api/v1/nodes").get("items", [])
+            result["nodes"] = {n["metadata"]["name"]: _node_ready(n) for n in nodes}
+        except (ClusterError, OSError) as err:
+            result["nodes_error"] = str(err)
+        return result
+
+    def iter_processes(self) -> Iterator[ProcessRecord]:
+        yield from self.state.processes
+
+
+def _node_ready(node: dict[str, Any]) -> bool:
+    for cond in node.get("status", {}).get("conditions", []) or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False

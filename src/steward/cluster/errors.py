@@ -1,0 +1,31 @@
+"""Errors of the local control plane, each with a message that says what to do."""
+
+from __future__ import annotations
+
+
+class ClusterError(Exception):
+    """Base of every local control plane error; its message is meant for the user."""
+
+
+class ToolchainError(ClusterError):
+    """Go is missing or too old, and no pre-built binaries were given."""
+
+
+class BuildError(ClusterError):
+    """Building a pinned binary failed."""
+
+
+class PortInUseError(ClusterError):
+    """A port a component must listen on is already taken."""
+
+
+class ComponentFailedError(ClusterError):
+    """A component exited, or did not become healthy, during start-up."""
+
+
+class AlreadyUpError(ClusterError):
+    """A cluster with this state directory is already running."""
+
+
+class NotUpError(ClusterError):
+    """No cluster is running with this state directory."""

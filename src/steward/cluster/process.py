@@ -1,0 +1,135 @@
+"""Processes the local control plane starts, recorded so that exactly those are stopped.
+
+A :class:`ProcessRecord` names a process by pid *and* its start time from
+``/proc/<pid>/stat``, so a recycled pid is never mistaken for one of ours: ``stop`` only
+ever signals a process whose identity still matches the record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _proc_start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot, or None if there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):  # zombie or dead: not running any more
+        return None
+    return int(fields[19])
+
+
+@dataclass
+class ProcessRecord:
+    """One started process: enough to find it again from another ``steward`` invocation."""
+
+    name: str
+    pid: int
+    start_time: int
+    argv: list[str]
+    log: str
+
+    def alive(self) -> bool:
+        """True while the process that was started (not a later one with its pid) runs."""
+        return _proc_start_time(self.pid) == self.start_time
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProcessRecord:
+        return cls(**data)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def spawn(
+    name: str,
+    argv: Sequence[str],
+    log: Path,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    die_with_parent: bool = False,
+) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
+    """Start ``argv`` in its own session with stdout and stderr appended to ``log``.
+
+    With ``die_with_parent`` the kernel kills the process when the thread that started it
+    exits (Linux ``PR_SET_PDEATHSIG``): test clusters use it so that nothing outlives an
+    interrupted or killed test run.
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,
+        )
+    start = _proc_start_time(proc.pid)
+    record = ProcessRecord(name, proc.pid, start if start is not None else -1, list(argv), str(log))
+    return proc, record
+
+
+def stop(records: Sequence[ProcessRecord], *, grace: float = 10.0) -> list[str]:
+    """Stop the recorded processes: SIGTERM, then SIGKILL after ``grace`` seconds.
+
+    Processes are signalled in the order given (callers pass reverse start order).
+    Returns the names of those that had to be killed.
+    """
+    killed: list[str] = []
+    for record in records:
+        if not record.alive():
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(record.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while record.alive() and time.monotonic() < deadline:
+            _reap(record.pid)
+            time.sleep(0.05)
+        if record.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(record.pid, signal.SIGKILL)
+            killed.append(record.name)
+            while record.alive():
+                _reap(record.pid)
+                time.sleep(0.02)
+        _reap(record.pid)
+    return killed
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status of our own child so it does not linger as a zombie."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def tail(path: Path | str, lines: int = 25) -> str:
+    """The last ``lines`` lines of a log file (empty if there is none)."""
+    try:
+        data = Path(path).read_bytes()[-64 * 1024 :]
+    except FileNotFoundError:
+        return ""
+    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])

@@ -1,0 +1,177 @@
+"""Proof that the local control plane is real and whole: version, scheduling onto kwok
+nodes, upstream's Job controller, Jaeger receiving the API server's spans, clean stop."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from steward.cluster import (
+    AlreadyUpError,
+    ClusterConfig,
+    ComponentFailedError,
+    LocalCluster,
+)
+from steward.cluster.progress import Progress
+
+pytestmark = pytest.mark.integration
+
+BIN = Path(sys.executable).parent
+
+
+def _eventually(check: Any, *, timeout: float = 120.0, what: str) -> Any:
+    """Poll ``check`` until it returns a truthy value; fail saying ``what`` was awaited."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.5)
+    pytest.fail(f"timed out waiting for {what}; last seen: {last!r}")
+
+
+def test_apiserver_reports_pinned_version(api_client: client.ApiClient) -> None:
+    info = client.VersionApi(api_client).get_code()
+    assert info.git_version == "v1.37.2"
+    assert (info.major, info.minor) == ("1", "37")
+
+
+def test_kubectl_lists_simulated_nodes_ready(cluster: LocalCluster) -> None:
+    out = subprocess.run(
+        [
+            str(BIN / "kubectl"),
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "get",
+            "nodes",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    nodes = json.loads(out.stdout)["items"]
+    assert len(nodes) == 3
+    for node in nodes:
+        ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+        assert [c["status"] for c in ready] == ["True"], node["metadata"]["name"]
+        assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+
+
+def test_upstream_job_controller_completes_a_job_on_kwok_nodes(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    batch = client.BatchV1Api(api_client)
+    core = client.CoreV1Api(api_client)
+    job = client.V1Job(
+        metadata=client.V1ObjectMeta(name="proof"),
+        spec=client.V1JobSpec(
+            parallelism=2,
+            completions=3,
+            template=client.V1PodTemplateSpec(
+                spec=client.V1PodSpec(
+                    restart_policy="Never",
+                    containers=[client.V1Container(name="work", image="busybox:1.36")],
+                )
+            ),
+        ),
+    )
+    batch.create_namespaced_job(namespace, job)
+
+    def complete() -> client.V1JobStatus | None:
+        status = batch.read_namespaced_job_status("proof", namespace).status
+        done = [c for c in status.conditions or [] if c.type == "Complete" and c.status == "True"]
+        return status if done else None
+
+    status = _eventually(complete, what="Job 'proof' to be Complete")
+    assert status.succeeded == 3
+    assert not status.failed
+    pods = core.list_namespaced_pod(namespace, label_selector="job-name=proof").items
+    assert len(pods) == 3
+    nodes = {p.spec.node_name for p in pods}
+    assert nodes
+    assert all(n.startswith("kwok-node-") for n in nodes)
+    assert all(p.status.phase == "Succeeded" for p in pods)
+
+
+def test_jaeger_receives_apiserver_spans(cluster: LocalCluster, core: client.CoreV1Api) -> None:
+    core.list_namespace()  # make sure there is at least one fresh request to trace
+
+    def query(path: str, **params: Any) -> Any:
+        url = f"{cluster.jaeger_query_url}{path}?{urllib.parse.urlencode(params)}"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return json.loads(resp.read())
+
+    def apiserver_traces() -> list[Any]:
+        services = query("/api/services")["data"] or []
+        if "apiserver" not in services:
+            return []
+        return list(query("/api/traces", service="apiserver", limit=20)["data"] or [])
+
+    traces = _eventually(apiserver_traces, timeout=60, what="spans of service 'apiserver'")
+    spans = [span for trace in traces for span in trace["spans"]]
+    assert spans
+    processes = {p["serviceName"] for trace in traces for p in trace["processes"].values()}
+    assert "apiserver" in processes
+
+
+def test_second_up_on_a_running_cluster_is_refused(cluster: LocalCluster) -> None:
+    with pytest.raises(AlreadyUpError, match="already up"):
+        LocalCluster.up(ClusterConfig(state_dir=cluster.directory), progress=Progress(quiet=True))
+    # ... and the running cluster is untouched.
+    assert all(cluster.state.alive().values())
+
+
+@pytest.mark.slow
+def test_down_leaves_no_process_alive(tmp_path: Path) -> None:
+    cfg = ClusterConfig(
+        name="steward-test-down", state_dir=tmp_path / "c", nodes=1, die_with_parent=True
+    )
+    running = LocalCluster.up(cfg, progress=Progress(quiet=True))
+    records = list(running.iter_processes())
+    assert {r.name for r in records} == {
+        "jaeger",
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+    }
+    assert all(r.alive() for r in records)
+    # Stop it the way the CLI does: from the state directory alone.
+    LocalCluster.find(cfg).down(progress=Progress(quiet=True))
+    assert [r.name for r in records if r.alive()] == []
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.slow
+def test_component_exiting_at_startup_shows_its_log(tmp_path: Path) -> None:
+    cfg = ClusterConfig(
+        name="steward-test-bad",
+        state_dir=tmp_path / "c",
+        nodes=0,
+        die_with_parent=True,
+        controllers="no-such-controller",
+    )
+    with pytest.raises(ComponentFailedError) as info:
+        LocalCluster.up(cfg, progress=Progress(quiet=True))
+    message = str(info.value)
+    assert message.startswith("kube-controller-manager exited during start-up")
+    assert "no-such-controller" in message  # the component's own words, from its log
+    assert "logs are kept in" in message
+    assert (tmp_path / "c" / "logs" / "kube-controller-manager.log").exists()
+    assert not (tmp_path / "c" / "state.json").exists()
+    # Everything that was started has been stopped again.
+    leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
+    assert leftover.stdout == "", leftover.stdout
