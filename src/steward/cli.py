@@ -1,4 +1,4 @@
-"""The ``steward`` command line: ``steward build`` and ``steward cluster ...``.
+"""The ``steward`` command line: ``steward build``, ``steward cluster ...``, ``steward informer``.
 
 Every command explains itself with ``--help``. Errors print one clear message on standard
 error and exit with status 1 (2 for usage errors); progress goes to standard error, and
@@ -145,6 +145,17 @@ def build_parser() -> argparse.ArgumentParser:
         'URL); use as: eval "$(steward cluster env)".',
     )
     _add_cluster_target(env)
+
+    from steward.informer import server as informer_server
+
+    informer = sub.add_parser(
+        "informer",
+        help="run the informer service (List & Watch cache, gRPC Watch/List/Get)",
+        description=informer_server.DESCRIPTION,
+        epilog=informer_server.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    informer_server.add_arguments(informer)
     return parser
 
 
@@ -195,9 +206,13 @@ def _print_status(info: dict[str, object]) -> None:
     print(f"started     {info['started_at']} in {info['startup_seconds']}s")
     components = info["components"]
     assert isinstance(components, list)
+    total = 0
     for comp in components:
         state = "running" if comp["alive"] else "NOT RUNNING"
-        print(f"  {comp['name']:25} pid {comp['pid']:<8} {state}")
+        rss = comp["rss_bytes"] / 2**20
+        total += comp["rss_bytes"]
+        print(f"  {comp['name']:25} pid {comp['pid']:<8} {state:12} {rss:7.0f} MiB")
+    print(f"memory      {total / 2**20:.0f} MiB resident in all")
     nodes = info.get("nodes")
     if isinstance(nodes, dict):
         ready = sum(1 for ok in nodes.values() if ok)
@@ -214,6 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return binaries.main_build(args.binaries)
         if args.command == "cluster":
             return _cmd_cluster(args)
+        if args.command == "informer":
+            from steward.informer import server as informer_server
+
+            return informer_server.main(args)
     except ClusterError as err:
         print(f"steward: error: {err}", file=sys.stderr)
         return 1

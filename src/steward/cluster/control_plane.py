@@ -21,14 +21,12 @@ Every port is picked free on 127.0.0.1 at start-up, so clusters run side by side
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime
 import json
 import os
 import shutil
 import socket
 import ssl
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -253,7 +251,6 @@ class LocalCluster:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self._children: list[subprocess.Popen[bytes]] = []
 
     # Convenience accessors -------------------------------------------------------------
     @property
@@ -336,9 +333,6 @@ class LocalCluster:
         """
         out = progress or Progress()
         killed = stop(list(reversed(self.state.processes)))
-        for child in self._children:
-            with contextlib.suppress(Exception):
-                child.wait(timeout=5)
         if killed:
             out.say(f"killed after the grace period: {', '.join(killed)}")
         if not keep_state:
@@ -476,6 +470,8 @@ class LocalCluster:
                 f"--etcd-keyfile={etcd_client.key}",
                 f"--bind-address={LOOPBACK}",
                 f"--advertise-address={LOOPBACK}",
+                # The kubernetes Service may not point at loopback; nothing here needs it.
+                "--endpoint-reconciler-type=none",
                 f"--secure-port={p['apiserver']}",
                 f"--tls-cert-file={apiserver.cert}",
                 f"--tls-private-key-file={apiserver.key}",
@@ -662,7 +658,7 @@ class LocalCluster:
     def _launch(self, name: str, argv: list[str], config: ClusterConfig) -> None:
         env = dict(os.environ)
         env.pop("KUBECONFIG", None)
-        proc, record = spawn(
+        _, record = spawn(
             name,
             argv,
             self.state.log(name),
@@ -670,7 +666,6 @@ class LocalCluster:
             cwd=self.state.directory,
             die_with_parent=config.die_with_parent,
         )
-        self._children.append(proc)
         self.state.processes.append(record)
         self.state.save()
 
@@ -790,7 +785,13 @@ class LocalCluster:
             "started_at": self.state.started_at,
             "startup_seconds": self.state.startup_seconds,
             "components": [
-                {"name": p.name, "pid": p.pid, "alive": alive[p.name], "log": p.log}
+                {
+                    "name": p.name,
+                    "pid": p.pid,
+                    "alive": alive[p.name],
+                    "rss_bytes": p.rss_bytes(),
+                    "log": p.log,
+                }
                 for p in self.state.processes
             ],
         }

@@ -20,6 +20,10 @@ from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 
+# Children started by this process, by pid, so they are reaped through their Popen
+# object (whichever LocalCluster object stops them) and never linger as zombies.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
 
 def _proc_start_time(pid: int) -> int | None:
     """Start time of ``pid`` in clock ticks since boot, or None if there is no such process."""
@@ -47,6 +51,18 @@ class ProcessRecord:
     def alive(self) -> bool:
         """True while the process that was started (not a later one with its pid) runs."""
         return _proc_start_time(self.pid) == self.start_time
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the process now (0 when it is not running)."""
+        if not self.alive():
+            return 0
+        try:
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+        return 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,6 +104,7 @@ def spawn(
             start_new_session=True,
             preexec_fn=_die_with_parent if die_with_parent else None,
         )
+    _children[proc.pid] = proc
     start = _proc_start_time(proc.pid)
     record = ProcessRecord(name, proc.pid, start if start is not None else -1, list(argv), str(log))
     return proc, record
@@ -101,6 +118,7 @@ def stop(records: Sequence[ProcessRecord], *, grace: float = 10.0) -> list[str]:
     """
     killed: list[str] = []
     for record in records:
+        _reap(record.pid)
         if not record.alive():
             continue
         with contextlib.suppress(ProcessLookupError):
@@ -122,6 +140,11 @@ def stop(records: Sequence[ProcessRecord], *, grace: float = 10.0) -> list[str]:
 
 def _reap(pid: int) -> None:
     """Collect the exit status of our own child so it does not linger as a zombie."""
+    child = _children.get(pid)
+    if child is not None:
+        if child.poll() is not None:
+            del _children[pid]
+        return
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
 

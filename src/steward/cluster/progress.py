@@ -21,7 +21,7 @@ class Progress:
         self.interval = interval
         self.quiet = quiet
         self._start = time.monotonic()
-        self._last_tick = 0.0
+        self._last_tick = self._start
 
     def elapsed(self) -> float:
         return time.monotonic() - self._start

@@ -1,0 +1,382 @@
+"""Per-subscriber flow control: coalescing queues between the reflectors and each Watch.
+
+A reflector hands every change to :meth:`Fanout.publish`, which filters it for each
+subscriber of that type and queues it without ever waiting: publishing costs a dict
+update per subscriber, whatever the subscribers' speed. Each Watch stream drains its own
+:class:`Subscription` in batches at the pace its client reads.
+
+# Coalescing
+Pending events are kept per object, in resource-version order of their latest change:
+the latest state wins (ADDED then MODIFIED is one ADDED; MODIFIED then MODIFIED is one
+MODIFIED that keeps the state the client had as ``previous``); ADDED then DELETED while
+pending cancel out; MODIFIED then DELETED delivers DELETED; DELETED then ADDED (a
+re-creation) delivers both. A deletion is never lost.
+
+# Memory usage
+A type's queue holds at most ``bound`` objects. Past it, the queue is dropped and the
+subscriber gets REPLACED, a fresh snapshot of the type and INITIAL_EVENTS_END: it is
+never left with a silent gap, and a stalled client costs at most ``bound`` entries plus,
+while a snapshot is being sent, one reference per cached object.
+
+# Resource versions
+Each delivered event carries a resource version the client may safely resume from: one
+such that every change at or before it is reflected in what the client got. With
+coalescing that may lag behind the event's own version (when an earlier change of
+another object is still queued). Snapshot events and REPLACED carry none (an empty
+string); the snapshot's version comes with its INITIAL_EVENTS_END.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from steward.informer import wire
+from steward.informer.selectors import Filter
+from steward.informer.store import (
+    EventKind,
+    ObjectKey,
+    ResourceTypeName,
+    Store,
+    StoredObject,
+    StoreEvent,
+)
+from steward.v1 import informer_pb2 as pb
+
+_END_KEY: ObjectKey = ("", "\x00initial-events-end")
+"""Queue key of the INITIAL_EVENTS_END marker after a resume's replay (never an object)."""
+
+
+@dataclass(slots=True)
+class _Pending:
+    kind: EventKind
+    event: StoreEvent
+    """The latest change coalesced here (its object is the state to deliver)."""
+    previous: StoredObject | None
+    """For MODIFIED: the state the client has."""
+    first_rv: int
+    """The earliest change coalesced here that the client has not seen."""
+
+
+class TypeFeed:
+    """One subscriber's queue for one resource type (see the module docs)."""
+
+    def __init__(
+        self,
+        name: ResourceTypeName,
+        store: Store,
+        flt: Filter,
+        bound: int,
+        send_previous: bool,
+        on_replaced: Callable[[], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.on_replaced = on_replaced
+        self.store = store
+        self.filter = flt
+        self.bound = bound
+        self.send_previous = send_previous
+        self.wire_type = wire.resource_type(name)
+        self.pending: OrderedDict[ObjectKey, list[_Pending]] = OrderedDict()
+        self._heap: list[tuple[int, ObjectKey]] = []
+        self.progress = store.rv
+        """Everything published up to here is queued or delivered."""
+        self.sent_rv = -1
+        self.snapshot: deque[StoredObject] | None = None
+        self.snapshot_rv = 0
+        self.needs_snapshot = False
+        self.send_replaced = False
+        self.bookmark_due = False
+        self.replaced_count = 0
+        """How often this feed was dropped and replaced by a snapshot (for tests, metrics)."""
+
+    # Starting points ------------------------------------------------------------------
+    def start_with_snapshot(self, replaced: bool) -> None:
+        """Send a snapshot (after REPLACED when ``replaced``) before anything else."""
+        self.pending.clear()
+        self._heap.clear()
+        self.needs_snapshot = True
+        self.send_replaced = replaced
+        self.snapshot = None
+
+    def start_with_replay(self, events: Iterable[StoreEvent]) -> None:
+        """Queue the history after a resume point, then INITIAL_EVENTS_END."""
+        self.progress = self.store.rv
+        for event in events:
+            self.offer(event)
+        if self.needs_snapshot:  # the replay alone overflowed the bound
+            return
+        marker = StoreEvent(EventKind.INITIAL_EVENTS_END, _END_KEY, None, None, self.store.rv)
+        self._enqueue_new(_END_KEY, _Pending(marker.kind, marker, None, marker.rv))
+
+    # Producer side ---------------------------------------------------------------------
+    def lag(self) -> int:
+        """Objects waiting to be sent (queued changes plus the rest of a snapshot)."""
+        # O(1) and safe to call from the metrics thread: objects queued, not events.
+        waiting = len(self.pending)
+        snapshot = self.snapshot
+        if snapshot is not None:
+            waiting += len(snapshot)
+        if self.needs_snapshot:
+            waiting += len(self.store)
+        return waiting
+
+    def offer(self, event: StoreEvent) -> bool:
+        """Queue one change if it concerns this subscriber; True when something was queued."""
+        self.progress = max(self.progress, event.rv)
+        if self.needs_snapshot:
+            return False  # the coming snapshot will include it
+        kind = event.kind
+        flt = self.filter
+        if not flt.everything:
+            obj = event.obj
+            prev = event.previous
+            now = obj is not None and flt.matches(obj.namespace, obj.name, obj.labels)
+            was = prev is not None and flt.matches(prev.namespace, prev.name, prev.labels)
+            if kind is EventKind.ADDED:
+                if not now:
+                    return False
+            elif kind is EventKind.MODIFIED:
+                if now and not was:
+                    kind = EventKind.ADDED
+                elif was and not now:
+                    kind = EventKind.DELETED
+                elif not now:
+                    return False
+            elif kind is EventKind.DELETED and not (now or was):
+                return False
+        key = event.key
+        entry = self.pending.get(key)
+        if entry is None:
+            previous = event.previous if kind is EventKind.MODIFIED else None
+            self._enqueue_new(key, _Pending(kind, event, previous, event.rv))
+            return True
+        self.pending.move_to_end(key)
+        last = entry[-1]
+        if last.kind is EventKind.ADDED:
+            if kind is EventKind.DELETED:
+                entry.pop()
+                if not entry:
+                    del self.pending[key]
+            else:
+                last.event = event
+        elif last.kind is EventKind.MODIFIED:
+            last.event = event
+            if kind is EventKind.DELETED:
+                last.kind = EventKind.DELETED
+                last.previous = None
+        elif kind is not EventKind.DELETED:  # re-created after a queued deletion
+            entry.append(_Pending(EventKind.ADDED, event, None, event.rv))
+        return True
+
+    def _enqueue_new(self, key: ObjectKey, pending: _Pending) -> None:
+        self.pending[key] = [pending]
+        heapq.heappush(self._heap, (pending.first_rv, key))
+        if len(self.pending) > self.bound:
+            self.replaced_count += 1
+            self.start_with_snapshot(replaced=True)
+            if self.on_replaced is not None:
+                self.on_replaced()
+        elif len(self._heap) > 2 * len(self.pending) + 64:
+            self._heap = [(e[0].first_rv, k) for k, e in self.pending.items()]
+            heapq.heapify(self._heap)
+
+    def bookmark(self, rv: int) -> None:
+        self.progress = max(self.progress, rv)
+        self.bookmark_due = True
+
+    # Consumer side -----------------------------------------------------------------------
+    def ready(self) -> bool:
+        return bool(
+            self.pending
+            or self.needs_snapshot
+            or self.snapshot is not None
+            or self.send_replaced
+            or (self.bookmark_due and self.progress > self.sent_rv)
+        )
+
+    def _min_first_rv(self) -> int | None:
+        heap = self._heap
+        while heap:
+            first, key = heap[0]
+            entry = self.pending.get(key)
+            if entry is not None and entry[0].first_rv == first:
+                return first
+            heapq.heappop(heap)
+        return None
+
+    def _safe_rv(self, own: int) -> int:
+        pending_first = self._min_first_rv()
+        if pending_first is None:
+            return max(own, self.progress)
+        return min(own, pending_first - 1)
+
+    def take(self, room: int, out: list[pb.Event]) -> None:
+        """Move up to ``room`` events, in order, into ``out`` (wire form)."""
+        limit = len(out) + room
+        if self.needs_snapshot:
+            self.needs_snapshot = False
+            self.snapshot = deque(self.store.select(self.filter))
+            self.snapshot_rv = self.store.rv
+            self.progress = max(self.progress, self.snapshot_rv)
+        if self.send_replaced and len(out) < limit:
+            self.send_replaced = False
+            out.append(wire.event(EventKind.REPLACED, self.wire_type, None, ""))
+        snapshot = self.snapshot
+        if snapshot is not None:
+            while snapshot and len(out) < limit:
+                obj = snapshot.popleft()
+                out.append(wire.event(EventKind.ADDED, self.wire_type, obj, ""))
+            if snapshot or len(out) >= limit:
+                return
+            self.snapshot = None
+            self.sent_rv = self.snapshot_rv
+            end_rv = str(self.snapshot_rv)
+            out.append(wire.event(EventKind.INITIAL_EVENTS_END, self.wire_type, None, end_rv))
+        pending = self.pending
+        while pending and len(out) < limit:
+            key, entry = next(iter(pending.items()))
+            item = entry.pop(0)
+            if entry:
+                heapq.heappush(self._heap, (entry[0].first_rv, key))
+            else:
+                del pending[key]
+            rv = self._safe_rv(item.event.rv)
+            self.sent_rv = rv
+            out.append(self._wire(item, rv))
+        if not pending and self.bookmark_due and self.progress > self.sent_rv and len(out) < limit:
+            self.bookmark_due = False
+            self.sent_rv = self.progress
+            out.append(wire.event(EventKind.BOOKMARK, self.wire_type, None, str(self.progress)))
+
+    def _wire(self, item: _Pending, rv: int) -> pb.Event:
+        event = item.event
+        if item.kind is EventKind.INITIAL_EVENTS_END:
+            return wire.event(item.kind, self.wire_type, None, str(rv))
+        previous = item.previous if self.send_previous and item.kind is EventKind.MODIFIED else None
+        if item.kind is event.kind and rv == event.rv and previous is None:
+            cached = event.wire
+            if cached is None:
+                cached = event.wire = wire.event(
+                    item.kind,
+                    self.wire_type,
+                    event.obj,
+                    str(rv),
+                    traceparent=event.traceparent,
+                    tracestate=event.tracestate,
+                )
+            result: pb.Event = cached
+            return result
+        return wire.event(
+            item.kind,
+            self.wire_type,
+            event.obj,
+            str(rv),
+            previous=previous,
+            traceparent=event.traceparent,
+            tracestate=event.tracestate,
+        )
+
+
+class Subscription:
+    """One Watch stream's queues, one :class:`TypeFeed` per requested type.
+
+    The stream calls :meth:`next_batch` in a loop; it returns None once the subscription
+    is closed (server shutdown), so the stream ends cleanly.
+    """
+
+    def __init__(self, name: str, feeds: list[TypeFeed], max_batch: int) -> None:
+        self.name = name
+        self.feeds = feeds
+        self.max_batch = max_batch
+        self.closed = False
+        self._wakeup = asyncio.Event()
+        self._next = 0
+
+    def notify(self) -> None:
+        self._wakeup.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wakeup.set()
+
+    def take(self) -> list[pb.Event]:
+        """Up to ``max_batch`` events, taking from the types in turn; [] when none ready."""
+        out: list[pb.Event] = []
+        feeds = self.feeds
+        count = len(feeds)
+        for i in range(count):
+            if len(out) >= self.max_batch:
+                break
+            feed = feeds[(self._next + i) % count]
+            if feed.ready():
+                feed.take(self.max_batch - len(out), out)
+        self._next = (self._next + 1) % count
+        return out
+
+    async def next_batch(self) -> list[pb.Event] | None:
+        """Wait for the next non-empty batch; None when the subscription was closed."""
+        while not self.closed:
+            batch = self.take()
+            if batch:
+                return batch
+            self._wakeup.clear()
+            if any(feed.ready() for feed in self.feeds):
+                continue
+            await self._wakeup.wait()
+        return None
+
+
+class Fanout:
+    """Routes each type's changes to the feeds of every subscription that asked for it."""
+
+    def __init__(self) -> None:
+        self._feeds: dict[ResourceTypeName, dict[TypeFeed, Subscription]] = {}
+        self.subscriptions: set[Subscription] = set()
+
+    def add(self, sub: Subscription) -> None:
+        self.subscriptions.add(sub)
+        for feed in sub.feeds:
+            self._feeds.setdefault(feed.name, {})[feed] = sub
+        sub.notify()
+
+    def remove(self, sub: Subscription) -> None:
+        self.subscriptions.discard(sub)
+        for feed in sub.feeds:
+            feeds = self._feeds.get(feed.name)
+            if feeds is not None:
+                feeds.pop(feed, None)
+                if not feeds:
+                    del self._feeds[feed.name]
+
+    def publish(self, name: ResourceTypeName, events: Iterable[StoreEvent]) -> None:
+        """Queue ``events`` (already applied to the store) for every subscriber of ``name``."""
+        feeds = self._feeds.get(name)
+        if not feeds:
+            return
+        events = list(events)
+        for feed, sub in feeds.items():
+            queued = False
+            for event in events:
+                queued = feed.offer(event) or queued
+            if queued or feed.needs_snapshot:
+                sub.notify()
+
+    def bookmark(self, name: ResourceTypeName, rv: int) -> None:
+        """Tell every subscriber of ``name`` that the type has progressed to ``rv``."""
+        for feed, sub in self._feeds.get(name, {}).items():
+            feed.bookmark(rv)
+            sub.notify()
+
+    def close_all(self) -> None:
+        for sub in list(self.subscriptions):
+            sub.close()
+
+    def lags(self) -> Iterator[tuple[str, ResourceTypeName, int]]:
+        """(subscriber, type, events waiting) for every live feed."""
+        for sub in list(self.subscriptions):
+            for feed in sub.feeds:
+                yield sub.name, feed.name, feed.lag()

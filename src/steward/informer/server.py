@@ -1,0 +1,305 @@
+"""The ``steward informer`` process: the gRPC server, health, reflection, metrics, shutdown.
+
+# Shutdown
+On SIGTERM or SIGINT the health service turns NOT_SERVING, every Watch stream ends
+cleanly (status OK; clients resume with their last resource version), the server stops
+with a grace period for unary calls in flight, then the reflectors stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
+from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
+from prometheus_client import start_http_server
+
+from steward.informer.apiclient import ApiClient, ApiError, ClusterAccess, load_access
+from steward.informer.fanout import Fanout
+from steward.informer.metrics import InformerMetrics
+from steward.informer.reflector import ReflectorOptions, Reflectors
+from steward.informer.service import InformerService, ServiceOptions
+from steward.v1 import informer_pb2, informer_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME: str = informer_pb2.DESCRIPTOR.services_by_name["InformerService"].full_name
+DEFAULT_LISTEN = "127.0.0.1:50061"
+
+
+@dataclass
+class InformerOptions:
+    """How to run the informer. Every field has a working default."""
+
+    listen: str = DEFAULT_LISTEN
+    """gRPC address (host:port; port 0 picks a free one). Defaults to 127.0.0.1:50061."""
+    kubeconfig: str | None = None
+    """Kubeconfig file; None for in-cluster config, else $KUBECONFIG or ~/.kube/config."""
+    metrics_listen: str | None = None
+    """host:port to serve Prometheus metrics on over HTTP; None (the default) for none."""
+    history_size: int = 10_000
+    """Recent events kept per type to serve resumes. Defaults to 10,000."""
+    subscriber_buffer: int = 10_000
+    """Objects queued per subscriber and type before REPLACED. Defaults to 10,000."""
+    idle_grace: float = 30.0
+    """Seconds a type nobody watches keeps being watched. Defaults to 30."""
+    max_batch_size: int = 256
+    """Default events per WatchResponse. Defaults to 256."""
+    shutdown_grace: float = 5.0
+    """Seconds unary calls in flight may take to finish on shutdown. Defaults to 5."""
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"invalid address {address!r}: expected host:port")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class InformerServer:
+    """The informer's servers and caches; :meth:`run` blocks until cancelled or signalled.
+
+    :meth:`start` and :meth:`stop` are also usable alone (tests run it in-process).
+    """
+
+    def __init__(self, options: InformerOptions, access: ClusterAccess | None = None) -> None:
+        self.options = options
+        self.access = access if access is not None else load_access(options.kubeconfig)
+        self.metrics = InformerMetrics()
+        self.client = ApiClient(self.access)
+        self.fanout = Fanout()
+        self.reflectors = Reflectors(
+            self.client,
+            self.fanout,
+            self.metrics,
+            ReflectorOptions(history_size=options.history_size, idle_grace=options.idle_grace),
+        )
+        self.metrics.register_gauges(
+            self.fanout.lags, lambda: [(r.name, len(r.store)) for r in self.reflectors]
+        )
+        self.service = InformerService(
+            self.client,
+            self.reflectors,
+            self.fanout,
+            self.metrics,
+            ServiceOptions(
+                subscriber_buffer=options.subscriber_buffer,
+                default_batch=options.max_batch_size,
+            ),
+        )
+        self.health = health.aio.HealthServicer()
+        self.port = 0
+        self.metrics_port = 0
+        self._server: grpc.aio.Server | None = None
+        self._metrics_server: Any = None
+
+    async def start(self) -> int:
+        """Bind and start serving; returns the gRPC port.
+
+        Raises:
+            RuntimeError: the address cannot be bound.
+        """
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        informer_pb2_grpc.add_InformerServiceServicer_to_server(self.service, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            server,
+        )
+        host, port = _split_address(self.options.listen)
+        self.port = server.add_insecure_port(f"{host}:{port}")
+        if self.port == 0:
+            raise RuntimeError(f"cannot listen on {self.options.listen}")
+        await server.start()
+        self._server = server
+        for name in (SERVICE_NAME, ""):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.options.metrics_listen:
+            mhost, mport = _split_address(self.options.metrics_listen)
+            self._metrics_server, _ = start_http_server(mport, mhost, self.metrics.registry)
+            self.metrics_port = self._metrics_server.server_port
+        log.info("informer serving on %s:%d (API server %s)", host, self.port, self.access.host)
+        return self.port
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Health NOT_SERVING, end Watch streams cleanly, stop the server, then the caches."""
+        await self.health.enter_graceful_shutdown()
+        self.fanout.close_all()
+        if self._server is not None:
+            await self._server.stop(self.options.shutdown_grace if grace is None else grace)
+            self._server = None
+        await self.reflectors.stop_all()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
+        self.client.close()
+
+    async def run(self) -> None:
+        """Start, serve until SIGTERM/SIGINT or cancellation, then stop gracefully."""
+        await self.start()
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping.set)
+        try:
+            await stopping.wait()
+            log.info("shutting down")
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await self.stop()
+
+
+# Command line ------------------------------------------------------------------------------
+DESCRIPTION = """\
+Run the informer: the only List & Watch client of the Kubernetes API server in a Steward
+installation. It keeps one reflector (paginated LIST, then WATCH with bookmarks) per
+resource type any subscriber asked for, caches the objects as the API server's JSON, and
+serves them over gRPC (steward.v1.InformerService: Watch, List, Get), with the standard
+health service and server reflection (try: grpcurl -plaintext 127.0.0.1:50061 list).
+
+A subscriber that falls behind has its pending events coalesced per object; past
+--subscriber-buffer it gets REPLACED and a fresh snapshot. SIGTERM or SIGINT: health turns
+NOT_SERVING, streams end cleanly, and the server stops.
+"""
+
+EPILOG = """\
+environment (flags win):
+  STEWARD_INFORMER_LISTEN             --listen
+  KUBECONFIG                          --kubeconfig (in-cluster config is used in a pod)
+  STEWARD_INFORMER_METRICS_LISTEN     --metrics-listen
+  STEWARD_INFORMER_HISTORY_SIZE       --history-size
+  STEWARD_INFORMER_SUBSCRIBER_BUFFER  --subscriber-buffer
+  STEWARD_INFORMER_IDLE_GRACE         --idle-grace
+  OTEL_EXPORTER_OTLP_ENDPOINT         send a span per received event there (OTLP gRPC)
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``steward informer`` flags, with defaults from the environment."""
+    env = os.environ.get
+    parser.add_argument(
+        "--listen",
+        default=env("STEWARD_INFORMER_LISTEN", DEFAULT_LISTEN),
+        help="gRPC address, host:port (port 0: a free one) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig file (default: in-cluster config in a pod, else $KUBECONFIG or "
+        "~/.kube/config)",
+    )
+    parser.add_argument(
+        "--metrics-listen",
+        default=env("STEWARD_INFORMER_METRICS_LISTEN"),
+        help="serve Prometheus metrics over HTTP on host:port (default: off)",
+    )
+    parser.add_argument(
+        "--history-size",
+        type=int,
+        default=int(env("STEWARD_INFORMER_HISTORY_SIZE", "10000")),
+        help="recent events kept per resource type to serve resumes (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--subscriber-buffer",
+        type=int,
+        default=int(env("STEWARD_INFORMER_SUBSCRIBER_BUFFER", "10000")),
+        help="objects queued per subscriber and type before it is sent REPLACED and a "
+        "fresh snapshot (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--idle-grace",
+        type=float,
+        default=float(env("STEWARD_INFORMER_IDLE_GRACE", "30")),
+        help="seconds a resource type nobody watches any more keeps being watched "
+        "(default: %(default)s)",
+    )
+
+
+def options_from_args(args: argparse.Namespace) -> InformerOptions:
+    """Check the flags and build the options.
+
+    Raises:
+        ValueError: a flag is out of range or malformed; the message names it.
+    """
+    for flag, value in (
+        ("--history-size", args.history_size),
+        ("--subscriber-buffer", args.subscriber_buffer),
+    ):
+        if value < 1:
+            raise ValueError(f"{flag} must be at least 1, got {value}")
+    if args.idle_grace < 0:
+        raise ValueError(f"--idle-grace must not be negative, got {args.idle_grace}")
+    _split_address(args.listen)
+    if args.metrics_listen:
+        _split_address(args.metrics_listen)
+    return InformerOptions(
+        listen=args.listen,
+        kubeconfig=args.kubeconfig,
+        metrics_listen=args.metrics_listen,
+        history_size=args.history_size,
+        subscriber_buffer=args.subscriber_buffer,
+        idle_grace=args.idle_grace,
+    )
+
+
+def _configure_tracing() -> None:
+    """Export spans over OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set; else no-op."""
+    if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        return
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "informer")})
+    )
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the informer until signalled: 0 on a clean stop, 2 for bad flags, 1 when it
+    cannot start (no API server configuration, address in use); errors go to stderr."""
+    try:
+        options = options_from_args(args)
+    except ValueError as err:
+        print(f"steward informer: error: {err}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        server = InformerServer(options)
+    except ApiError as err:
+        print(f"steward informer: error: {err}", file=sys.stderr)
+        return 1
+    _configure_tracing()
+    try:
+        asyncio.run(server.run())
+    except KeyboardInterrupt:
+        pass
+    except (OSError, RuntimeError) as err:
+        print(f"steward informer: error: {err}", file=sys.stderr)
+        return 1
+    return 0
