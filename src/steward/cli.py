@@ -172,6 +172,17 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
             start_timeout=args.timeout,
         )
         cluster = LocalCluster.up(config)
+        kubectl = Path(sys.executable).parent / "kubectl"
+        print(
+            f"\nkubeconfig:  {cluster.kubeconfig}\n"
+            f"try:         {kubectl if kubectl.exists() else 'kubectl'} "
+            f"--kubeconfig {cluster.kubeconfig} get nodes\n"
+            f"Jaeger UI:   {cluster.jaeger_query_url}  "
+            f"(OTLP gRPC in: {cluster.otlp_endpoint})\n"
+            f"stop with:   steward cluster down"
+            + ("" if config.name == "default" else f" --name {config.name}"),
+            file=sys.stderr,
+        )
         print(cluster.kubeconfig)
         return 0
     cluster = LocalCluster.find(_config(args))
