@@ -63,6 +63,10 @@ lint: venv ## buf lint, generated code fresh, ruff, mypy (strict)
 test: lint build ## lint, then every test tier against a real local control plane
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+.PHONY: bench
+bench: build ## run the benchmarks: a table on screen, JSON in bench-results/
+	$(BIN)/python -m bench.informer
+
 .PHONY: clean
 clean: ## remove the Python environment (the Go binary cache is kept)
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache

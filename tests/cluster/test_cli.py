@@ -11,7 +11,8 @@ import pytest
 
 from steward.cli import main
 from steward.cluster import ClusterConfig, LocalCluster, PortInUseError, ToolchainError
-from steward.cluster.binaries import check_go
+from steward.cluster.binaries import check_go, resolve
+from steward.cluster.errors import BuildError
 from steward.cluster.progress import Progress
 
 pytestmark = pytest.mark.unit
@@ -78,3 +79,24 @@ def test_old_go_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ToolchainError, match=r"Go 1\.21 is too old"):
         check_go()
+
+
+def test_kubebuilder_assets_are_used_instead_of_building(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("kube-apiserver", "etcd"):
+        binary = tmp_path / name
+        binary.write_text("#!/bin/sh\n")
+        binary.chmod(0o755)
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path))
+    monkeypatch.setenv("STEWARD_CACHE_DIR", str(tmp_path / "empty-cache"))
+    paths = resolve(["kube-apiserver", "etcd"], build=False)
+    assert paths == {"kube-apiserver": tmp_path / "kube-apiserver", "etcd": tmp_path / "etcd"}
+    # What the assets directory lacks is looked up in the (here empty) cache as usual.
+    with pytest.raises(BuildError, match="not built yet: kwok"):
+        resolve(["kwok"], build=False)
+
+
+def test_unknown_binary_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build", "kubelet"]) == 2
+    assert "unknown binaries: kubelet" in capsys.readouterr().err

@@ -1,0 +1,1 @@
+"""Benchmarks printed by ``make bench`` (figures on screen, JSON in bench-results/)."""

@@ -1,0 +1,485 @@
+"""Informer benchmarks: ingest from the API server, fan-out, write-to-event latency.
+
+Run with ``make bench`` (or ``python -m bench.informer``). Prints a table and writes
+``bench-results/informer.json``. Everything runs on loopback against a real local control
+plane started for the run. Subscribers are separate processes (``python -m bench.informer
+subscribe ...``) so that a client's decoding never shares a core's GIL with the informer.
+
+1. ingest: objects/s of the informer's initial LIST of N ConfigMaps into its cache and on
+   to a subscriber (time from the Watch request to INITIAL_EVENTS_END), and events/s of a
+   burst of API writes arriving through the informer.
+2. fan-out: 1 KB objects from a synthetic feed injected into the informer's fan-out
+   (no API server in the path): events/s to one subscriber, and aggregate to four.
+3. latency: API writes at a fixed rate (default 500/s); time from just before each write
+   request to the event arriving at a subscriber: p50, p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import json
+import os
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+
+from steward.cluster import ClusterConfig, LocalCluster
+from steward.cluster.progress import Progress
+from steward.v1 import informer_pb2 as pb
+from steward.v1 import informer_pb2_grpc as pb_grpc
+
+CONFIGMAPS = pb.ResourceType(group="", version="v1", resource="configmaps")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# --------------------------------------------------------------------------- API writes
+
+
+class Api:
+    """A thread-safe raw HTTPS client to kube-apiserver as cluster admin (for load)."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        import urllib3
+
+        pki = cluster.directory / "pki"
+        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        self.base = cluster.state.server
+        self.pool = urllib3.PoolManager(maxsize=16, ssl_context=ctx, retries=False)
+
+    def request(self, method: str, path: str, body: Any = None, ctype: str = "") -> Any:
+        headers = {"Content-Type": ctype or "application/json"}
+        data = orjson.dumps(body) if body is not None else None
+        resp = self.pool.request(method, self.base + path, body=data, headers=headers)
+        if resp.status >= 300 and resp.status != 409:
+            raise RuntimeError(f"{method} {path}: {resp.status} {resp.data[:300]!r}")
+        return orjson.loads(resp.data) if resp.data else None
+
+    def namespace(self, name: str) -> None:
+        self.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+
+    def create_configmaps(self, namespace: str, names: list[str], threads: int = 8) -> float:
+        """Create ConfigMaps of about 1 KB in parallel; returns the seconds it took."""
+        payload = "x" * 800
+        started = time.perf_counter()
+
+        def create(name: str) -> None:
+            self.request(
+                "POST",
+                f"/api/v1/namespaces/{namespace}/configmaps",
+                {"metadata": {"name": name, "labels": {"bench": "1"}}, "data": {"p": payload}},
+            )
+
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            list(pool.map(create, names))
+        return time.perf_counter() - started
+
+
+# --------------------------------------------------------------------------- subscriber
+
+
+def subscribe(args: argparse.Namespace) -> int:
+    """Subscriber process: watch, report readiness, count or time events, print JSON."""
+    channel = grpc.insecure_channel(
+        args.target, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+    )
+    stub = pb_grpc.InformerServiceStub(channel)
+    request = pb.WatchRequest(
+        targets=[pb.WatchTarget(type=CONFIGMAPS)],
+        namespace=args.namespace,
+        subscriber=args.name,
+        max_batch_size=args.batch,
+    )
+    started = time.time()
+    synced_at = 0.0
+    count = 0
+    first = last = 0.0
+    latencies: list[float] = []
+    for response in stub.Watch(request):
+        now = time.time()
+        for event in response.events:
+            if event.type == pb.EVENT_TYPE_INITIAL_EVENTS_END:
+                synced_at = now
+                print(json.dumps({"ready": True, "snapshot_seconds": now - started}), flush=True)
+                continue
+            if not synced_at or event.type not in (
+                pb.EVENT_TYPE_ADDED,
+                pb.EVENT_TYPE_MODIFIED,
+            ):
+                continue
+            if count == 0:
+                first = now
+            count += 1
+            last = now
+            if args.latency:
+                sent = orjson.loads(event.object)["metadata"]["annotations"]["bench/sent"]
+                latencies.append(now - int(sent) / 1e9)
+        if synced_at and count >= args.expect:
+            break
+    channel.close()
+    print(
+        json.dumps({"events": count, "first": first, "last": last, "latencies": latencies}),
+        flush=True,
+    )
+    return 0
+
+
+class Subscriber:
+    """A subscriber process, started and read from the benchmark."""
+
+    def __init__(
+        self, target: str, namespace: str, name: str, expect: int, *, latency: bool, batch: int = 0
+    ) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.informer",
+            "subscribe",
+            "--target",
+            target,
+            "--namespace",
+            namespace,
+            "--name",
+            name,
+            "--expect",
+            str(expect),
+            "--batch",
+            str(batch),
+        ]
+        if latency:
+            cmd.append("--latency")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        self.stdout = self.proc.stdout
+
+    def ready(self) -> dict[str, Any]:
+        line = self.stdout.readline()
+        if not line:
+            raise RuntimeError(f"subscriber exited with {self.proc.wait()} before it synced")
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    def result(self, timeout: float = 300.0) -> dict[str, Any]:
+        out, _ = self.proc.communicate(timeout=timeout)
+        if self.proc.returncode != 0 or not out.strip():
+            raise RuntimeError(f"subscriber failed with exit {self.proc.returncode}")
+        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+        return result
+
+
+# --------------------------------------------------------------------------- informer
+
+
+class InformerProcess:
+    """``steward informer`` as its own process, as it is deployed."""
+
+    def __init__(self, cluster: LocalCluster, port: int) -> None:
+        self.target = f"127.0.0.1:{port}"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "steward.cli",
+                "informer",
+                "--kubeconfig",
+                str(cluster.kubeconfig),
+                "--listen",
+                self.target,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        channel = grpc.insecure_channel(self.target)
+        grpc.channel_ready_future(channel).result(timeout=60)
+        channel.close()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+# --------------------------------------------------------------------------- benchmarks
+
+
+def bench_ingest(cluster: LocalCluster, api: Api, objects: int) -> dict[str, Any]:
+    ns = "bench-ingest"
+    api.namespace(ns)
+    write_seconds = api.create_configmaps(ns, [f"cm-{i}" for i in range(objects)])
+    informer = InformerProcess(cluster, _free_port())
+    try:
+        started = time.time()
+        burst = objects
+        sub = Subscriber(informer.target, ns, "ingest", burst, latency=False)
+        snapshot = sub.ready()
+        list_seconds = time.time() - started
+        burst_write = api.create_configmaps(ns, [f"burst-{i}" for i in range(burst)])
+        result = sub.result()
+    finally:
+        informer.stop()
+    watch_seconds = result["last"] - result["first"]
+    return {
+        "objects": objects,
+        "list_ingest_objects_per_s": objects / list_seconds,
+        "list_ingest_seconds": list_seconds,
+        "snapshot_seconds_at_subscriber": snapshot["snapshot_seconds"],
+        "api_create_rate_per_s": objects / write_seconds,
+        "watch_events": result["events"],
+        "watch_ingest_events_per_s": result["events"] / max(watch_seconds, 1e-9),
+        "burst_write_rate_per_s": burst / burst_write,
+    }
+
+
+def _synthetic_events(namespace: str, count: int, rv0: int) -> Iterator[Any]:
+    from steward.informer.store import EventKind, StoredObject, StoreEvent
+
+    template = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "namespace": namespace,
+            "uid": "00000000-0000-0000-0000-000000000000",
+            "labels": {"bench": "1", "app": "synthetic"},
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "data": {"payload": "x" * 800},
+    }
+    for i in range(count):
+        meta = template["metadata"]
+        assert isinstance(meta, dict)
+        meta["name"] = f"obj-{i}"
+        meta["resourceVersion"] = str(rv0 + i)
+        raw = orjson.dumps(template)
+        obj = StoredObject(raw, orjson.loads(raw))
+        yield StoreEvent(EventKind.ADDED, obj.key, obj, None, rv0 + i)
+
+
+async def _fanout(cluster: LocalCluster, subscribers: int, events: int) -> dict[str, Any]:
+    from steward.informer.server import InformerOptions, InformerServer
+    from steward.informer.store import ResourceTypeName
+
+    ns = f"bench-fanout-{subscribers}"
+    server = InformerServer(
+        InformerOptions(listen="127.0.0.1:0", kubeconfig=str(cluster.kubeconfig))
+    )
+    await server.start()
+    target = f"127.0.0.1:{server.port}"
+    loop = asyncio.get_running_loop()
+    subs = [
+        Subscriber(target, ns, f"fanout-{i}", events, latency=False) for i in range(subscribers)
+    ]
+    try:
+        for sub in subs:
+            await loop.run_in_executor(None, sub.ready)
+        # Build the feed first: the benchmark measures fan-out, not JSON encoding.
+        feed = list(_synthetic_events(ns, events, 10**12))
+        name = ResourceTypeName("", "v1", "configmaps")
+        bound = server.options.subscriber_buffer
+        chunk = 1000
+        for start in range(0, len(feed), chunk):
+            # Pace the feed on the subscribers' lag (polled: the fan-out has no lag event).
+            while max((lag for _, _, lag in server.fanout.lags()), default=0) > bound // 2:  # noqa: ASYNC110
+                await asyncio.sleep(0.001)
+            server.fanout.publish(name, feed[start : start + chunk])
+            await asyncio.sleep(0)
+        results = [await loop.run_in_executor(None, sub.result) for sub in subs]
+    finally:
+        await server.stop()
+    total = sum(r["events"] for r in results)
+    span = max(r["last"] for r in results) - min(r["first"] for r in results)
+    return {
+        "subscribers": subscribers,
+        "events_per_subscriber": events,
+        "delivered": total,
+        "seconds": span,
+        "events_per_s_aggregate": total / span,
+        "events_per_s_per_subscriber": [
+            r["events"] / max(r["last"] - r["first"], 1e-9) for r in results
+        ],
+    }
+
+
+def bench_latency(cluster: LocalCluster, api: Api, rate: float, seconds: float) -> dict[str, Any]:
+    ns = "bench-latency"
+    api.namespace(ns)
+    objects = [f"lat-{i}" for i in range(50)]
+    api.create_configmaps(ns, objects)
+    informer = InformerProcess(cluster, _free_port())
+    writes = int(rate * seconds)
+    try:
+        sub = Subscriber(informer.target, ns, "latency", writes, latency=True, batch=1)
+        sub.ready()
+        interval = 1.0 / rate
+        lock = threading.Lock()
+        sent = 0
+        errors = 0
+        started = time.perf_counter()
+
+        def writer() -> None:
+            nonlocal sent, errors
+            while True:
+                with lock:
+                    i = sent
+                    if i >= writes:
+                        return
+                    sent += 1
+                due = started + i * interval
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                patch = {"metadata": {"annotations": {"bench/sent": str(time.time_ns())}}}
+                try:
+                    api.request(
+                        "PATCH",
+                        f"/api/v1/namespaces/{ns}/configmaps/{objects[i % len(objects)]}",
+                        patch,
+                        "application/merge-patch+json",
+                    )
+                except RuntimeError:
+                    with lock:
+                        errors += 1
+
+        threads = [threading.Thread(target=writer) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        achieved = writes / (time.perf_counter() - started)
+        result = sub.result()
+    finally:
+        informer.stop()
+    lat = sorted(result["latencies"])
+
+    def pct(p: float) -> float:
+        return float(lat[min(len(lat) - 1, int(p / 100 * len(lat)))]) * 1000
+
+    return {
+        "target_rate_per_s": rate,
+        "achieved_rate_per_s": achieved,
+        "writes": writes,
+        "write_errors": errors,
+        "events": len(lat),
+        "p50_ms": pct(50),
+        "p90_ms": pct(90),
+        "p99_ms": pct(99),
+        "max_ms": lat[-1] * 1000,
+    }
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _table(results: dict[str, Any]) -> str:
+    rows = [
+        (
+            "ingest: initial LIST into cache → subscriber",
+            f"{results['ingest']['list_ingest_objects_per_s']:,.0f} objects/s",
+            f"{results['ingest']['objects']:,} ConfigMaps",
+        ),
+        (
+            "ingest: burst of API writes → subscriber",
+            f"{results['ingest']['watch_ingest_events_per_s']:,.0f} events/s",
+            f"writers achieved {results['ingest']['burst_write_rate_per_s']:,.0f} writes/s",
+        ),
+        (
+            "fan-out, 1 KB objects, 1 subscriber",
+            f"{results['fanout_1']['events_per_s_aggregate']:,.0f} events/s",
+            "target ≥ 100,000",
+        ),
+        (
+            "fan-out, 1 KB objects, 4 subscribers (aggregate)",
+            f"{results['fanout_4']['events_per_s_aggregate']:,.0f} events/s",
+            "target ≥ 100,000",
+        ),
+        (
+            f"write → event latency at {results['latency']['target_rate_per_s']:.0f} writes/s",
+            f"p50 {results['latency']['p50_ms']:.1f} ms, p99 {results['latency']['p99_ms']:.1f} ms",
+            f"achieved {results['latency']['achieved_rate_per_s']:.0f} writes/s; "
+            "target p99 ≤ 20 ms",
+        ),
+    ]
+    width = max(len(r[0]) for r in rows)
+    vwidth = max(len(r[1]) for r in rows)
+    lines = [f"{'benchmark':{width}}  {'result':{vwidth}}  notes", "-" * (width + vwidth + 30)]
+    lines += [f"{a:{width}}  {b:{vwidth}}  {c}" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Progress()
+    state = Path(tempfile.mkdtemp(prefix="steward-bench-"))
+    cluster = LocalCluster.up(
+        ClusterConfig(name="steward-bench", state_dir=state, nodes=0, die_with_parent=True),
+        progress=out,
+    )
+    results: dict[str, Any] = {"machine": {"cores": os.cpu_count()}}
+    try:
+        api = Api(cluster)
+        out.say(f"ingest: {args.objects} ConfigMaps")
+        results["ingest"] = bench_ingest(cluster, api, args.objects)
+        out.say(f"fan-out: {args.events} synthetic events to 1 subscriber")
+        results["fanout_1"] = asyncio.run(_fanout(cluster, 1, args.events))
+        out.say(f"fan-out: {args.events} synthetic events to each of 4 subscribers")
+        results["fanout_4"] = asyncio.run(_fanout(cluster, 4, args.events // 2))
+        out.say(f"latency: {args.rate:.0f} writes/s for {args.seconds:.0f}s")
+        results["latency"] = bench_latency(cluster, api, args.rate, args.seconds)
+    finally:
+        cluster.down(progress=Progress(quiet=True))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(_table(results))
+    print(f"\nJSON: {args.out}")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.informer",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command")
+    s = sub.add_parser("subscribe", help="(internal) one subscriber process")
+    s.add_argument("--target", required=True)
+    s.add_argument("--namespace", required=True)
+    s.add_argument("--name", required=True)
+    s.add_argument("--expect", type=int, required=True)
+    s.add_argument("--batch", type=int, default=0)
+    s.add_argument("--latency", action="store_true")
+    parser.add_argument("--objects", type=int, default=5000, help="ConfigMaps for ingest")
+    parser.add_argument("--events", type=int, default=200_000, help="synthetic events, 1 sub")
+    parser.add_argument("--rate", type=float, default=500.0, help="writes/s for latency")
+    parser.add_argument("--seconds", type=float, default=10.0, help="latency run length")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "informer.json")
+    args = parser.parse_args()
+    if args.command == "subscribe":
+        return subscribe(args)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
