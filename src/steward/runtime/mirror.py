@@ -1,0 +1,400 @@
+"""A controller's local mirror of the objects it watches, fed by the informer's Watch stream.
+
+:class:`Mirror` keeps every object of its resource types (as the informer sent it: parsed
+metadata plus the API server's JSON, decoded lazily) with indexes by namespace, by owner
+UID and by any index the controller declares, and tells registered handlers what changed.
+
+# Recovery
+The stream is reopened with exponential backoff (800 ms doubling to 30 s, reset once a
+stream delivers) whenever it ends or fails: the informer restarted, the network broke,
+the informer said UNAVAILABLE. It resumes from the last resource version seen per type,
+so nothing is missed and nothing is delivered twice. When the informer cannot serve the
+resume it sends REPLACED and a fresh snapshot; the mirror then reports as deleted every
+object it held of that type that the snapshot no longer has, and as modified every one
+whose resource version changed. Handlers therefore see a consistent story whatever
+happens to the connection.
+
+A request the informer refuses for good (NOT_FOUND for an unknown type, INVALID_ARGUMENT
+for a bad selector, PERMISSION_DENIED) is not retried: :meth:`Mirror.run` raises
+:class:`MirrorError` with the informer's message.
+
+# Memory usage
+One :class:`MirrorObject` per object (the JSON bytes and parsed metadata; the decoded
+dict only once someone asked for it), plus index entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import grpc
+import orjson
+
+from steward.v1 import informer_pb2 as pb
+from steward.v1 import informer_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+ObjectKey = tuple[str, str]
+"""(namespace, name); namespace is empty for cluster-scoped objects."""
+
+TypeKey = tuple[str, str, str]
+"""(group, version, resource)."""
+
+_PERMANENT = {
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.UNIMPLEMENTED,
+}
+
+
+def type_key(rtype: pb.ResourceType) -> TypeKey:
+    """The hashable form of a :class:`ResourceType`."""
+    return (rtype.group, rtype.version, rtype.resource)
+
+
+def resource_type(group: str, version: str, resource: str) -> pb.ResourceType:
+    """Build a :class:`ResourceType` (``group`` is empty for the core API group)."""
+    return pb.ResourceType(group=group, version=version, resource=resource)
+
+
+class MirrorError(Exception):
+    """The informer refused the watch for good (bad type, selector or permissions)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"informer refused the watch ({code.name}): {message}")
+        self.code = code
+
+
+class MirrorObject:
+    """One mirrored object: parsed metadata, the API server's JSON, decoded on demand."""
+
+    __slots__ = ("_decoded", "meta", "raw", "type")
+
+    def __init__(self, rtype: TypeKey, meta: pb.ObjectMeta, raw: bytes) -> None:
+        self.type = rtype
+        self.meta = meta
+        self.raw = raw
+        self._decoded: dict[str, Any] | None = None
+
+    @property
+    def key(self) -> ObjectKey:
+        return (self.meta.namespace, self.meta.name)
+
+    @property
+    def namespace(self) -> str:
+        return self.meta.namespace
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    @property
+    def resource_version(self) -> str:
+        return self.meta.resource_version
+
+    @property
+    def object(self) -> dict[str, Any]:
+        """The object as a dict (decoded once; treat it as read-only)."""
+        if self._decoded is None:
+            self._decoded = orjson.loads(self.raw)
+        return self._decoded
+
+    def controller_owner(self) -> pb.OwnerReference | None:
+        """The owner reference with ``controller: true``, if any."""
+        for ref in self.meta.owner_references:
+            if ref.controller:
+                return ref
+        return None
+
+    def __repr__(self) -> str:
+        return f"MirrorObject({self.meta.namespace}/{self.meta.name}@{self.resource_version})"
+
+
+class ChangeKind(Enum):
+    """What happened to an object in the mirror."""
+
+    ADDED = "added"
+    MODIFIED = "modified"
+    DELETED = "deleted"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceContext:
+    """The W3C trace context of the event that caused a change."""
+
+    traceparent: str = ""
+    tracestate: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change to the mirror, as handed to handlers."""
+
+    kind: ChangeKind
+    obj: MirrorObject
+    """The new state (for DELETED, the last known state)."""
+    old: MirrorObject | None
+    """The previous state for MODIFIED."""
+    trace: TraceContext | None
+    """The trace context the informer sent with the event (None for synthesised changes)."""
+
+
+Handler = Callable[[Change], None]
+"""Called on the event loop for every change, in order; must not block."""
+
+Indexer = Callable[[MirrorObject], Iterable[str]]
+"""Index values of an object (e.g. its node name); the object is found by any of them."""
+
+
+@dataclass
+class _TypeState:
+    objects: dict[ObjectKey, MirrorObject] = field(default_factory=dict)
+    resource_version: str = ""
+    synced: bool = False
+    replacing: set[ObjectKey] | None = None
+    """Keys seen in a fresh snapshot after REPLACED, until its INITIAL_EVENTS_END."""
+    indexes: dict[str, dict[str, set[ObjectKey]]] = field(default_factory=dict)
+
+
+@dataclass
+class MirrorOptions:
+    """How a mirror watches. Every field has a working default."""
+
+    namespace: str = ""
+    """Only this namespace; empty (the default) for all."""
+    label_selector: str = ""
+    """Kubernetes label selector; empty (the default) for everything."""
+    field_selector: str = ""
+    """Field selector (metadata.name, metadata.namespace); empty for everything."""
+    subscriber: str = ""
+    """Name the informer shows for this subscriber (e.g. the controller's name)."""
+    max_batch_size: int = 0
+    """Events per message; 0 (the default) for the informer's default."""
+    initial_backoff: float = 0.8
+    """First reconnection delay in seconds. Defaults to 0.8."""
+    max_backoff: float = 30.0
+    """Longest reconnection delay in seconds. Defaults to 30."""
+
+
+class Mirror:
+    """The local mirror of some resource types, kept by one Watch stream.
+
+    ``run()`` blocks until cancelled (or raises :class:`MirrorError`); read methods are
+    safe at any time and answer from what has been received so far.
+    """
+
+    BUILTIN_INDEXES = ("namespace", "owner")
+    """Indexes every type has: by namespace, and by the UID of each owner."""
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        types: Iterable[pb.ResourceType],
+        options: MirrorOptions | None = None,
+        indexers: dict[str, Indexer] | None = None,
+    ) -> None:
+        self._stub = pb_grpc.InformerServiceStub(channel)
+        self._types = {type_key(t): t for t in types}
+        if not self._types:
+            raise ValueError("a mirror needs at least one resource type")
+        self.options = options or MirrorOptions()
+        self._indexers: dict[str, Indexer] = {
+            "namespace": lambda o: (o.namespace,),
+            "owner": lambda o: tuple(r.uid for r in o.meta.owner_references),
+        }
+        for name, fn in (indexers or {}).items():
+            if name in self._indexers:
+                raise ValueError(f"index {name!r} is built in")
+            self._indexers[name] = fn
+        self._state = {k: _TypeState() for k in self._types}
+        self._handlers: list[Handler] = []
+        self._synced = asyncio.Event()
+        self.reconnects = 0
+        """How often the stream was reopened (for metrics and tests)."""
+
+    # Reading ----------------------------------------------------------------------------
+    def get(
+        self, rtype: pb.ResourceType | TypeKey, namespace: str, name: str
+    ) -> MirrorObject | None:
+        """The object, or None if the mirror does not hold it."""
+        return self._type(rtype).objects.get((namespace, name))
+
+    def objects(
+        self, rtype: pb.ResourceType | TypeKey, namespace: str | None = None
+    ) -> list[MirrorObject]:
+        """Every object of the type, or of one namespace of it."""
+        state = self._type(rtype)
+        if namespace is None:
+            return list(state.objects.values())
+        return self.by_index(rtype, "namespace", namespace)
+
+    def by_index(
+        self, rtype: pb.ResourceType | TypeKey, index: str, value: str
+    ) -> list[MirrorObject]:
+        """Objects whose ``index`` yields ``value`` (KeyError for an unknown index)."""
+        if index not in self._indexers:
+            raise KeyError(f"no index {index!r}; declared: {sorted(self._indexers)}")
+        state = self._type(rtype)
+        keys = state.indexes.get(index, {}).get(value, ())
+        return [state.objects[k] for k in keys]
+
+    def resource_version(self, rtype: pb.ResourceType | TypeKey) -> str:
+        """The last resource version seen of a type (the resume point)."""
+        return self._type(rtype).resource_version
+
+    def has_synced(self) -> bool:
+        """True once every type's initial snapshot has arrived."""
+        return self._synced.is_set()
+
+    async def wait_synced(self) -> None:
+        """Wait until every type's initial snapshot has arrived."""
+        await self._synced.wait()
+
+    def add_handler(self, handler: Handler) -> None:
+        """Call ``handler`` for every change from now on (after the objects already held
+        are replayed to it as ADDED, so it never misses one)."""
+        self._handlers.append(handler)
+        for state in self._state.values():
+            for obj in list(state.objects.values()):
+                handler(Change(ChangeKind.ADDED, obj, None, None))
+
+    def _type(self, rtype: pb.ResourceType | TypeKey) -> _TypeState:
+        key = rtype if isinstance(rtype, tuple) else type_key(rtype)
+        try:
+            return self._state[key]
+        except KeyError:
+            raise KeyError(f"the mirror does not watch {key}") from None
+
+    # Running ----------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Watch until cancelled, reconnecting and resuming as the module docs say."""
+        delay = self.options.initial_backoff
+        while True:
+            delivered = False
+            for state in self._state.values():
+                # A snapshot cut off midway is not a complete picture: never infer
+                # deletions from it (the next REPLACED starts a new one).
+                state.replacing = None
+            try:
+                async for response in self._stub.Watch(self._request()):
+                    delivered = True
+                    self._apply(response.events)
+                log.info("informer ended the watch stream; reconnecting")
+            except grpc.aio.AioRpcError as err:
+                if err.code() in _PERMANENT:
+                    raise MirrorError(err.code(), err.details() or "") from None
+                log.warning(
+                    "watch stream failed (%s: %s); reconnecting in %.1fs",
+                    err.code().name,
+                    err.details(),
+                    delay,
+                )
+            if delivered:
+                delay = self.options.initial_backoff
+            self.reconnects += 1
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.options.max_backoff)
+
+    def _request(self) -> pb.WatchRequest:
+        o = self.options
+        return pb.WatchRequest(
+            targets=[
+                pb.WatchTarget(type=t, resource_version=self._state[k].resource_version)
+                for k, t in self._types.items()
+            ],
+            namespace=o.namespace,
+            label_selector=o.label_selector,
+            field_selector=o.field_selector,
+            subscriber=o.subscriber,
+            max_batch_size=o.max_batch_size,
+        )
+
+    def _apply(self, events: Iterable[pb.Event]) -> None:
+        for event in events:
+            key = type_key(event.resource_type)
+            state = self._state.get(key)
+            if state is None:
+                continue
+            kind = event.type
+            if kind == pb.EVENT_TYPE_REPLACED:
+                state.replacing = set()
+            elif kind == pb.EVENT_TYPE_INITIAL_EVENTS_END:
+                if state.replacing is not None:
+                    self._finish_replace(key, state, state.replacing)
+                    state.replacing = None
+                state.synced = True
+                if all(s.synced for s in self._state.values()):
+                    self._synced.set()
+            elif kind in (pb.EVENT_TYPE_ADDED, pb.EVENT_TYPE_MODIFIED):
+                obj = MirrorObject(key, event.metadata, event.object)
+                if state.replacing is not None:
+                    state.replacing.add(obj.key)
+                self._upsert(state, obj, event)
+            elif kind == pb.EVENT_TYPE_DELETED:
+                obj = MirrorObject(key, event.metadata, event.object)
+                gone = state.objects.get(obj.key)
+                if gone is not None:
+                    self._unindex(state, gone)
+                    del state.objects[obj.key]
+                self._emit(Change(ChangeKind.DELETED, obj, None, _trace(event)))
+            if event.resource_version:
+                state.resource_version = event.resource_version
+
+    def _upsert(self, state: _TypeState, obj: MirrorObject, event: pb.Event) -> None:
+        old = state.objects.get(obj.key)
+        if old is not None:
+            if old.resource_version == obj.resource_version:
+                return  # the same state again (a snapshot after REPLACED): nothing changed
+            self._unindex(state, old)
+        state.objects[obj.key] = obj
+        self._index(state, obj)
+        kind = ChangeKind.ADDED if old is None else ChangeKind.MODIFIED
+        self._emit(Change(kind, obj, old, _trace(event)))
+
+    def _finish_replace(self, key: TypeKey, state: _TypeState, seen: set[ObjectKey]) -> None:
+        for obj_key in [k for k in state.objects if k not in seen]:
+            gone = state.objects.pop(obj_key)
+            self._unindex(state, gone)
+            self._emit(Change(ChangeKind.DELETED, gone, None, None))
+
+    def _index(self, state: _TypeState, obj: MirrorObject) -> None:
+        for name, fn in self._indexers.items():
+            idx = state.indexes.setdefault(name, {})
+            for value in fn(obj):
+                idx.setdefault(value, set()).add(obj.key)
+
+    def _unindex(self, state: _TypeState, obj: MirrorObject) -> None:
+        for name, fn in self._indexers.items():
+            idx = state.indexes.get(name, {})
+            for value in fn(obj):
+                keys = idx.get(value)
+                if keys is not None:
+                    keys.discard(obj.key)
+                    if not keys:
+                        del idx[value]
+
+    def _emit(self, change: Change) -> None:
+        for handler in self._handlers:
+            try:
+                handler(change)
+            except Exception:  # a handler's bug must not stop the mirror
+                log.exception("mirror handler failed on %s %r", change.kind.value, change.obj)
+
+    def __iter__(self) -> Iterator[MirrorObject]:
+        for state in self._state.values():
+            yield from state.objects.values()
+
+
+def _trace(event: pb.Event) -> TraceContext | None:
+    ctx = event.trace_context
+    if not ctx.traceparent:
+        return None
+    return TraceContext(ctx.traceparent, ctx.tracestate)
