@@ -24,8 +24,8 @@ $(UV):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-$(VENV)/.synced: $(UV) pyproject.toml uv.lock
-	$(UV) sync --frozen
+$(VENV)/.synced: $(UV) pyproject.toml uv.lock $(wildcard */pyproject.toml services/*/pyproject.toml)
+	$(UV) sync --frozen --all-packages
 	@touch $@
 
 .PHONY: venv
