@@ -19,7 +19,7 @@ JOBS = resource_type("batch", "v1", "jobs")
 
 
 def ev(
-    kind: int,
+    kind: pb.EventType.ValueType,
     rtype: pb.ResourceType,
     name: str = "",
     rv: str = "",
