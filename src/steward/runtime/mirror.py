@@ -35,6 +35,7 @@ from typing import Any
 import grpc
 import orjson
 
+from steward.runtime.workqueue import TraceContext
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
 
@@ -124,14 +125,6 @@ class ChangeKind(Enum):
     ADDED = "added"
     MODIFIED = "modified"
     DELETED = "deleted"
-
-
-@dataclass(frozen=True, slots=True)
-class TraceContext:
-    """The W3C trace context of the event that caused a change."""
-
-    traceparent: str = ""
-    tracestate: str = ""
 
 
 @dataclass(frozen=True, slots=True)

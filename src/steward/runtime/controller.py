@@ -1,0 +1,232 @@
+"""A controller: mirror → sources → work queue → workers → reconciler, wired and run as one.
+
+Build one with :class:`ControllerBuilder` (``ControllerManagedBy(mgr).For(..).Owns(..)`` in
+controller-runtime)::
+
+    controller = (
+        ControllerBuilder("configmap-labeller")
+        .for_(CONFIGMAPS, kind="ConfigMap")
+        .complete(channel, lambda mirror: Labeller(mirror, api))
+    )
+    await controller.run()          # blocks until cancelled
+
+# Start-up and shutdown
+``run`` starts the mirror, waits until every watched type has synced (a reconcile never
+sees a half-filled cache), then runs the workers. Cancelling ``run`` stops taking work,
+lets in-flight reconciles finish within the grace period, and closes the watch. If the
+informer refuses the watch for good, ``run`` raises
+:class:`~steward.runtime.mirror.MirrorError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+from prometheus_client import CollectorRegistry
+
+from steward.runtime.mirror import Change, Indexer, Mirror, MirrorOptions, TypeKey, type_key
+from steward.runtime.reconcile import Reconciler, Request
+from steward.runtime.source import (
+    EnqueueMapped,
+    EnqueueObject,
+    EnqueueOwner,
+    Mapper,
+    Predicate,
+    Source,
+)
+from steward.runtime.workers import WorkerOptions, WorkerPool, WorkerStatus
+from steward.runtime.workqueue import TraceContext
+from steward.v1 import informer_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ControllerOptions:
+    """How a controller runs. Every field has a working default."""
+
+    max_concurrent_reconciles: int = 1
+    """Reconciles running at once. Defaults to 1, as in controller-runtime."""
+    namespace: str = ""
+    """Watch only this namespace; empty (the default) for all."""
+    label_selector: str = ""
+    """Watch only objects matching this label selector; empty (the default) for all."""
+    resync_period: float | None = None
+    """Every so many seconds, enqueue every object of the primary type again (level
+    triggering's safety net). None (the default) for never."""
+    shutdown_grace_seconds: float = 30.0
+    """How long in-flight reconciles may finish on shutdown. Defaults to 30."""
+    registry: CollectorRegistry | None = field(default=None, compare=False)
+    """Prometheus registry for the controller's metrics; None for the global one."""
+
+
+class Controller:
+    """One controller, wired; see the module docs. Use :class:`ControllerBuilder`."""
+
+    def __init__(
+        self,
+        name: str,
+        channel: grpc.aio.Channel,
+        primary: pb.ResourceType,
+        sources: Sequence[tuple[pb.ResourceType, Source]],
+        reconciler: Reconciler | Callable[[Mirror], Reconciler],
+        options: ControllerOptions | None = None,
+        indexers: dict[str, Indexer] | None = None,
+    ) -> None:
+        self.name = name
+        self.options = options or ControllerOptions()
+        types = {type_key(primary): primary}
+        for rtype, _ in sources:
+            types.setdefault(type_key(rtype), rtype)
+        self.primary = type_key(primary)
+        self.mirror = Mirror(
+            channel,
+            types.values(),
+            MirrorOptions(
+                namespace=self.options.namespace,
+                label_selector=self.options.label_selector,
+                subscriber=name,
+            ),
+            indexers,
+        )
+        self.reconciler = (
+            reconciler
+            if not callable(reconciler) or hasattr(reconciler, "reconcile")
+            else reconciler(self.mirror)
+        )
+        assert hasattr(self.reconciler, "reconcile")
+        self.pool = WorkerPool(
+            name,
+            self.reconciler,  # type: ignore[arg-type]
+            options=WorkerOptions(
+                max_concurrent_reconciles=self.options.max_concurrent_reconciles,
+                shutdown_grace_seconds=self.options.shutdown_grace_seconds,
+                registry=self.options.registry,
+            ),
+        )
+        self._routes: dict[TypeKey, list[Source]] = {}
+        for rtype, source in sources:
+            self._routes.setdefault(type_key(rtype), []).append(source)
+        self.mirror.add_handler(self._dispatch)
+
+    def _dispatch(self, change: Change) -> None:
+        for source in self._routes.get(change.obj.type, ()):
+            source.handle(change, self._enqueue)
+
+    def _enqueue(self, key: Request, context: TraceContext | None) -> None:
+        self.pool.queue.add(key, context)
+
+    def status(self) -> WorkerStatus:
+        """Queue depth, busy workers, reconcile counts and the last error, now."""
+        return self.pool.status()
+
+    async def run(self) -> None:
+        """Run until cancelled (see the module docs)."""
+        mirror = asyncio.create_task(self.mirror.run(), name=f"{self.name}-mirror")
+        try:
+            synced = asyncio.create_task(self.mirror.wait_synced())
+            done, _ = await asyncio.wait({mirror, synced}, return_when=asyncio.FIRST_COMPLETED)
+            if mirror in done:
+                synced.cancel()
+                mirror.result()  # raises the mirror's error
+                return
+            log.info(
+                "controller %s: caches synced, starting %d workers",
+                self.name,
+                self.options.max_concurrent_reconciles,
+            )
+            tasks = [asyncio.create_task(self.pool.run(), name=f"{self.name}-workers")]
+            if self.options.resync_period:
+                tasks.append(asyncio.create_task(self._resync(self.options.resync_period)))
+            try:
+                done, _ = await asyncio.wait(
+                    {mirror, tasks[0]}, return_when=asyncio.FIRST_COMPLETED
+                )
+                if mirror in done:
+                    mirror.result()
+            finally:
+                for task in tasks:
+                    task.cancel()
+                for task in tasks:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        finally:
+            mirror.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await mirror
+
+    async def _resync(self, period: float) -> None:
+        while True:
+            await asyncio.sleep(period)
+            for obj in self.mirror.objects(self.primary):
+                self.pool.queue.add(Request(obj.namespace, obj.name))
+
+
+class ControllerBuilder:
+    """Fluent wiring of a :class:`Controller`: one primary type, owned and mapped types."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._primary: pb.ResourceType | None = None
+        self._primary_kind = ""
+        self._sources: list[tuple[pb.ResourceType, Source]] = []
+        self._options = ControllerOptions()
+        self._indexers: dict[str, Indexer] = {}
+
+    def for_(
+        self, rtype: pb.ResourceType, *predicates: Predicate, kind: str = ""
+    ) -> ControllerBuilder:
+        """The primary type: each change enqueues the object's own key. ``kind`` (e.g.
+        "Job") is needed when the controller also :meth:`owns` other types."""
+        if self._primary is not None:
+            raise ValueError(f"controller {self.name!r} already has a primary type")
+        self._primary = rtype
+        self._primary_kind = kind
+        self._sources.append((rtype, EnqueueObject(predicates)))
+        return self
+
+    def owns(self, rtype: pb.ResourceType, *predicates: Predicate) -> ControllerBuilder:
+        """A type whose objects the primary type controls: a change enqueues the key of the
+        controlling owner (when it is of the primary kind)."""
+        if self._primary is None or not self._primary_kind:
+            raise ValueError("owns() needs for_(..., kind=...) first")
+        source = EnqueueOwner(self._primary.group, self._primary_kind, predicates)
+        self._sources.append((rtype, source))
+        return self
+
+    def watches(
+        self, rtype: pb.ResourceType, mapper: Mapper, *predicates: Predicate
+    ) -> ControllerBuilder:
+        """Any other type: ``mapper`` says which keys a changed object concerns."""
+        self._sources.append((rtype, EnqueueMapped(mapper, predicates)))
+        return self
+
+    def with_options(self, options: ControllerOptions) -> ControllerBuilder:
+        self._options = options
+        return self
+
+    def with_index(self, name: str, indexer: Indexer) -> ControllerBuilder:
+        """Declare an index of the mirror (for ``mirror.by_index(type, name, value)``)."""
+        self._indexers[name] = indexer
+        return self
+
+    def complete(
+        self, channel: grpc.aio.Channel, reconciler: Reconciler | Callable[[Mirror], Reconciler]
+    ) -> Controller:
+        """Build the controller. ``reconciler`` may be a factory taking the mirror."""
+        if self._primary is None:
+            raise ValueError(f"controller {self.name!r} needs a primary type: call for_()")
+        return Controller(
+            self.name,
+            channel,
+            self._primary,
+            self._sources,
+            reconciler,
+            self._options,
+            self._indexers,
+        )
