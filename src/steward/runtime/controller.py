@@ -25,6 +25,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import grpc
 from prometheus_client import CollectorRegistry
@@ -94,15 +95,14 @@ class Controller:
             ),
             indexers,
         )
-        self.reconciler = (
-            reconciler
-            if not callable(reconciler) or hasattr(reconciler, "reconcile")
-            else reconciler(self.mirror)
+        self.reconciler: Reconciler = (
+            cast(Reconciler, reconciler)
+            if hasattr(reconciler, "reconcile")
+            else cast(Callable[[Mirror], Reconciler], reconciler)(self.mirror)
         )
-        assert hasattr(self.reconciler, "reconcile")
         self.pool = WorkerPool(
             name,
-            self.reconciler,  # type: ignore[arg-type]
+            self.reconciler,
             options=WorkerOptions(
                 max_concurrent_reconciles=self.options.max_concurrent_reconciles,
                 shutdown_grace_seconds=self.options.shutdown_grace_seconds,
