@@ -98,7 +98,7 @@ class Controller:
         self.reconciler: Reconciler = (
             cast(Reconciler, reconciler)
             if hasattr(reconciler, "reconcile")
-            else cast(Callable[[Mirror], Reconciler], reconciler)(self.mirror)
+            else reconciler(self.mirror)
         )
         self.pool = WorkerPool(
             name,
