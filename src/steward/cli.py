@@ -1,4 +1,4 @@
-"""The ``steward`` command line: ``steward build``, ``steward cluster ...``, ``steward informer``.
+"""The ``steward`` command line: build, cluster, informer, manager and controllers commands.
 
 Every command explains itself with ``--help``. Errors print one clear message on standard
 error and exit with status 1 (2 for usage errors); progress goes to standard error, and
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -156,7 +157,85 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     informer_server.add_arguments(informer)
+
+    from steward.manager import server as manager_server
+
+    manager = sub.add_parser(
+        "manager",
+        help="run the manager service (controller registry, lifecycle, --controllers)",
+        description=manager_server.DESCRIPTION,
+        epilog=manager_server.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    manager_server.add_arguments(manager)
+
+    controllers = sub.add_parser(
+        "controllers",
+        help="show the manager's controllers: state, instances, queue, reconciles/s, errors",
+        description="Ask the manager (ListControllers) for every known controller and print "
+        "a table: name, state, active instance, standbys, queue depth, reconciles per "
+        "second and last error.",
+    )
+    controllers.add_argument(
+        "--manager",
+        default=os.environ.get("STEWARD_MANAGER_ADDRESS", "127.0.0.1:50062"),
+        help="the manager's gRPC address, host:port (default: $STEWARD_MANAGER_ADDRESS or "
+        "%(default)s)",
+    )
+    controllers.add_argument("--timeout", type=float, default=10.0, help="seconds to wait")
+    controllers.add_argument("--json", action="store_true", help="print JSON")
     return parser
+
+
+_STATES = {
+    "CONTROLLER_STATE_ACTIVE": "active",
+    "CONTROLLER_STATE_LAPSING": "lapsing",
+    "CONTROLLER_STATE_WAITING": "waiting",
+    "CONTROLLER_STATE_DRAINING": "draining",
+    "CONTROLLER_STATE_DISABLED": "disabled",
+}
+
+
+def _cmd_controllers(args: argparse.Namespace) -> int:
+    import grpc
+    from google.protobuf import json_format
+
+    from steward.v1 import manager_pb2, manager_pb2_grpc
+
+    try:
+        with grpc.insecure_channel(args.manager) as channel:
+            response = manager_pb2_grpc.ManagerServiceStub(channel).ListControllers(
+                manager_pb2.ListControllersRequest(), timeout=args.timeout
+            )
+    except grpc.RpcError as err:
+        code = err.code() if isinstance(err, grpc.Call) else None
+        details = err.details() if isinstance(err, grpc.Call) else str(err)
+        name = code.name if code is not None else "error"
+        print(f"steward: error: manager at {args.manager}: {name}: {details}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json_format.MessageToJson(response))
+        return 0
+    rows = [("NAME", "STATE", "ACTIVE", "STANDBYS", "QUEUE", "RECONCILES/S", "LAST ERROR")]
+    for c in response.controllers:
+        state = _STATES.get(manager_pb2.ControllerState.Name(c.state), "?")
+        active = [i for i in c.instances if i.role == manager_pb2.ROLE_ACTIVE]
+        standbys = [i.instance_id for i in c.instances if i.role == manager_pb2.ROLE_STANDBY]
+        holder = c.holder or "-"
+        if c.holder:
+            holder += f" (epoch {c.epoch})"
+        queue = str(active[0].status.queue_depth) if active else "-"
+        rate = f"{c.reconciles_per_second:.1f}" if active else "-"
+        error = (active[0].status.last_error if active else "") or "-"
+        error = " ".join(error.split())
+        if len(error) > 60:
+            error = error[:57] + "..."
+        rows.append((c.name, state, holder, ",".join(standbys) or "-", queue, rate, error))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        print("  ".join([*cells, row[-1]]).rstrip())
+    return 0
 
 
 def _cmd_cluster(args: argparse.Namespace) -> int:
@@ -244,6 +323,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from steward.informer import server as informer_server
 
             return informer_server.main(args)
+        if args.command == "manager":
+            from steward.manager import server as manager_server
+
+            return manager_server.main(args)
+        if args.command == "controllers":
+            return _cmd_controllers(args)
     except ClusterError as err:
         print(f"steward: error: {err}", file=sys.stderr)
         return 1

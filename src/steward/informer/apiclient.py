@@ -168,7 +168,8 @@ class WatchStream:
 
     def close(self) -> None:
         self._closed.set()
-        with contextlib.suppress(OSError):
+        # ValueError: not connected yet; RuntimeError: the stream already ended.
+        with contextlib.suppress(OSError, ValueError, RuntimeError):
             self._response.shutdown()
 
     @property
