@@ -1,0 +1,73 @@
+"""What a reconcile gets and returns: ``Request`` in, ``Result`` out, ``TerminalError``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from steward.runtime.workqueue import TraceContext
+
+
+class Request(NamedTuple):
+    """The key of one object to reconcile: namespace ("" for cluster-scoped) and name."""
+
+    namespace: str
+    name: str
+
+    @classmethod
+    def from_key(cls, key: str) -> Request:
+        """Parse ``namespace/name`` or ``name`` (cluster-scoped); more slashes raise ValueError."""
+        parts = key.split("/")
+        if len(parts) == 1:
+            return cls("", parts[0])
+        if len(parts) == 2:
+            return cls(parts[0], parts[1])
+        raise ValueError(f"not a namespace/name key: {key!r}")
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What to do after a reconcile that did not raise.
+
+    The default, ``Result()``, means done: the key's backoff is forgotten and it is not
+    queued again until something adds it. ``requeue_after`` (seconds, > 0) forgets the
+    backoff and adds the key again after that delay; ``requeue=True`` adds it again with
+    rate limiting (its backoff grows). When both are set, ``requeue_after`` wins, as in
+    controller-runtime. A negative or non-finite ``requeue_after`` raises ValueError.
+    """
+
+    requeue: bool = False
+    requeue_after: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.requeue_after < 0 or not math.isfinite(self.requeue_after):
+            raise ValueError(f"requeue_after must be a finite number >= 0: {self.requeue_after}")
+
+
+class TerminalError(Exception):
+    """Raised by a reconcile to say retrying will not help: the key is not requeued.
+
+    It is still recorded, logged and counted as an error (and in
+    ``controller_runtime_terminal_reconcile_errors_total``). The key comes back only when
+    something adds it again (a new event, a resync).
+    """
+
+
+class Reconciler(Protocol):
+    """Brings the world in line with one object, read fresh by key (level-triggered).
+
+    ``contexts`` are the W3C trace contexts of the events coalesced into this reconcile
+    (possibly empty). Return a :class:`Result`; raise :class:`TerminalError` to give up on
+    the key, any other exception to have it retried with rate limiting. Cancellation
+    (``asyncio.CancelledError``) means the worker pool is shutting down and its grace
+    period is over.
+    """
+
+    async def reconcile(self, request: Request, contexts: Sequence[TraceContext]) -> Result:
+        """Reconcile the object named by ``request``."""
+        ...
