@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from steward.informer import wire
 from steward.informer.fanout import TypeFeed
 from steward.informer.selectors import parse_filter
 from steward.informer.store import EventKind, ResourceTypeName, Store
@@ -45,9 +46,9 @@ class World:
         self.feed.offer(event)
 
     def take(self, room: int = 1000) -> list[pb.Event]:
-        out: list[pb.Event] = []
+        out: list[bytes] = []
         self.feed.take(room, out)
-        return out
+        return wire.decode_batch(out)
 
 
 def kinds(events: list[pb.Event]) -> list[tuple[int, str]]:
@@ -176,8 +177,9 @@ def test_resume_replays_history_then_marks_the_end() -> None:
     w.change(EventKind.MODIFIED, "a")  # 4
     feed = TypeFeed(CM, w.store, parse_filter("", "", ""), 100, False)
     feed.start_with_replay(w.store.history.since(2, w.store.rv) or [])
-    out: list[pb.Event] = []
-    feed.take(100, out)
+    raw: list[bytes] = []
+    feed.take(100, raw)
+    out = wire.decode_batch(raw)
     assert kinds(out) == [(ADDED, "b"), (MODIFIED, "a"), (INITIAL_EVENTS_END, "")]
     assert out[-1].resource_version == "4"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import random
 
 import pytest
@@ -58,7 +59,7 @@ class Model:
     def delay_for(self, item: str) -> float:
         n = self.failures.get(item, 0)
         self.failures[item] = n + 1
-        return min(0.5 * 2**n, 4.0)
+        return min(math.ldexp(0.5, n), 4.0)
 
     def promote(self) -> None:
         due = sorted((r, s, i) for i, (r, s) in self.waiting.items() if r <= self.now)
@@ -209,11 +210,13 @@ def test_async_workers_never_share_an_item_and_lose_nothing(
 
         tasks = [asyncio.create_task(worker()) for _ in range(workers)]
         await producer()
-        while len(queue) or queue.processing:
+        for _ in range(10_000):  # bounded, so a broken queue fails instead of hanging
+            if not (len(queue) or queue.processing):
+                break
             await asyncio.sleep(0)
         await queue.shut_down_with_drain()
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=5)
         for item, added in last_add.items():
             assert last_start.get(item, -1) > added, f"{item} added at {added} never handled"
 
-    asyncio.run(scenario())
+    asyncio.run(asyncio.wait_for(scenario(), timeout=30))

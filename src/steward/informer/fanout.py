@@ -44,7 +44,6 @@ from steward.informer.store import (
     StoredObject,
     StoreEvent,
 )
-from steward.v1 import informer_pb2 as pb
 
 _END_KEY: ObjectKey = ("", "\x00initial-events-end")
 """Queue key of the INITIAL_EVENTS_END marker after a resume's replay (never an object)."""
@@ -79,7 +78,7 @@ class TypeFeed:
         self.filter = flt
         self.bound = bound
         self.send_previous = send_previous
-        self.wire_type = wire.resource_type(name)
+        self.wire_type = wire.resource_type_field(wire.resource_type(name))
         self.pending: OrderedDict[ObjectKey, list[_Pending]] = OrderedDict()
         self._heap: list[tuple[int, ObjectKey]] = []
         self.progress = store.rv
@@ -214,9 +213,10 @@ class TypeFeed:
             return max(own, self.progress)
         return min(own, pending_first - 1)
 
-    def take(self, room: int, out: list[pb.Event]) -> None:
-        """Move up to ``room`` events, in order, into ``out`` (wire form)."""
+    def take(self, room: int, out: list[bytes]) -> None:
+        """Move up to ``room`` events, in order, into ``out`` (framed wire form, wire.py)."""
         limit = len(out) + room
+        wtype = self.wire_type
         if self.needs_snapshot:
             self.needs_snapshot = False
             self.snapshot = deque(self.store.select(self.filter))
@@ -224,18 +224,26 @@ class TypeFeed:
             self.progress = max(self.progress, self.snapshot_rv)
         if self.send_replaced and len(out) < limit:
             self.send_replaced = False
-            out.append(wire.event(EventKind.REPLACED, self.wire_type, None, ""))
+            out.append(wire.frame(wire.event_body(EventKind.REPLACED, wtype, None), ""))
         snapshot = self.snapshot
         if snapshot is not None:
             while snapshot and len(out) < limit:
                 obj = snapshot.popleft()
-                out.append(wire.event(EventKind.ADDED, self.wire_type, obj, ""))
+                cached = obj.wire_added
+                if cached is None or cached[0] != wtype:
+                    cached = obj.wire_added = (
+                        wtype,
+                        wire.frame(wire.event_body(EventKind.ADDED, wtype, obj), ""),
+                    )
+                out.append(cached[1])
             if snapshot or len(out) >= limit:
                 return
             self.snapshot = None
             self.sent_rv = self.snapshot_rv
             end_rv = str(self.snapshot_rv)
-            out.append(wire.event(EventKind.INITIAL_EVENTS_END, self.wire_type, None, end_rv))
+            out.append(
+                wire.frame(wire.event_body(EventKind.INITIAL_EVENTS_END, wtype, None), end_rv)
+            )
         pending = self.pending
         while pending and len(out) < limit:
             key, entry = next(iter(pending.items()))
@@ -250,35 +258,40 @@ class TypeFeed:
         if not pending and self.bookmark_due and self.progress > self.sent_rv and len(out) < limit:
             self.bookmark_due = False
             self.sent_rv = self.progress
-            out.append(wire.event(EventKind.BOOKMARK, self.wire_type, None, str(self.progress)))
+            body = wire.event_body(EventKind.BOOKMARK, wtype, None)
+            out.append(wire.frame(body, str(self.progress)))
 
-    def _wire(self, item: _Pending, rv: int) -> pb.Event:
+    def _wire(self, item: _Pending, rv: int) -> bytes:
         event = item.event
         if item.kind is EventKind.INITIAL_EVENTS_END:
-            return wire.event(item.kind, self.wire_type, None, str(rv))
+            return wire.frame(wire.event_body(item.kind, self.wire_type, None), str(rv))
         previous = item.previous if self.send_previous and item.kind is EventKind.MODIFIED else None
-        if item.kind is event.kind and rv == event.rv and previous is None:
-            cached = event.wire
-            if cached is None:
-                cached = event.wire = wire.event(
-                    item.kind,
-                    self.wire_type,
-                    event.obj,
-                    str(rv),
-                    traceparent=event.traceparent,
-                    tracestate=event.tracestate,
-                )
-            result: pb.Event = cached
-            return result
-        return wire.event(
+        if item.kind is event.kind and previous is None:
+            body = event.wire
+            if body is None:
+                body = event.wire = encode_event(event, self.wire_type)
+            return wire.frame(body, str(rv))
+        body = wire.event_body(
             item.kind,
             self.wire_type,
             event.obj,
-            str(rv),
             previous=previous,
             traceparent=event.traceparent,
             tracestate=event.tracestate,
         )
+        return wire.frame(body, str(rv))
+
+
+def encode_event(event: StoreEvent, rtype_field: bytes) -> bytes:
+    """The encoded Event of a store event (without its resource version), as every
+    subscriber that gets it unchanged receives it; reflectors call this once per event."""
+    return wire.event_body(
+        event.kind,
+        rtype_field,
+        event.obj,
+        traceparent=event.traceparent,
+        tracestate=event.tracestate,
+    )
 
 
 class Subscription:
@@ -303,9 +316,10 @@ class Subscription:
         self.closed = True
         self._wakeup.set()
 
-    def take(self) -> list[pb.Event]:
-        """Up to ``max_batch`` events, taking from the types in turn; [] when none ready."""
-        out: list[pb.Event] = []
+    def take(self) -> list[bytes]:
+        """Up to ``max_batch`` framed events, taking from the types in turn; [] when none
+        ready (``b"".join`` of them is an encoded WatchResponse)."""
+        out: list[bytes] = []
         feeds = self.feeds
         count = len(feeds)
         for i in range(count):
@@ -317,7 +331,7 @@ class Subscription:
         self._next = (self._next + 1) % count
         return out
 
-    async def next_batch(self) -> list[pb.Event] | None:
+    async def next_batch(self) -> list[bytes] | None:
         """Wait for the next non-empty batch; None when the subscription was closed."""
         while not self.closed:
             batch = self.take()
@@ -335,6 +349,7 @@ class Fanout:
 
     def __init__(self) -> None:
         self._feeds: dict[ResourceTypeName, dict[TypeFeed, Subscription]] = {}
+        self._rtype_fields: dict[ResourceTypeName, bytes] = {}
         self.subscriptions: set[Subscription] = set()
 
     def add(self, sub: Subscription) -> None:
@@ -358,6 +373,15 @@ class Fanout:
         if not feeds:
             return
         events = list(events)
+        rtype_field = self._rtype_fields.get(name)
+        if rtype_field is None:
+            rtype_field = self._rtype_fields[name] = wire.resource_type_field(
+                wire.resource_type(name)
+            )
+        for event in events:
+            # Encoded once here, whatever the number of subscribers (see wire.py).
+            if event.wire is None:
+                event.wire = encode_event(event, rtype_field)
         for feed, sub in feeds.items():
             queued = False
             for event in events:

@@ -26,8 +26,8 @@ from steward.informer.apiclient import ApiClient, ApiError, ClusterAccess, load_
 from steward.informer.fanout import Fanout
 from steward.informer.metrics import InformerMetrics
 from steward.informer.reflector import ReflectorOptions, Reflectors
-from steward.informer.service import InformerService, ServiceOptions
-from steward.v1 import informer_pb2, informer_pb2_grpc
+from steward.informer.service import InformerService, ServiceOptions, add_to_server
+from steward.v1 import informer_pb2
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class InformerServer:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        informer_pb2_grpc.add_InformerServiceServicer_to_server(self.service, server)
+        add_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (

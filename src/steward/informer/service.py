@@ -163,10 +163,15 @@ class InformerService(pb_grpc.InformerServiceServicer):
         raise AssertionError("unreachable")  # pragma: no cover - abort raises
 
     # Watch -------------------------------------------------------------------------------
-    async def Watch(
+    # Encoded responses instead of messages (see add_to_server), hence the override.
+    async def Watch(  # type: ignore[override]
         self, request: pb.WatchRequest, context: _Context
-    ) -> AsyncIterator[pb.WatchResponse]:
-        """Snapshot or replay, then changes, per type; see the proto for the contract."""
+    ) -> AsyncIterator[bytes]:
+        """Snapshot or replay, then changes, per type; see the proto for the contract.
+
+        Yields encoded WatchResponse messages (see wire.py): register it with
+        :func:`add_to_server`, which sends them as they are.
+        """
         targets, flt = await self._guard(context, self._watch_targets(request))
         max_batch = request.max_batch_size or self.options.default_batch
         max_batch = min(max_batch, MAX_BATCH)
@@ -206,7 +211,7 @@ class InformerService(pb_grpc.InformerServiceServicer):
                 if batch is None:
                     return  # the server is shutting down: end the stream cleanly
                 self.metrics.sent_events.inc(len(batch))
-                yield pb.WatchResponse(events=batch)
+                yield b"".join(batch)
         finally:
             if sub is not None:
                 self.fanout.remove(sub)
@@ -371,3 +376,32 @@ def _decode_page_token(token: str, digest: str) -> ObjectKey:
             "keep the filters of the first page, or start again without a token",
         )
     return (namespace, name)
+
+
+def _raw(message: bytes) -> bytes:
+    return message
+
+
+def add_to_server(service: InformerService, server: grpc.aio.Server) -> None:
+    """Register ``service`` like the generated ``add_InformerServiceServicer_to_server``,
+    except that Watch responses are sent as the encoded bytes the service yields."""
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        "Watch": grpc.unary_stream_rpc_method_handler(
+            service.Watch,
+            request_deserializer=pb.WatchRequest.FromString,
+            response_serializer=_raw,
+        ),
+        "List": grpc.unary_unary_rpc_method_handler(
+            service.List,
+            request_deserializer=pb.ListRequest.FromString,
+            response_serializer=pb.ListResponse.SerializeToString,
+        ),
+        "Get": grpc.unary_unary_rpc_method_handler(
+            service.Get,
+            request_deserializer=pb.GetRequest.FromString,
+            response_serializer=pb.GetResponse.SerializeToString,
+        ),
+    }
+    name = pb.DESCRIPTOR.services_by_name["InformerService"].full_name
+    generic = grpc.method_handlers_generic_handler(name, handlers)
+    server.add_generic_rpc_handlers((generic,))

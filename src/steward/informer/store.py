@@ -89,7 +89,9 @@ class StoredObject:
         "raw",
         "resource_version",
         "uid",
+        "wire_added",
         "wire_meta",
+        "wire_meta_bytes",
     )
 
     def __init__(self, raw: bytes, obj: dict[str, Any]) -> None:
@@ -115,6 +117,10 @@ class StoredObject:
         self.deletion_timestamp: str | None = meta.get("deletionTimestamp")
         self.wire_meta: Any = None
         """The wire form of the metadata, built once by whoever first needs it."""
+        self.wire_meta_bytes: bytes | None = None
+        """The encoded ``metadata`` field of an Event (see wire.py)."""
+        self.wire_added: tuple[bytes, bytes] | None = None
+        """(resource_type field, encoded ADDED event body) for snapshots (see wire.py)."""
 
     @property
     def key(self) -> ObjectKey:
@@ -139,8 +145,9 @@ class StoreEvent:
     rv: int
     traceparent: str = ""
     tracestate: str = ""
-    wire: Any = field(default=None)
-    """The wire form of this event, built once by whoever first needs it."""
+    wire: bytes | None = field(default=None)
+    """The encoded Event without its resource version (wire.event_body), built once, when
+    the event enters the cache or by whoever first needs it."""
 
 
 class History:

@@ -1,4 +1,16 @@
-"""The wire (protobuf) form of cached objects and events, built once per object and reused."""
+"""The wire (protobuf) form of cached objects and events, built once per object and reused.
+
+# The Watch hot path
+A Watch stream sends each event to every subscriber, so an event is encoded once, when it
+enters the cache, and each subscriber only frames it: :func:`event_body` is the encoded
+``Event`` without its ``resource_version`` (which may differ per subscriber, see
+fanout.py), and :func:`frame` appends that field and frames the event as one
+``WatchResponse.events`` entry. A response is then the concatenation of its framed
+events, so no message is built or serialized again per subscriber. This relies only on
+the protobuf wire format: fields may come in any order, and a repeated message field is
+the concatenation of its entries. ``test_wire.py`` checks the result against the
+protobuf library's own encoding.
+"""
 
 from __future__ import annotations
 
@@ -78,3 +90,68 @@ def event(
         ev.trace_context.traceparent = traceparent
         ev.trace_context.tracestate = tracestate
     return ev
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    """A length-delimited field: key byte (``tag`` = field number << 3 | 2), length, bytes."""
+    return bytes((tag,)) + _varint(len(payload)) + payload
+
+
+# Keys of the length-delimited fields of Event (field number << 3 | wire type 2).
+_RESOURCE_TYPE, _METADATA, _OBJECT, _PREVIOUS, _RV, _TRACE = 0x12, 0x1A, 0x22, 0x2A, 0x32, 0x3A
+_EVENTS = 0x0A  # WatchResponse.events
+
+
+def resource_type_field(rtype: pb.ResourceType) -> bytes:
+    """The encoded ``resource_type`` field of an Event (the same for all of a type)."""
+    return _field(_RESOURCE_TYPE, rtype.SerializeToString())
+
+
+def _meta_bytes(obj: StoredObject) -> bytes:
+    cached = obj.wire_meta_bytes
+    if cached is None:
+        cached = obj.wire_meta_bytes = _field(_METADATA, object_meta(obj).SerializeToString())
+    return cached
+
+
+def event_body(
+    kind: EventKind,
+    rtype_field: bytes,
+    obj: StoredObject | None,
+    *,
+    previous: StoredObject | None = None,
+    traceparent: str = "",
+    tracestate: str = "",
+) -> bytes:
+    """An encoded Event without its resource version (see the module docs)."""
+    parts = [b"\x08" + _varint(kind.value), rtype_field]
+    if obj is not None:
+        parts.append(_meta_bytes(obj))
+        parts.append(_field(_OBJECT, obj.raw))
+        if previous is not None:
+            parts.append(_field(_PREVIOUS, previous.raw))
+    if traceparent:
+        ctx = pb.TraceContext(traceparent=traceparent, tracestate=tracestate)
+        parts.append(_field(_TRACE, ctx.SerializeToString()))
+    return b"".join(parts)
+
+
+def frame(body: bytes, rv: str) -> bytes:
+    """One ``WatchResponse.events`` entry: ``body`` plus the resource version, framed."""
+    if rv:
+        body += _field(_RV, rv.encode())
+    return bytes((_EVENTS,)) + _varint(len(body)) + body
+
+
+def decode_batch(batch: list[bytes]) -> list[pb.Event]:
+    """The events of framed entries (for tests and tools; the server never decodes)."""
+    return list(pb.WatchResponse.FromString(b"".join(batch)).events)

@@ -169,6 +169,8 @@ class WorkQueue(Generic[K]):
         bag = _Contexts()
         bag.extend(contexts, self._max_contexts)
         self._dirty[item] = bag
+        if item in self._processing:
+            return
         self._queue.append(item)
         self._wake_one()
 
