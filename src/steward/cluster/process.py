@@ -134,15 +134,23 @@ def stop(records: Sequence[ProcessRecord], *, grace: float = 10.0) -> list[str]:
             while record.alive():
                 _reap(record.pid)
                 time.sleep(0.02)
-        _reap(record.pid)
+        _reap(record.pid, block=True)
     return killed
 
 
-def _reap(pid: int) -> None:
-    """Collect the exit status of our own child so it does not linger as a zombie."""
+def _reap(pid: int, *, block: bool = False) -> None:
+    """Collect the exit status of our own child so it does not linger as a zombie.
+
+    With ``block`` wait (up to 10 s) for it: a multi-threaded process shows as a zombie
+    as soon as its main thread exits, but can only be reaped once every thread has.
+    """
     child = _children.get(pid)
     if child is not None:
-        if child.poll() is not None:
+        try:
+            code = child.wait(timeout=10) if block else child.poll()
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None:
             del _children[pid]
         return
     with contextlib.suppress(ChildProcessError, OSError):
