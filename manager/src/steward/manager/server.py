@@ -1,0 +1,407 @@
+"""The ``steward manager`` process: gRPC server, leader election, health, reflection, metrics.
+
+# Leadership
+Replicas elect a leader through the Lease ``steward-manager`` in Steward's namespace. The
+leader loads the controller Leases (:meth:`Registry.recover`) and serves; a replica that
+is not the leader answers every RPC with UNAVAILABLE naming the leader and its address
+(no proxying: instances retry with backoff and reach the leader through the Service or
+their configured address). The health status of ``steward.v1.ManagerService`` is SERVING
+only on the leader; the overall status ("") is SERVING while the process runs.
+
+# Shutdown
+On SIGTERM or SIGINT: health NOT_SERVING, every Session ends with UNAVAILABLE (instances
+keep reconciling on their current lease and reconnect to the next manager within their
+renew deadline), the leader Lease is released so another replica takes over at once, and
+the server stops with a grace period for unary calls in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
+from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
+from prometheus_client import start_http_server
+from steward.manager.election import LeaderElector
+from steward.manager.enablement import Enablement, InvalidNameError
+from steward.manager.leases import KubeClient, LeaseStore
+from steward.manager.metrics import ManagerMetrics
+from steward.manager.registry import Registry, Timing
+from steward.manager.service import ManagerService
+
+from steward.informer.apiclient import ApiError, ClusterAccess, load_access
+from steward.v1 import manager_pb2, manager_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME: str = manager_pb2.DESCRIPTOR.services_by_name["ManagerService"].full_name
+DEFAULT_LISTEN = "127.0.0.1:50062"
+DEFAULT_NAMESPACE = "steward-system"
+LEADER_LEASE = "steward-manager"
+
+
+@dataclass
+class ManagerOptions:
+    """How to run the manager. Every field has a working default."""
+
+    listen: str = DEFAULT_LISTEN
+    """gRPC address (host:port; port 0 picks a free one). Defaults to 127.0.0.1:50062."""
+    advertise: str = ""
+    """Address other replicas name as the leader's; empty for the bound address."""
+    kubeconfig: str | None = None
+    """Kubeconfig file; None for in-cluster config, else $KUBECONFIG or ~/.kube/config."""
+    namespace: str = DEFAULT_NAMESPACE
+    """Where the Leases live (created if missing). Defaults to steward-system."""
+    controllers: list[str] = field(default_factory=lambda: ["*"])
+    """kube-controller-manager's --controllers entries. Defaults to ['*']."""
+    disabled_by_default: list[str] = field(default_factory=list)
+    """Names '*' does not enable. Defaults to none."""
+    timing: Timing = field(default_factory=Timing)
+    """Lease numbers (15 s / 10 s / 2 s by default) for controllers and the manager's own
+    election."""
+    identity: str = ""
+    """This replica's identity in leader election; empty for hostname_pid_random."""
+    metrics_listen: str | None = None
+    """host:port to serve Prometheus metrics on over HTTP; None (the default) for none."""
+    shutdown_grace: float = 5.0
+    """Seconds unary calls in flight may take to finish on shutdown. Defaults to 5."""
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"invalid address {address!r}: expected host:port")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class ManagerServer:
+    """The manager's server, registry and election; :meth:`run` blocks until signalled.
+
+    :meth:`start` and :meth:`stop` are also usable alone (tests run it in-process).
+
+    Raises (constructor):
+        ApiError: no API server configuration could be loaded.
+        InvalidNameError: a --controllers or disabled-by-default entry is malformed.
+        ValueError: the lease numbers are inconsistent.
+    """
+
+    def __init__(self, options: ManagerOptions, access: ClusterAccess | None = None) -> None:
+        options.timing.check()
+        self.options = options
+        self.access = access if access is not None else load_access(options.kubeconfig)
+        self.client = KubeClient(self.access)
+        self.metrics = ManagerMetrics()
+        self.enablement = Enablement.parse(options.controllers, options.disabled_by_default)
+        self.store = LeaseStore(self.client, options.namespace)
+        self.identity = (
+            options.identity or f"{socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        )
+        self.elector: LeaderElector | None = None
+        self.registry = Registry(
+            self.store, self.enablement, options.timing, self.metrics, self._leading
+        )
+        self.service = ManagerService(self.registry, self._not_leader)
+        self.metrics.register_gauges(self.registry.session_counts, self._leading)
+        self.health = health.aio.HealthServicer()
+        self.port = 0
+        self.metrics_port = 0
+        self._server: grpc.aio.Server | None = None
+        self._metrics_server: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _leading(self) -> bool:
+        return self.elector is not None and self.elector.is_leader()
+
+    def _not_leader(self) -> str | None:
+        if self.elector is None:
+            return "the manager is starting"
+        if self.elector.is_leader():
+            if not self.registry.ready:
+                return "the manager is loading the registry; retry"
+            return None
+        return f"this manager ({self.identity}) is not the leader; {self.elector.describe_leader()}"
+
+    async def _started_leading(self) -> None:
+        await self.registry.recover()
+        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+
+    def _stopped_leading(self) -> None:
+        self.registry.reset(grpc.StatusCode.UNAVAILABLE, "the manager stopped leading")
+        self.service.close_all(grpc.StatusCode.UNAVAILABLE, "the manager stopped leading")
+        asyncio.get_running_loop().create_task(
+            self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+        )
+
+    async def start(self) -> int:
+        """Bind, start serving and campaign for leadership; returns the gRPC port.
+
+        Raises:
+            RuntimeError: the address cannot be bound.
+        """
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        manager_pb2_grpc.add_ManagerServiceServicer_to_server(self.service, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            server,
+        )
+        host, port = _split_address(self.options.listen)
+        self.port = server.add_insecure_port(f"{host}:{port}")
+        if self.port == 0:
+            raise RuntimeError(f"cannot listen on {self.options.listen}")
+        await server.start()
+        self._server = server
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self.options.metrics_listen:
+            mhost, mport = _split_address(self.options.metrics_listen)
+            self._metrics_server, _ = start_http_server(mport, mhost, self.metrics.registry)
+            self.metrics_port = self._metrics_server.server_port
+        self.elector = LeaderElector(
+            self.client,
+            self.options.namespace,
+            LEADER_LEASE,
+            self.identity,
+            self.options.advertise or f"{host}:{self.port}",
+            self.options.timing,
+            self._started_leading,
+            self._stopped_leading,
+        )
+        try:
+            await self.store.ensure_namespace()
+        except ApiError as err:
+            log.warning("cannot ensure namespace %s yet: %s", self.options.namespace, err)
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self.elector.run()), loop.create_task(self._ticker())]
+        log.info(
+            "manager %s serving on %s:%d (API server %s, namespace %s)",
+            self.identity,
+            host,
+            self.port,
+            self.access.host,
+            self.options.namespace,
+        )
+        return self.port
+
+    async def _ticker(self) -> None:
+        interval = min(0.25, self.options.timing.retry_period / 4)
+        while True:
+            try:
+                await self.registry.tick()
+            except Exception:
+                log.exception("registry tick failed")
+            await asyncio.sleep(interval)
+
+    async def wait_leading(self) -> None:
+        """Wait until this replica leads and has loaded the registry (use a timeout)."""
+        while self._not_leader() is not None:  # noqa: ASYNC110 - state of several parts
+            await asyncio.sleep(0.05)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Health NOT_SERVING, end the Sessions (UNAVAILABLE), release leadership, stop."""
+        await self.health.enter_graceful_shutdown()
+        self.service.close_all(grpc.StatusCode.UNAVAILABLE, "the manager is shutting down")
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        self.registry.reset(grpc.StatusCode.UNAVAILABLE, "the manager is shutting down")
+        if self._server is not None:
+            await self._server.stop(self.options.shutdown_grace if grace is None else grace)
+            self._server = None
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
+        self.client.close()
+
+    async def run(self) -> None:
+        """Start, serve until SIGTERM/SIGINT or cancellation, then stop gracefully."""
+        await self.start()
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping.set)
+        try:
+            await stopping.wait()
+            log.info("shutting down")
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await self.stop()
+
+
+# Command line ------------------------------------------------------------------------------
+DESCRIPTION = """\
+Run the manager: the registry of Steward's controllers. Every controller instance holds a
+bidirectional Session with it (register, heartbeat, commands). A name held by a live
+instance is refused with ALREADY_EXISTS unless the newcomer stands by; a standby is
+promoted when the active instance deregisters, or once its lease lapses. The
+--controllers rules are kube-controller-manager's; EnableController/DisableController
+change them at run time (a disabled controller is told to DRAIN, then STOP).
+
+State lives in the API server: one coordination.k8s.io/v1 Lease per controller in
+--namespace, and the Lease steward-manager elects the leader among replicas (the others
+answer UNAVAILABLE naming the leader). Health and reflection are on
+(try: grpcurl -plaintext 127.0.0.1:50062 list).
+"""
+
+EPILOG = """\
+environment (flags win):
+  STEWARD_MANAGER_LISTEN               --listen
+  STEWARD_MANAGER_NAMESPACE            --namespace
+  STEWARD_MANAGER_CONTROLLERS          --controllers
+  STEWARD_MANAGER_DISABLED_BY_DEFAULT  --disabled-by-default
+  STEWARD_MANAGER_METRICS_LISTEN       --metrics-listen
+  KUBECONFIG                           --kubeconfig (in-cluster config is used in a pod)
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``steward manager`` flags, with defaults from the environment."""
+    env = os.environ.get
+    parser.add_argument(
+        "--listen",
+        default=env("STEWARD_MANAGER_LISTEN", DEFAULT_LISTEN),
+        help="gRPC address, host:port (port 0: a free one) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--advertise",
+        default="",
+        help="address other replicas give as the leader's (default: the bound address)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig file (default: in-cluster config in a pod, else $KUBECONFIG or "
+        "~/.kube/config)",
+    )
+    parser.add_argument(
+        "--namespace",
+        default=env("STEWARD_MANAGER_NAMESPACE", DEFAULT_NAMESPACE),
+        help="namespace of the Leases, created if missing (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--controllers",
+        default=env("STEWARD_MANAGER_CONTROLLERS", "*"),
+        help="comma-separated: '*' enables every controller not disabled by default, "
+        "'foo' enables foo, '-foo' disables foo (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--disabled-by-default",
+        default=env("STEWARD_MANAGER_DISABLED_BY_DEFAULT", ""),
+        help="comma-separated controllers '*' does not enable (default: none)",
+    )
+    parser.add_argument(
+        "--leader-elect-lease-duration",
+        type=float,
+        default=15.0,
+        help="seconds a lease lives after its last renewal (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--leader-elect-renew-deadline",
+        type=float,
+        default=10.0,
+        help="seconds an instance may act without a renewal (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--leader-elect-retry-period",
+        type=float,
+        default=2.0,
+        help="seconds between heartbeats and renewal attempts (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a disabled controller may drain before STOP (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--metrics-listen",
+        default=env("STEWARD_MANAGER_METRICS_LISTEN"),
+        help="serve Prometheus metrics over HTTP on host:port (default: off)",
+    )
+
+
+def options_from_args(args: argparse.Namespace) -> ManagerOptions:
+    """Check the flags and build the options.
+
+    Raises:
+        ValueError: a flag is out of range or malformed; the message names it.
+    """
+    timing = Timing(
+        lease_duration=args.leader_elect_lease_duration,
+        renew_deadline=args.leader_elect_renew_deadline,
+        retry_period=args.leader_elect_retry_period,
+        drain_timeout=args.drain_timeout,
+    )
+    timing.check()
+    _split_address(args.listen)
+    if args.metrics_listen:
+        _split_address(args.metrics_listen)
+    Enablement.parse([args.controllers], [args.disabled_by_default])
+    return ManagerOptions(
+        listen=args.listen,
+        advertise=args.advertise,
+        kubeconfig=args.kubeconfig,
+        namespace=args.namespace,
+        controllers=[args.controllers],
+        disabled_by_default=[args.disabled_by_default],
+        timing=timing,
+        metrics_listen=args.metrics_listen,
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the manager until signalled: 0 on a clean stop, 2 for bad flags, 1 when it
+    cannot start (no API server configuration, address in use); errors go to stderr."""
+    try:
+        options = options_from_args(args)
+    except (ValueError, InvalidNameError) as err:
+        print(f"steward manager: error: {err}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        server = ManagerServer(options)
+    except ApiError as err:
+        print(f"steward manager: error: {err}", file=sys.stderr)
+        return 1
+    try:
+        asyncio.run(server.run())
+    except KeyboardInterrupt:
+        pass
+    except (OSError, RuntimeError) as err:
+        print(f"steward manager: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main_cli() -> None:
+    """The ``steward-manager`` console script."""
+    parser = argparse.ArgumentParser(
+        prog="steward-manager",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    sys.exit(main(parser.parse_args()))
