@@ -28,6 +28,7 @@ import orjson
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from steward.informer import wire
 from steward.informer.apiclient import (
     ApiClient,
     ApiError,
@@ -36,7 +37,7 @@ from steward.informer.apiclient import (
     GoneError,
     ResourceInfo,
 )
-from steward.informer.fanout import Fanout
+from steward.informer.fanout import Fanout, encode_event
 from steward.informer.metrics import InformerMetrics
 from steward.informer.store import (
     EventKind,
@@ -113,6 +114,7 @@ class Reflector:
         """Set once the first LIST succeeded or failed (to answer List/Get quickly)."""
         self.last_error: str | None = None
         self._resource = str(self.name)
+        self._rtype_field = wire.resource_type_field(wire.resource_type(self.name))
         self._stream: Any = None
         self._task: asyncio.Task[None] | None = None
 
@@ -284,7 +286,10 @@ class Reflector:
             stored = StoredObject(orjson.dumps(obj), obj)
             rv = parse_resource_version(stored.resource_version, "object resource version")
             traceparent, tracestate = _start_span(stored, self._resource, type_ or "")
-            batch.append(store.apply(kind, stored, rv, traceparent, tracestate))
+            event = store.apply(kind, stored, rv, traceparent, tracestate)
+            # Encode once at ingest, whatever the number of subscribers (see wire.py).
+            event.wire = encode_event(event, self._rtype_field)
+            batch.append(event)
         if batch:
             self.fanout.publish(self.name, batch)
 

@@ -92,7 +92,14 @@ def event(
     return ev
 
 
+_SMALL = [bytes((i,)) for i in range(0x80)]
+
+
 def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _SMALL[value]
+    if value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -148,8 +155,9 @@ def event_body(
 def frame(body: bytes, rv: str) -> bytes:
     """One ``WatchResponse.events`` entry: ``body`` plus the resource version, framed."""
     if rv:
-        body += _field(_RV, rv.encode())
-    return bytes((_EVENTS,)) + _varint(len(body)) + body
+        encoded = rv.encode()
+        body += b"\x32" + _varint(len(encoded)) + encoded  # field 6, resource_version
+    return b"\x0a" + _varint(len(body)) + body  # WatchResponse.events entry
 
 
 def decode_batch(batch: list[bytes]) -> list[pb.Event]:
