@@ -29,11 +29,25 @@ CM = ResourceTypeName("", "v1", "configmaps")
 class World:
     """A store fed by a fake change source, and one feed of it."""
 
-    def __init__(self, bound: int = 100, flt: str = "", history: int = 1000) -> None:
+    def __init__(
+        self,
+        bound: int = 100,
+        flt: str = "",
+        history: int = 1000,
+        send_previous: bool = True,
+        fast_limit: int = 1024,
+    ) -> None:
         self.store = Store(history)
         self.store.replace([], 1)
         self.rv = 1
-        self.feed = TypeFeed(CM, self.store, parse_filter("", flt, ""), bound, True)
+        self.feed = TypeFeed(
+            CM,
+            self.store,
+            parse_filter("", flt, ""),
+            bound,
+            send_previous,
+            fast_limit=fast_limit,
+        )
         self.feed.start_with_snapshot(replaced=False)
         self.uids: dict[str, int] = {}
 
@@ -43,7 +57,7 @@ class World:
             self.uids[name] = self.uids.get(name, 0) + 1
         uid = f"{name}-{self.uids.get(name, 0)}"
         event = self.store.apply(kind, obj(name, self.rv, uid=uid, labels=labels), self.rv)
-        self.feed.offer(event)
+        self.feed.offer_batch([event])
 
     def take(self, room: int = 1000) -> list[pb.Event]:
         out: list[bytes] = []
@@ -195,13 +209,19 @@ OPS = st.lists(
 
 
 @settings(max_examples=200, deadline=None)
-@given(ops=OPS, bound=st.integers(2, 10), history=st.integers(1, 30))
+@given(
+    ops=OPS,
+    bound=st.integers(2, 10),
+    history=st.integers(1, 30),
+    fast_limit=st.integers(0, 5),
+)
 def test_mirror_converges_and_resumes_without_gaps(
-    ops: list[tuple[str, int]], bound: int, history: int
+    ops: list[tuple[str, int]], bound: int, history: int, fast_limit: int
 ) -> None:
     """Whatever the interleaving of changes, partial reads and reconnects, a client that
-    applies what it gets (resuming from its last resource version) ends equal to the store."""
-    w = World(bound=bound, history=history)
+    applies what it gets (resuming from its last resource version) ends equal to the store.
+    Both lanes are exercised: the fast lane's small limit makes it spill into coalescing."""
+    w = World(bound=bound, history=history, send_previous=False, fast_limit=fast_limit)
     mirror = Mirror()
     last_rv = 0
     for op, arg in ops:
@@ -220,7 +240,9 @@ def test_mirror_converges_and_resumes_without_gaps(
                     last_rv = int(event.resource_version)
         else:  # the client disconnects and resumes from its last resource version
             mirror.start_stream()
-            feed = TypeFeed(CM, w.store, parse_filter("", "", ""), bound, False)
+            feed = TypeFeed(
+                CM, w.store, parse_filter("", "", ""), bound, False, fast_limit=fast_limit
+            )
             since = (
                 w.store.history.since(int(mirror.resource_version), w.store.rv)
                 if mirror.resource_version

@@ -12,6 +12,14 @@ MODIFIED that keeps the state the client had as ``previous``); ADDED then DELETE
 pending cancel out; MODIFIED then DELETED delivers DELETED; DELETED then ADDED (a
 re-creation) delivers both. A deletion is never lost.
 
+# Fast lane
+A subscriber that keeps up (nothing queued, no snapshot under way) takes each published
+batch whole, filtered by namespace only, and is sent every event exactly as it was
+encoded at ingest, framed once for all such subscribers: no per-subscriber work but a
+list slice. As soon as more than :data:`FAST_LANE_LIMIT` events wait in that lane (the
+client fell behind), they move into the coalescing queue below and stay there until it
+drains: slow subscribers get coalescing, fast ones pay nothing for it.
+
 # Memory usage
 A type's queue holds at most ``bound`` objects. Past it, the queue is dropped and the
 subscriber gets REPLACED, a fresh snapshot of the type and INITIAL_EVENTS_END: it is
@@ -45,6 +53,9 @@ from steward.informer.store import (
     StoreEvent,
 )
 
+FAST_LANE_LIMIT = 1024
+"""Events a subscriber may have waiting in the fast lane before they are coalesced."""
+
 _END_KEY: ObjectKey = ("", "\x00initial-events-end")
 """Queue key of the INITIAL_EVENTS_END marker after a resume's replay (never an object)."""
 
@@ -71,8 +82,10 @@ class TypeFeed:
         bound: int,
         send_previous: bool,
         on_replaced: Callable[[], None] | None = None,
+        fast_limit: int = FAST_LANE_LIMIT,
     ) -> None:
         self.name = name
+        self.fast_limit = fast_limit
         self.on_replaced = on_replaced
         self.store = store
         self.filter = flt
@@ -81,6 +94,15 @@ class TypeFeed:
         self.wire_type = wire.resource_type_field(wire.resource_type(name))
         self.pending: OrderedDict[ObjectKey, list[_Pending]] = OrderedDict()
         self._heap: list[tuple[int, ObjectKey]] = []
+        self.fast: deque[list[StoreEvent]] = deque()
+        """Fast lane: whole published batches (see the module docs); the first is consumed
+        from index ``fast_pos``."""
+        self.fast_pos = 0
+        self.fast_len = 0
+        # The fast lane can filter by namespace alone; other selectors need the slow path.
+        self._fast_namespace: str | None = (
+            flt.namespace if flt.labels.empty and flt.fields.empty else None
+        )
         self.progress = store.rv
         """Everything published up to here is queued or delivered."""
         self.sent_rv = -1
@@ -97,6 +119,8 @@ class TypeFeed:
         """Send a snapshot (after REPLACED when ``replaced``) before anything else."""
         self.pending.clear()
         self._heap.clear()
+        self.fast.clear()
+        self.fast_pos = self.fast_len = 0
         self.needs_snapshot = True
         self.send_replaced = replaced
         self.snapshot = None
@@ -115,7 +139,7 @@ class TypeFeed:
     def lag(self) -> int:
         """Objects waiting to be sent (queued changes plus the rest of a snapshot)."""
         # O(1) and safe to call from the metrics thread: objects queued, not events.
-        waiting = len(self.pending)
+        waiting = len(self.pending) + self.fast_len
         snapshot = self.snapshot
         if snapshot is not None:
             waiting += len(snapshot)
@@ -123,8 +147,46 @@ class TypeFeed:
             waiting += len(self.store)
         return waiting
 
+    def offer_batch(self, events: list[StoreEvent]) -> bool:
+        """Queue published changes (in order); True when something was queued."""
+        ns = self._fast_namespace
+        if (
+            ns is not None
+            and not self.pending
+            and self.snapshot is None
+            and not self.needs_snapshot
+            and not self.send_replaced
+            and not self.send_previous
+        ):
+            selected = events if not ns else [e for e in events if e.key[0] == ns]
+            if not selected:
+                self.progress = max(self.progress, events[-1].rv)
+                return False
+            self.fast.append(selected)
+            self.fast_len += len(selected)
+            self.progress = max(self.progress, events[-1].rv)
+            if self.fast_len > self.fast_limit:
+                self._leave_fast_lane()
+            return True
+        queued = False
+        for event in events:
+            queued = self.offer(event) or queued
+        return queued
+
+    def _leave_fast_lane(self) -> None:
+        """Move what waits in the fast lane into the coalescing queue, in order."""
+        chunks = list(self.fast)
+        first = self.fast_pos
+        self.fast.clear()
+        self.fast_pos = self.fast_len = 0
+        for i, chunk in enumerate(chunks):
+            for event in chunk[first if i == 0 else 0 :]:
+                self.offer(event)
+
     def offer(self, event: StoreEvent) -> bool:
         """Queue one change if it concerns this subscriber; True when something was queued."""
+        if self.fast:
+            self._leave_fast_lane()
         self.progress = max(self.progress, event.rv)
         if self.needs_snapshot:
             return False  # the coming snapshot will include it
@@ -191,6 +253,7 @@ class TypeFeed:
     def ready(self) -> bool:
         return bool(
             self.pending
+            or self.fast
             or self.needs_snapshot
             or self.snapshot is not None
             or self.send_replaced
@@ -244,6 +307,26 @@ class TypeFeed:
             out.append(
                 wire.frame(wire.event_body(EventKind.INITIAL_EVENTS_END, wtype, None), end_rv)
             )
+        fast = self.fast
+        while fast and len(out) < limit:
+            chunk = fast[0]
+            start = self.fast_pos
+            end = min(len(chunk), start + limit - len(out))
+            for event in chunk[start:end]:
+                framed = event.framed
+                if framed is None:
+                    body = event.wire
+                    if body is None:
+                        body = event.wire = encode_event(event, wtype)
+                    framed = event.framed = wire.frame(body, str(event.rv))
+                out.append(framed)
+            self.fast_len -= end - start
+            self.sent_rv = chunk[end - 1].rv
+            if end == len(chunk):
+                fast.popleft()
+                self.fast_pos = 0
+            else:
+                self.fast_pos = end
         pending = self.pending
         while pending and len(out) < limit:
             key, entry = next(iter(pending.items()))
@@ -382,11 +465,10 @@ class Fanout:
             # Encoded once here, whatever the number of subscribers (see wire.py).
             if event.wire is None:
                 event.wire = encode_event(event, rtype_field)
+        if not events:
+            return
         for feed, sub in feeds.items():
-            queued = False
-            for event in events:
-                queued = feed.offer(event) or queued
-            if queued or feed.needs_snapshot:
+            if feed.offer_batch(events) or feed.needs_snapshot:
                 sub.notify()
 
     def bookmark(self, name: ResourceTypeName, rv: int) -> None:

@@ -145,6 +145,8 @@ class StoreEvent:
     rv: int
     traceparent: str = ""
     tracestate: str = ""
+    framed: bytes | None = field(default=None)
+    """``wire`` framed with this event's own resource version (the fast lane, fanout.py)."""
     wire: bytes | None = field(default=None)
     """The encoded Event without its resource version (wire.event_body), built once, when
     the event enters the cache or by whoever first needs it."""
