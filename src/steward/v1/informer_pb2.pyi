@@ -366,8 +366,13 @@ class Event(_message.Message):
     previous_object: _builtins.bytes
     """For MODIFIED, the previous object's JSON when the client asked for it."""
     resource_version: _builtins.str
-    """The type's resource version after this event (also set on BOOKMARK, REPLACED and
-    INITIAL_EVENTS_END); resume from the last one seen.
+    """A resource version of the type the client may resume from once it has applied this
+    event: every change up to it is reflected in what the client received. Empty on
+    snapshot ADDED events and on REPLACED (a snapshot's version comes with its
+    INITIAL_EVENTS_END, so a stream cut mid-snapshot never resumes past objects it did
+    not get); set on BOOKMARK and INITIAL_EVENTS_END. Where pending events were coalesced
+    it may be lower than the object's own resource version. Resume from the last
+    non-empty one seen.
     """
     @_builtins.property
     def resource_type(self) -> Global___ResourceType:
