@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 
 import grpc
 import pytest
-from steward.manager import ManagerOptions, ManagerServer, Timing
 
 from steward.cluster import LocalCluster
-from steward.informer.apiclient import load_access
+from steward.kube import load_access
+from steward.manager import ManagerOptions, ManagerServer, Timing
 from steward.v1 import manager_pb2_grpc as pb_grpc
 
 _T = TypeVar("_T")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from steward.manager.enablement import Enablement, InvalidNameError, validate_name
 
 pytestmark = pytest.mark.unit

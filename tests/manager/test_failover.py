@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from steward.manager import Timing
 
+from steward.manager import Timing
 from steward.v1 import manager_pb2 as pb
 from tests.manager.conftest import FAST, RunningManager, free_port
 from tests.manager.instances import InstanceProcess, assert_never_overlap, eventually

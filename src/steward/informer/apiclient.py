@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +30,13 @@ import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from steward.informer.store import ResourceTypeName
+from steward.kube import (
+    ApiError,
+    ApiStatusError,
+    ApiUnavailableError,
+    ClusterAccess,
+    GoneError,
+)
 
 _T = TypeVar("_T")
 
@@ -38,88 +44,8 @@ _DISCOVERY_REFRESH_INTERVAL = 1.0
 """A group/version is fetched again on a miss at most this often (seconds)."""
 
 
-class ApiError(Exception):
-    """Base of the errors of this module."""
-
-
-class ApiUnavailableError(ApiError):
-    """The API server cannot be reached (or did not answer in time)."""
-
-
-class ApiStatusError(ApiError):
-    """The API server answered with an error status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}")
-        self.status = status
-        self.message = message
-
-
-class GoneError(ApiStatusError):
-    """HTTP 410: the requested resource version is too old (compacted)."""
-
-
 class UnknownResourceError(ApiError):
     """The API server does not serve this group/version/resource (or cannot list/watch it)."""
-
-
-@dataclass(frozen=True)
-class ClusterAccess:
-    """How to reach one API server: URL, TLS files and credentials."""
-
-    host: str
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    verify: bool = True
-    tls_server_name: str | None = None
-    token: Callable[[], str | None] | None = None
-    """Returns the Authorization header value (e.g. ``Bearer …``), refreshed as needed."""
-
-
-def load_access(kubeconfig: str | None = None, context: str | None = None) -> ClusterAccess:
-    """Read the API server's address and credentials.
-
-    With ``kubeconfig``, from that file; otherwise in-cluster (service account) when
-    running in a pod, else from ``$KUBECONFIG`` or ``~/.kube/config``.
-
-    Raises:
-        ApiError: no usable configuration was found; the message says where it looked.
-    """
-    from kubernetes import client as k8s_client
-    from kubernetes import config as k8s_config
-
-    cfg = k8s_client.Configuration()
-    try:
-        if kubeconfig:
-            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, context=context, client_configuration=cfg
-            )
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=cfg
-            )
-        else:
-            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                context=context, client_configuration=cfg
-            )
-    except (k8s_config.ConfigException, OSError, TypeError, ValueError) as err:
-        where = kubeconfig or "in-cluster config, $KUBECONFIG or ~/.kube/config"
-        raise ApiError(f"cannot load the API server configuration from {where}: {err}") from err
-
-    def token() -> str | None:
-        value: str | None = cfg.get_api_key_with_prefix("authorization")
-        return value
-
-    return ClusterAccess(
-        host=str(cfg.host).rstrip("/"),
-        ca_file=cfg.ssl_ca_cert,
-        cert_file=cfg.cert_file,
-        key_file=cfg.key_file,
-        verify=bool(cfg.verify_ssl),
-        tls_server_name=getattr(cfg, "tls_server_name", None),
-        token=token,
-    )
 
 
 @dataclass(frozen=True)

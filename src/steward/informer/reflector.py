@@ -29,14 +29,7 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from steward.informer import wire
-from steward.informer.apiclient import (
-    ApiClient,
-    ApiError,
-    ApiStatusError,
-    ApiUnavailableError,
-    GoneError,
-    ResourceInfo,
-)
+from steward.informer.apiclient import ApiClient, ResourceInfo
 from steward.informer.fanout import Fanout, encode_event
 from steward.informer.metrics import InformerMetrics
 from steward.informer.store import (
@@ -47,6 +40,7 @@ from steward.informer.store import (
     StoreEvent,
     parse_resource_version,
 )
+from steward.kube import ApiError, ApiStatusError, ApiUnavailableError, GoneError
 
 log = logging.getLogger(__name__)
 

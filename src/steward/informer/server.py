@@ -22,11 +22,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[i
 from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 from prometheus_client import start_http_server
 
-from steward.informer.apiclient import ApiClient, ApiError, ClusterAccess, load_access
+from steward.informer.apiclient import ApiClient
 from steward.informer.fanout import Fanout
 from steward.informer.metrics import InformerMetrics
 from steward.informer.reflector import ReflectorOptions, Reflectors
 from steward.informer.service import InformerService, ServiceOptions, add_to_server
+from steward.kube import ApiError, ClusterAccess, load_access
 from steward.v1 import informer_pb2
 
 log = logging.getLogger(__name__)

@@ -26,18 +26,13 @@ import grpc
 import orjson
 
 from steward.informer import wire
-from steward.informer.apiclient import (
-    ApiClient,
-    ApiStatusError,
-    ApiUnavailableError,
-    ResourceInfo,
-    UnknownResourceError,
-)
+from steward.informer.apiclient import ApiClient, ResourceInfo, UnknownResourceError
 from steward.informer.fanout import Fanout, Subscription, TypeFeed
 from steward.informer.metrics import InformerMetrics
 from steward.informer.reflector import Reflector, Reflectors
 from steward.informer.selectors import Filter, parse_filter
 from steward.informer.store import ObjectKey, ResourceTypeName, parse_resource_version
+from steward.kube import ApiStatusError, ApiUnavailableError
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
 

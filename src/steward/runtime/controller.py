@@ -16,6 +16,17 @@ sees a half-filled cache), then runs the workers. Cancelling ``run`` stops takin
 lets in-flight reconciles finish within the grace period, and closes the watch. If the
 informer refuses the watch for good, ``run`` raises
 :class:`~steward.runtime.mirror.MirrorError`.
+
+# With a manager
+Given a manager address, the controller registers with it
+(:class:`~steward.runtime.session.ManagerSession`) and runs its workers only while the
+manager says it is the active instance: START starts them (after a full resync of the
+primary type, so nothing that changed while standing by is missed), DRAIN stops them
+gracefully, STOP or a lost lease stops them at once — the lease is lost before another
+instance may start, so two instances never reconcile together. Every worker also checks
+the lease before each reconcile. The mirror keeps syncing while standing by, so a
+promoted standby starts with a warm cache. Heartbeats carry the pool's status. Shutdown
+deregisters, so a standby takes over without waiting for the lease to lapse.
 """
 
 from __future__ import annotations
@@ -31,7 +42,8 @@ import grpc
 from prometheus_client import CollectorRegistry
 
 from steward.runtime.mirror import Change, Indexer, Mirror, MirrorOptions, TypeKey, type_key
-from steward.runtime.reconcile import Reconciler, Request
+from steward.runtime.reconcile import Reconciler, Request, Result
+from steward.runtime.session import ManagerSession, SessionOptions
 from steward.runtime.source import (
     EnqueueMapped,
     EnqueueObject,
@@ -43,6 +55,7 @@ from steward.runtime.source import (
 from steward.runtime.workers import WorkerOptions, WorkerPool, WorkerStatus
 from steward.runtime.workqueue import TraceContext
 from steward.v1 import informer_pb2 as pb
+from steward.v1 import manager_pb2
 
 log = logging.getLogger(__name__)
 
@@ -100,15 +113,9 @@ class Controller:
             if hasattr(reconciler, "reconcile")
             else reconciler(self.mirror)
         )
-        self.pool = WorkerPool(
-            name,
-            self.reconciler,
-            options=WorkerOptions(
-                max_concurrent_reconciles=self.options.max_concurrent_reconciles,
-                shutdown_grace_seconds=self.options.shutdown_grace_seconds,
-                registry=self.options.registry,
-            ),
-        )
+        self.session: ManagerSession | None = None
+        self._workers: asyncio.Task[None] | None = None
+        self.pool = self._new_pool()
         self._routes: dict[TypeKey, list[Source]] = {}
         for rtype, source in sources:
             self._routes.setdefault(type_key(rtype), []).append(source)
@@ -125,8 +132,108 @@ class Controller:
         """Queue depth, busy workers, reconcile counts and the last error, now."""
         return self.pool.status()
 
-    async def run(self) -> None:
-        """Run until cancelled (see the module docs)."""
+    def heartbeat_status(self) -> manager_pb2.InstanceStatus:
+        """The pool's status as the manager's heartbeat carries it."""
+        st = self.pool.status()
+        counts = st.reconciles
+        status = manager_pb2.InstanceStatus(
+            queue_depth=st.queue_depth,
+            busy_workers=st.busy_workers,
+            reconciles=manager_pb2.ReconcileCounts(
+                success=counts.get("success", 0),
+                requeue=counts.get("requeue", 0) + counts.get("requeue_after", 0),
+                error=counts.get("error", 0),
+                terminal_error=counts.get("terminal_error", 0),
+            ),
+            drained=self._workers is None,
+        )
+        if st.last_error is not None:
+            status.last_error = f"{st.last_error.request}: {st.last_error.message}"
+            status.last_error_time.FromSeconds(int(st.last_error.at))
+        return status
+
+    async def run(self, manager: str | None = None, session: SessionOptions | None = None) -> None:
+        """Run until cancelled (see the module docs). With ``manager`` (host:port), run the
+        workers only while the manager makes this instance active."""
+        if manager is None:
+            await self._run_alone()
+            return
+        opts = session or SessionOptions(controller=self.name)
+        if not opts.watches:
+            opts.watches = list(self.mirror.watched_types())
+        self.session = ManagerSession(
+            manager,
+            opts,
+            status=self.heartbeat_status,
+            on_start=self._on_start,
+            on_drain=self._on_drain,
+            on_stop=self._on_stop,
+        )
+        mirror = asyncio.create_task(self.mirror.run(), name=f"{self.name}-mirror")
+        session_task = asyncio.create_task(self.session.run(), name=f"{self.name}-session")
+        try:
+            done, _ = await asyncio.wait(
+                {mirror, session_task}, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done:
+                task.result()  # the mirror's or the session's error, if any
+        finally:
+            await self._stop_workers(graceful=True)
+            with contextlib.suppress(Exception):
+                await self.session.close()
+            for task in (session_task, mirror):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    # Manager callbacks ---------------------------------------------------------------------
+    def _on_start(self, epoch: int) -> None:
+        if self._workers is not None:
+            return
+        log.info("controller %s: active (epoch %d), starting workers", self.name, epoch)
+        self.pool = self._new_pool()
+        self._workers = asyncio.create_task(self._work(), name=f"{self.name}-workers")
+
+    async def _work(self) -> None:
+        await self.mirror.wait_synced()  # usually long done: the mirror syncs while standing by
+        for obj in self.mirror.objects(self.primary):
+            self.pool.queue.add(Request(obj.namespace, obj.name))
+        await self.pool.run()
+
+    async def _on_drain(self) -> None:
+        await self._stop_workers(graceful=True)
+
+    async def _on_stop(self, reason: str) -> None:
+        log.info("controller %s: no longer active (%s), stopping workers", self.name, reason)
+        await self._stop_workers(graceful=False)
+
+    async def _stop_workers(self, *, graceful: bool) -> None:
+        task, self._workers = self._workers, None
+        if task is None:
+            return
+        task.cancel()
+        if not graceful:
+            await asyncio.sleep(0)
+            task.cancel()  # a second cancellation skips the grace period
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    def _new_pool(self) -> WorkerPool:
+        return WorkerPool(
+            self.name,
+            _Fenced(self.reconciler, self),
+            options=WorkerOptions(
+                max_concurrent_reconciles=self.options.max_concurrent_reconciles,
+                shutdown_grace_seconds=self.options.shutdown_grace_seconds,
+                registry=self.options.registry,
+            ),
+        )
+
+    def may_reconcile(self) -> bool:
+        """True unless a manager session exists and this instance does not hold the lease."""
+        return self.session is None or self.session.holds_lease()
+
+    async def _run_alone(self) -> None:
         mirror = asyncio.create_task(self.mirror.run(), name=f"{self.name}-mirror")
         try:
             synced = asyncio.create_task(self.mirror.wait_synced())
@@ -165,6 +272,20 @@ class Controller:
             await asyncio.sleep(period)
             for obj in self.mirror.objects(self.primary):
                 self.pool.queue.add(Request(obj.namespace, obj.name))
+
+
+class _Fenced:
+    """Checks the lease before every reconcile, so none starts after the lease is lost."""
+
+    def __init__(self, inner: Reconciler, controller: Controller) -> None:
+        self.inner = inner
+        self.controller = controller
+
+    async def reconcile(self, request: Request, contexts: Sequence[TraceContext]) -> Result:
+        if not self.controller.may_reconcile():
+            # The workers are about to be stopped; whoever is active next reconciles it.
+            return Result(requeue_after=1.0)
+        return await self.inner.reconcile(request, contexts)
 
 
 class ControllerBuilder:

@@ -243,6 +243,10 @@ class Mirror:
         """The last resource version seen of a type (the resume point)."""
         return self._type(rtype).resource_version
 
+    def watched_types(self) -> list[pb.ResourceType]:
+        """The resource types this mirror watches."""
+        return list(self._types.values())
+
     def has_synced(self) -> bool:
         """True once every type's initial snapshot has arrived."""
         return self._synced.is_set()

@@ -26,17 +26,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from steward.manager.leases import (
-    LEASES,
-    MANAGED_BY,
-    ConflictError,
-    KubeClient,
-    NotFoundError,
-    format_micro_time,
-)
+from steward.kube import ApiError, ConflictError, KubeClient, NotFoundError
+from steward.manager.leases import LEASES, MANAGED_BY, format_micro_time
 from steward.manager.registry import Timing
-
-from steward.informer.apiclient import ApiError
 
 log = logging.getLogger(__name__)
 

@@ -18,20 +18,18 @@ read (optimistic concurrency through ``metadata.resourceVersion``).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import datetime
 import math
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
-import urllib3
-from urllib3.exceptions import HTTPError as Urllib3Error
 
-from steward.informer.apiclient import ApiStatusError, ApiUnavailableError, ClusterAccess
+from steward.kube import (
+    ConflictError,
+    KubeClient,
+    NotFoundError,
+)
 
 _T = TypeVar("_T")
 
@@ -41,14 +39,6 @@ PREFIX = "controller-"
 ANNOTATION = "steward.io/"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "steward-manager"}
 KIND_LABEL = "steward.io/lease-kind"
-
-
-class ConflictError(ApiStatusError):
-    """HTTP 409: the object changed since it was read (or already exists)."""
-
-
-class NotFoundError(ApiStatusError):
-    """HTTP 404."""
 
 
 def format_micro_time(value: datetime.datetime) -> str:
@@ -64,103 +54,6 @@ def parse_micro_time(value: str | None) -> datetime.datetime | None:
         return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-
-
-class KubeClient:
-    """A thread-safe raw JSON client of one API server; ``a…`` methods run on its threads."""
-
-    def __init__(self, access: ClusterAccess, *, timeout: float = 10.0) -> None:
-        self.access = access
-        self.timeout = timeout
-        kwargs: dict[str, Any] = {
-            "num_pools": 2,
-            "maxsize": 8,
-            "cert_reqs": "CERT_REQUIRED" if access.verify else "CERT_NONE",
-            "retries": False,
-        }
-        if access.ca_file:
-            kwargs["ca_certs"] = access.ca_file
-        if access.cert_file:
-            kwargs["cert_file"] = access.cert_file
-        if access.key_file:
-            kwargs["key_file"] = access.key_file
-        if access.tls_server_name:
-            kwargs["server_hostname"] = access.tls_server_name
-        self._pool = urllib3.PoolManager(**kwargs)
-        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="manager-kube")
-
-    def close(self) -> None:
-        """Drop pooled connections and threads; calls in flight may fail."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
-        self._pool.clear()
-
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Send one request and decode the JSON answer (see the module docs for errors)."""
-        headers = {
-            "Accept": "application/json",
-            "Content-Type": "application/json",
-            "User-Agent": "steward-manager",
-        }
-        if self.access.token is not None:
-            token = self.access.token()
-            if token:
-                headers["Authorization"] = token
-        try:
-            response = self._pool.request(
-                method,
-                self.access.host + path,
-                body=orjson.dumps(body) if body is not None else None,
-                headers=headers,
-                timeout=urllib3.Timeout(connect=min(self.timeout, 5.0), read=self.timeout),
-                redirect=False,
-            )
-        except (Urllib3Error, OSError) as err:
-            raise ApiUnavailableError(
-                f"cannot reach the API server at {self.access.host}: {err}"
-            ) from err
-        data = response.data
-        if response.status >= 300:
-            message = data[:300].decode("utf-8", "replace")
-            try:
-                doc = orjson.loads(data)
-                if isinstance(doc, dict) and doc.get("message"):
-                    message = str(doc["message"])
-            except orjson.JSONDecodeError:
-                pass
-            if response.status == 409:
-                raise ConflictError(409, message)
-            if response.status == 404:
-                raise NotFoundError(404, message)
-            if response.status >= 500 or response.status == 429:
-                raise ApiUnavailableError(f"API server answered HTTP {response.status}: {message}")
-            raise ApiStatusError(response.status, message)
-        try:
-            decoded: dict[str, Any] = orjson.loads(data) if data else {}
-        except orjson.JSONDecodeError as err:
-            raise ApiStatusError(response.status, f"undecodable body: {err}") from err
-        return decoded
-
-    async def arun(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """Run a blocking call on this client's threads."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-
-    async def arequest(
-        self, method: str, path: str, body: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """:meth:`request` on this client's threads."""
-        return await self.arun(self.request, method, path, body)
-
-    def ensure_namespace(self, namespace: str) -> None:
-        """Create ``namespace`` unless it exists."""
-        try:
-            self.request("GET", f"/api/v1/namespaces/{namespace}")
-        except NotFoundError:
-            with contextlib.suppress(ConflictError):
-                self.request(
-                    "POST",
-                    "/api/v1/namespaces",
-                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-                )
 
 
 @dataclass

@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
+
+from steward.kube import ApiError
 from steward.manager.enablement import Enablement, InvalidNameError, validate_name
 from steward.manager.leases import ControllerLease, LeaseStore
 from steward.manager.metrics import ManagerMetrics
-
-from steward.informer.apiclient import ApiError
 from steward.v1 import informer_pb2, manager_pb2
 
 log = logging.getLogger(__name__)

@@ -33,14 +33,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 from prometheus_client import start_http_server
+
+from steward.kube import ApiError, ClusterAccess, KubeClient, load_access
 from steward.manager.election import LeaderElector
 from steward.manager.enablement import Enablement, InvalidNameError
-from steward.manager.leases import KubeClient, LeaseStore
+from steward.manager.leases import LeaseStore
 from steward.manager.metrics import ManagerMetrics
 from steward.manager.registry import Registry, Timing
 from steward.manager.service import ManagerService
-
-from steward.informer.apiclient import ApiError, ClusterAccess, load_access
 from steward.v1 import manager_pb2, manager_pb2_grpc
 
 log = logging.getLogger(__name__)

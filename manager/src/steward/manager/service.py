@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, NoReturn
 
 import grpc
-from steward.manager.registry import Close, Connection, Registry, RegistryError
 
+from steward.manager.registry import Close, Connection, Registry, RegistryError
 from steward.v1 import manager_pb2 as pb
 from steward.v1 import manager_pb2_grpc as pb_grpc
 

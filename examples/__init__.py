@@ -1,0 +1,1 @@
+"""Small example controllers built on the Steward runtime."""

@@ -1,0 +1,244 @@
+"""A small raw JSON client of kube-apiserver, shared by every Steward service.
+
+It reads the API server's address and credentials from a kubeconfig or the in-cluster
+service account (``kubernetes.config`` is used for that alone) and speaks JSON with
+urllib3 and orjson: no kubernetes client model objects anywhere on a hot path.
+
+# Errors
+:class:`ApiUnavailableError` when the API server cannot be reached, times out or answers
+5xx/429 (worth retrying); :class:`NotFoundError` for 404, :class:`ConflictError` for 409
+(the object changed since it was read, or already exists), :class:`GoneError` for 410
+(a resource version compacted away), :class:`ApiStatusError` for any other error answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import orjson
+import urllib3
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+_T = TypeVar("_T")
+
+
+class ApiError(Exception):
+    """Base of the errors of this module."""
+
+
+class ApiUnavailableError(ApiError):
+    """The API server cannot be reached (or did not answer in time)."""
+
+
+class ApiStatusError(ApiError):
+    """The API server answered with an error status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class GoneError(ApiStatusError):
+    """HTTP 410: the requested resource version is too old (compacted)."""
+
+
+class ConflictError(ApiStatusError):
+    """HTTP 409: the object changed since it was read (or already exists)."""
+
+
+class NotFoundError(ApiStatusError):
+    """HTTP 404."""
+
+
+@dataclass(frozen=True)
+class ClusterAccess:
+    """How to reach one API server: URL, TLS files and credentials."""
+
+    host: str
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify: bool = True
+    tls_server_name: str | None = None
+    token: Callable[[], str | None] | None = None
+    """Returns the Authorization header value (e.g. ``Bearer …``), refreshed as needed."""
+
+
+def load_access(kubeconfig: str | None = None, context: str | None = None) -> ClusterAccess:
+    """Read the API server's address and credentials.
+
+    With ``kubeconfig``, from that file; otherwise in-cluster (service account) when
+    running in a pod, else from ``$KUBECONFIG`` or ``~/.kube/config``.
+
+    Raises:
+        ApiError: no usable configuration was found; the message says where it looked.
+    """
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+
+    cfg = k8s_client.Configuration()
+    try:
+        if kubeconfig:
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, context=context, client_configuration=cfg
+            )
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=cfg
+            )
+        else:
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                context=context, client_configuration=cfg
+            )
+    except (k8s_config.ConfigException, OSError, TypeError, ValueError) as err:
+        where = kubeconfig or "in-cluster config, $KUBECONFIG or ~/.kube/config"
+        raise ApiError(f"cannot load the API server configuration from {where}: {err}") from err
+
+    def token() -> str | None:
+        value: str | None = cfg.get_api_key_with_prefix("authorization")
+        return value
+
+    return ClusterAccess(
+        host=str(cfg.host).rstrip("/"),
+        ca_file=cfg.ssl_ca_cert,
+        cert_file=cfg.cert_file,
+        key_file=cfg.key_file,
+        verify=bool(cfg.verify_ssl),
+        tls_server_name=getattr(cfg, "tls_server_name", None),
+        token=token,
+    )
+
+
+class KubeClient:
+    """A thread-safe raw JSON client of one API server; ``a…`` methods run on its threads."""
+
+    def __init__(
+        self,
+        access: ClusterAccess,
+        *,
+        timeout: float = 10.0,
+        user_agent: str = "steward",
+        workers: int = 4,
+    ) -> None:
+        self.access = access
+        self.user_agent = user_agent
+        self.timeout = timeout
+        kwargs: dict[str, Any] = {
+            "num_pools": 2,
+            "maxsize": 8,
+            "cert_reqs": "CERT_REQUIRED" if access.verify else "CERT_NONE",
+            "retries": False,
+        }
+        if access.ca_file:
+            kwargs["ca_certs"] = access.ca_file
+        if access.cert_file:
+            kwargs["cert_file"] = access.cert_file
+        if access.key_file:
+            kwargs["key_file"] = access.key_file
+        if access.tls_server_name:
+            kwargs["server_hostname"] = access.tls_server_name
+        self._pool = urllib3.PoolManager(**kwargs)
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube")
+
+    def close(self) -> None:
+        """Drop pooled connections and threads; calls in flight may fail."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._pool.clear()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | list[Any] | None = None,
+        *,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Send one request and decode the JSON answer (see the module docs for errors).
+
+        ``content_type`` selects a patch flavour for PATCH (e.g.
+        ``application/merge-patch+json``); ``headers`` are added (e.g. ``traceparent``).
+        """
+        headers = {
+            "Accept": "application/json",
+            "Content-Type": content_type,
+            "User-Agent": self.user_agent,
+            **(headers or {}),
+        }
+        if self.access.token is not None:
+            token = self.access.token()
+            if token:
+                headers["Authorization"] = token
+        try:
+            response = self._pool.request(
+                method,
+                self.access.host + path,
+                body=orjson.dumps(body) if body is not None else None,
+                headers=headers,
+                timeout=urllib3.Timeout(connect=min(self.timeout, 5.0), read=self.timeout),
+                redirect=False,
+            )
+        except (Urllib3Error, OSError) as err:
+            raise ApiUnavailableError(
+                f"cannot reach the API server at {self.access.host}: {err}"
+            ) from err
+        data = response.data
+        if response.status >= 300:
+            message = data[:300].decode("utf-8", "replace")
+            try:
+                doc = orjson.loads(data)
+                if isinstance(doc, dict) and doc.get("message"):
+                    message = str(doc["message"])
+            except orjson.JSONDecodeError:
+                pass
+            if response.status == 409:
+                raise ConflictError(409, message)
+            if response.status == 404:
+                raise NotFoundError(404, message)
+            if response.status >= 500 or response.status == 429:
+                raise ApiUnavailableError(f"API server answered HTTP {response.status}: {message}")
+            raise ApiStatusError(response.status, message)
+        try:
+            decoded: dict[str, Any] = orjson.loads(data) if data else {}
+        except orjson.JSONDecodeError as err:
+            raise ApiStatusError(response.status, f"undecodable body: {err}") from err
+        return decoded
+
+    async def arun(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """Run a blocking call on this client's threads."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def arequest(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | list[Any] | None = None,
+        *,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """:meth:`request` on this client's threads."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor,
+            lambda: self.request(method, path, body, content_type=content_type, headers=headers),
+        )
+
+    def ensure_namespace(self, namespace: str) -> None:
+        """Create ``namespace`` unless it exists."""
+        try:
+            self.request("GET", f"/api/v1/namespaces/{namespace}")
+        except NotFoundError:
+            with contextlib.suppress(ConflictError):
+                self.request(
+                    "POST",
+                    "/api/v1/namespaces",
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+                )

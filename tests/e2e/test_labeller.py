@@ -1,0 +1,125 @@
+"""A sample controller end to end: informer → mirror → queue → workers → API writes, with
+the manager deciding which instance is active."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import grpc
+import pytest
+import pytest_asyncio
+from kubernetes import client
+
+from examples import labeller
+from steward.cluster import LocalCluster
+from steward.informer import InformerOptions, InformerServer
+from steward.kube import KubeClient, load_access
+from steward.manager import ManagerOptions
+from steward.runtime.controller import ControllerOptions
+from steward.runtime.session import SessionOptions
+from steward.v1 import manager_pb2 as mpb
+from tests.manager.conftest import FAST, RunningManager
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
+
+
+@pytest.fixture
+def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
+    running = RunningManager(
+        ManagerOptions(
+            listen="127.0.0.1:0",
+            kubeconfig=str(cluster.kubeconfig),
+            namespace=namespace,
+            timing=FAST,
+        )
+    )
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest_asyncio.fixture
+async def informer(cluster: LocalCluster) -> AsyncIterator[str]:
+    server = InformerServer(
+        InformerOptions(listen="127.0.0.1:0", kubeconfig=str(cluster.kubeconfig))
+    )
+    await server.start()
+    try:
+        yield f"127.0.0.1:{server.port}"
+    finally:
+        await server.stop()
+
+
+async def _eventually(check: Callable[[], bool], what: str) -> None:
+    """Poll ``check`` (in a thread: it may call the API server) for up to a minute."""
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        if await asyncio.to_thread(check):
+            return
+        await asyncio.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+async def test_labeller_copies_labels_only_while_active(
+    cluster: LocalCluster,
+    api_client: client.ApiClient,
+    namespace: str,
+    informer: str,
+    manager: RunningManager,
+) -> None:
+    core = client.CoreV1Api(api_client)
+    api = KubeClient(load_access(str(cluster.kubeconfig)), user_agent="labeller-test")
+    core.create_namespaced_config_map(
+        namespace,
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="before", labels={labeller.LABEL: "one"})
+        ),
+    )
+
+    def annotation(name: str) -> str | None:
+        cm = core.read_namespaced_config_map(name, namespace)
+        return (cm.metadata.annotations or {}).get(labeller.ANNOTATION)
+
+    async with grpc.aio.insecure_channel(informer) as channel:
+        first = labeller.build(channel, api, ControllerOptions(namespace=namespace))
+        task = asyncio.create_task(
+            first.run(manager=manager.address, session=SessionOptions(controller=labeller.NAME))
+        )
+        try:
+            # What existed before the controller started, and what comes after.
+            await _eventually(lambda: annotation("before") == "one", "the first copy")
+            core.create_namespaced_config_map(
+                namespace,
+                client.V1ConfigMap(
+                    metadata=client.V1ObjectMeta(name="after", labels={labeller.LABEL: "two"})
+                ),
+            )
+            await _eventually(lambda: annotation("after") == "two", "a copy of a new object")
+            core.patch_namespaced_config_map(
+                "after", namespace, {"metadata": {"labels": {labeller.LABEL: "three"}}}
+            )
+            await _eventually(lambda: annotation("after") == "three", "a copy of a change")
+
+            # The manager shows the instance active, with its reconciles.
+            info = manager.stub.GetController(mpb.GetControllerRequest(name=labeller.NAME))
+            assert first.session is not None
+            assert info.controller.holder == first.session.options.instance_id
+            assert first.status().reconciles["success"] >= 3
+
+            # Disabled at run time: the instance stops reconciling, changes are not copied.
+            manager.stub.DisableController(mpb.DisableControllerRequest(name=labeller.NAME))
+            await _eventually(lambda: first._workers is None, "the workers to stop")
+            core.patch_namespaced_config_map(
+                "after", namespace, {"metadata": {"labels": {labeller.LABEL: "four"}}}
+            )
+            await asyncio.sleep(2.0)
+            assert annotation("after") == "three"
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    api.close()
