@@ -116,6 +116,26 @@ def load_access(kubeconfig: str | None = None, context: str | None = None) -> Cl
     )
 
 
+def pool_manager(access: ClusterAccess, *, num_pools: int, maxsize: int) -> urllib3.PoolManager:
+    """A urllib3 connection pool set up with ``access``'s TLS files (no retries: callers
+    decide what to retry)."""
+    kwargs: dict[str, Any] = {
+        "num_pools": num_pools,
+        "maxsize": maxsize,
+        "cert_reqs": "CERT_REQUIRED" if access.verify else "CERT_NONE",
+        "retries": False,
+    }
+    if access.ca_file:
+        kwargs["ca_certs"] = access.ca_file
+    if access.cert_file:
+        kwargs["cert_file"] = access.cert_file
+    if access.key_file:
+        kwargs["key_file"] = access.key_file
+    if access.tls_server_name:
+        kwargs["server_hostname"] = access.tls_server_name
+    return urllib3.PoolManager(**kwargs)
+
+
 class KubeClient:
     """A thread-safe raw JSON client of one API server; ``a…`` methods run on its threads."""
 
@@ -130,21 +150,7 @@ class KubeClient:
         self.access = access
         self.user_agent = user_agent
         self.timeout = timeout
-        kwargs: dict[str, Any] = {
-            "num_pools": 2,
-            "maxsize": 8,
-            "cert_reqs": "CERT_REQUIRED" if access.verify else "CERT_NONE",
-            "retries": False,
-        }
-        if access.ca_file:
-            kwargs["ca_certs"] = access.ca_file
-        if access.cert_file:
-            kwargs["cert_file"] = access.cert_file
-        if access.key_file:
-            kwargs["key_file"] = access.key_file
-        if access.tls_server_name:
-            kwargs["server_hostname"] = access.tls_server_name
-        self._pool = urllib3.PoolManager(**kwargs)
+        self._pool = pool_manager(access, num_pools=2, maxsize=8)
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube")
 
     def close(self) -> None:

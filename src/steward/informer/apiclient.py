@@ -36,6 +36,7 @@ from steward.kube import (
     ApiUnavailableError,
     ClusterAccess,
     GoneError,
+    pool_manager,
 )
 
 _T = TypeVar("_T")
@@ -130,21 +131,7 @@ class ApiClient:
     def __init__(self, access: ClusterAccess, *, timeout: float = 30.0, workers: int = 8) -> None:
         self.access = access
         self.timeout = timeout
-        kwargs: dict[str, Any] = {
-            "num_pools": 4,
-            "maxsize": 64,
-            "cert_reqs": "CERT_REQUIRED" if access.verify else "CERT_NONE",
-            "retries": False,
-        }
-        if access.ca_file:
-            kwargs["ca_certs"] = access.ca_file
-        if access.cert_file:
-            kwargs["cert_file"] = access.cert_file
-        if access.key_file:
-            kwargs["key_file"] = access.key_file
-        if access.tls_server_name:
-            kwargs["server_hostname"] = access.tls_server_name
-        self._pool = urllib3.PoolManager(**kwargs)
+        self._pool = pool_manager(access, num_pools=4, maxsize=64)
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="apiclient")
         self._discovery: dict[tuple[str, str], dict[str, ResourceInfo]] = {}
         self._discovery_fetched: dict[tuple[str, str], float] = {}

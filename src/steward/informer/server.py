@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ from steward.informer.metrics import InformerMetrics
 from steward.informer.reflector import ReflectorOptions, Reflectors
 from steward.informer.service import InformerService, ServiceOptions, add_to_server
 from steward.kube import ApiError, ClusterAccess, load_access
+from steward.serving import serve_until_signalled
 from steward.v1 import informer_pb2
 
 log = logging.getLogger(__name__)
@@ -155,18 +155,7 @@ class InformerServer:
 
     async def run(self) -> None:
         """Start, serve until SIGTERM/SIGINT or cancellation, then stop gracefully."""
-        await self.start()
-        loop = asyncio.get_running_loop()
-        stopping = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stopping.set)
-        try:
-            await stopping.wait()
-            log.info("shutting down")
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
-            await self.stop()
+        await serve_until_signalled(self.start, self.stop)
 
 
 # Command line ------------------------------------------------------------------------------

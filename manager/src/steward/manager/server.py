@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
 import uuid
@@ -41,6 +40,7 @@ from steward.manager.leases import LeaseStore
 from steward.manager.metrics import ManagerMetrics
 from steward.manager.registry import Registry, Timing
 from steward.manager.service import ManagerService
+from steward.serving import serve_until_signalled
 from steward.v1 import manager_pb2, manager_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -234,18 +234,7 @@ class ManagerServer:
 
     async def run(self) -> None:
         """Start, serve until SIGTERM/SIGINT or cancellation, then stop gracefully."""
-        await self.start()
-        loop = asyncio.get_running_loop()
-        stopping = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stopping.set)
-        try:
-            await stopping.wait()
-            log.info("shutting down")
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
-            await self.stop()
+        await serve_until_signalled(self.start, self.stop)
 
 
 # Command line ------------------------------------------------------------------------------
