@@ -1,0 +1,110 @@
+"""From mirror changes to keys: own key, controlling owner, mapped keys, predicates."""
+
+from __future__ import annotations
+
+import pytest
+
+from steward.runtime.mirror import Change, ChangeKind, MirrorObject
+from steward.runtime.reconcile import Request
+from steward.runtime.source import (
+    EnqueueMapped,
+    EnqueueObject,
+    EnqueueOwner,
+    generation_changed,
+    labels_changed,
+)
+from steward.runtime.workqueue import TraceContext
+from steward.v1 import informer_pb2 as pb
+
+pytestmark = pytest.mark.unit
+
+PODS = ("", "v1", "pods")
+TRACE = TraceContext(f"00-{'1' * 32}-{'2' * 16}-01")
+
+
+def pod(
+    name: str,
+    *,
+    owner: tuple[str, str, str] | None = None,
+    controller: bool = True,
+    generation: int = 1,
+    labels: dict[str, str] | None = None,
+) -> MirrorObject:
+    meta = pb.ObjectMeta(namespace="ns", name=name, generation=generation, labels=labels or {})
+    if owner is not None:
+        api_version, kind, owner_name = owner
+        meta.owner_references.append(
+            pb.OwnerReference(
+                api_version=api_version,
+                kind=kind,
+                name=owner_name,
+                uid=f"uid-{owner_name}",
+                controller=controller,
+            )
+        )
+    return MirrorObject(PODS, meta, b"{}")
+
+
+def keys(source: object, change: Change) -> list[tuple[Request, TraceContext | None]]:
+    seen: list[tuple[Request, TraceContext | None]] = []
+    source.handle(change, lambda key, ctx: seen.append((key, ctx)))  # type: ignore[attr-defined]
+    return seen
+
+
+def test_enqueue_object_passes_the_trace_context_along() -> None:
+    change = Change(ChangeKind.ADDED, pod("a"), None, TRACE)
+    assert keys(EnqueueObject(), change) == [(Request("ns", "a"), TRACE)]
+
+
+def test_enqueue_owner_only_for_the_controlling_owner_of_the_right_kind() -> None:
+    owner = EnqueueOwner("batch", "Job")
+    job_pod = pod("p", owner=("batch/v1", "Job", "j"))
+    assert keys(owner, Change(ChangeKind.ADDED, job_pod, None, None)) == [
+        (Request("ns", "j"), None)
+    ]
+    other_group = pod("p", owner=("apps/v1", "Job", "j"))
+    not_controller = pod("p", owner=("batch/v1", "Job", "j"), controller=False)
+    other_kind = pod("p", owner=("batch/v1", "CronJob", "c"))
+    for obj in (other_group, not_controller, other_kind, pod("orphan")):
+        assert keys(owner, Change(ChangeKind.ADDED, obj, None, None)) == []
+
+
+def test_enqueue_owner_tells_the_old_owner_when_the_controller_changes() -> None:
+    owner = EnqueueOwner("batch", "Job")
+    before = pod("p", owner=("batch/v1", "Job", "old"))
+    after = pod("p", owner=("batch/v1", "Job", "new"))
+    got = [k for k, _ in keys(owner, Change(ChangeKind.MODIFIED, after, before, None))]
+    assert got == [Request("ns", "new"), Request("ns", "old")]
+    released = pod("p")
+    got = [k for k, _ in keys(owner, Change(ChangeKind.MODIFIED, released, before, None))]
+    assert got == [Request("ns", "old")]
+
+
+def test_mapped_keys_of_old_and_new_state_and_a_failing_mapper() -> None:
+    def by_label(obj: MirrorObject) -> list[Request]:
+        return [Request("ns", obj.meta.labels["app"])] if "app" in obj.meta.labels else []
+
+    mapped = EnqueueMapped(by_label)
+    change = Change(
+        ChangeKind.MODIFIED, pod("p", labels={"app": "b"}), pod("p", labels={"app": "a"}), None
+    )
+    assert [k for k, _ in keys(mapped, change)] == [Request("ns", "b"), Request("ns", "a")]
+
+    def broken(obj: MirrorObject) -> list[Request]:
+        raise RuntimeError("mapper bug")
+
+    assert keys(EnqueueMapped(broken), change) == []
+
+
+def test_predicates_filter_updates_only() -> None:
+    status_only = Change(ChangeKind.MODIFIED, pod("p", generation=1), pod("p", generation=1), None)
+    spec_change = Change(ChangeKind.MODIFIED, pod("p", generation=2), pod("p", generation=1), None)
+    created = Change(ChangeKind.ADDED, pod("p"), None, None)
+    assert keys(EnqueueObject([generation_changed]), status_only) == []
+    assert len(keys(EnqueueObject([generation_changed]), spec_change)) == 1
+    assert len(keys(EnqueueObject([generation_changed]), created)) == 1
+    relabelled = Change(
+        ChangeKind.MODIFIED, pod("p", labels={"a": "2"}), pod("p", labels={"a": "1"}), None
+    )
+    assert len(keys(EnqueueObject([labels_changed]), relabelled)) == 1
+    assert keys(EnqueueObject([labels_changed]), status_only) == []
