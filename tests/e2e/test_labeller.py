@@ -12,6 +12,7 @@ import grpc
 import pytest
 import pytest_asyncio
 from kubernetes import client
+from prometheus_client import CollectorRegistry
 
 from examples import labeller
 from steward.cluster import LocalCluster
@@ -123,3 +124,39 @@ async def test_labeller_copies_labels_only_while_active(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
     api.close()
+
+
+async def test_labeller_without_a_manager_reconciles_on_its_own(
+    cluster: LocalCluster, api_client: client.ApiClient, namespace: str, informer: str
+) -> None:
+    core = client.CoreV1Api(api_client)
+    api = KubeClient(load_access(str(cluster.kubeconfig)), user_agent="labeller-test")
+    registry = CollectorRegistry()
+    async with grpc.aio.insecure_channel(informer) as channel:
+        alone = labeller.build(
+            channel, api, ControllerOptions(namespace=namespace, registry=registry)
+        )
+        task = asyncio.create_task(alone.run())
+        try:
+            core.create_namespaced_config_map(
+                namespace,
+                client.V1ConfigMap(
+                    metadata=client.V1ObjectMeta(name="solo", labels={labeller.LABEL: "x"})
+                ),
+            )
+
+            def copied() -> bool:
+                cm = core.read_namespaced_config_map("solo", namespace)
+                return (cm.metadata.annotations or {}).get(labeller.ANNOTATION) == "x"
+
+            await _eventually(copied, "the copy")
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    api.close()
+    labels = {"controller": labeller.NAME, "result": "success"}
+    assert (registry.get_sample_value("controller_runtime_reconcile_total", labels) or 0) >= 1
+    adds = registry.get_sample_value("workqueue_adds_total", {"name": labeller.NAME})
+    assert adds is not None
+    assert adds >= 1
