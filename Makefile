@@ -24,7 +24,7 @@ $(UV):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-$(VENV)/.synced: $(UV) pyproject.toml uv.lock $(wildcard */pyproject.toml services/*/pyproject.toml)
+$(VENV)/.synced: $(UV) pyproject.toml uv.lock $(wildcard */pyproject.toml services/*/pyproject.toml services/controllers/*/pyproject.toml)
 	$(UV) sync --frozen --all-packages
 	@touch $@
 

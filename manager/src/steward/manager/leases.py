@@ -7,11 +7,11 @@ hand-overs; annotations hold what a Lease has no field for: the epoch (fencing t
 the standbys, a run-time enablement override and what the instance registered with.
 
 Requests are raw JSON over HTTP (urllib3, orjson) with the access settings of
-:func:`steward.informer.apiclient.load_access`; no kubernetes client models.
+:func:`steward.kube.load_access`; no kubernetes client models.
 
 # Errors
-Every call raises :class:`~steward.informer.apiclient.ApiUnavailableError` when the API
-server cannot be reached and :class:`~steward.informer.apiclient.ApiStatusError` for an
+Every call raises :class:`~steward.kube.ApiUnavailableError` when the API
+server cannot be reached and :class:`~steward.kube.ApiStatusError` for an
 error answer; :class:`ConflictError` (HTTP 409) means the Lease changed since it was
 read (optimistic concurrency through ``metadata.resourceVersion``).
 """
