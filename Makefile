@@ -37,7 +37,7 @@ build: venv ## build the pinned Go binaries that are not cached yet
 
 .PHONY: up
 up: build ## start the local control plane (kubeconfig, kubectl example, Jaeger printed)
-	$(STEWARD) cluster up $(UP_FLAGS)
+	$(STEWARD) cluster up --steward $(UP_FLAGS)
 
 .PHONY: down
 down: venv ## stop the local control plane and remove its state

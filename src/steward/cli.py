@@ -103,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     up.add_argument(
+        "--steward",
+        action="store_true",
+        help="also run Steward's informer and manager against the cluster (make up does)",
+    )
+    up.add_argument(
         "--apiserver-port",
         type=int,
         default=None,
@@ -249,6 +254,7 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
             controllers=args.controllers,
             apiserver_port=args.apiserver_port,
             start_timeout=args.timeout,
+            steward=args.steward,
         )
         cluster = LocalCluster.up(config)
         kubectl = Path(sys.executable).parent / "kubectl"
@@ -258,7 +264,14 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
             f"--kubeconfig {cluster.kubeconfig} get nodes\n"
             f"Jaeger UI:   {cluster.jaeger_query_url}  "
             f"(OTLP gRPC in: {cluster.otlp_endpoint})\n"
-            f"stop with:   steward cluster down"
+            + (
+                f"informer:    {cluster.state.informer_address}   "
+                f"manager: {cluster.state.manager_address}   "
+                f"(try: steward controllers --manager {cluster.state.manager_address})\n"
+                if config.steward
+                else ""
+            )
+            + "stop with:   steward cluster down"
             + ("" if config.name == "default" else f" --name {config.name}"),
             file=sys.stderr,
         )
@@ -276,6 +289,11 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
             "OTEL_EXPORTER_OTLP_ENDPOINT": cluster.otlp_endpoint,
             "STEWARD_JAEGER_QUERY_URL": cluster.jaeger_query_url,
         }
+        names = {p.name for p in cluster.state.processes}
+        if "informer" in names:
+            values["STEWARD_INFORMER"] = cluster.state.informer_address
+        if "manager" in names:
+            values["STEWARD_MANAGER"] = cluster.state.manager_address
         for key, value in values.items():
             print(f"export {key}={shlex.quote(value)}")
     elif args.action == "status":

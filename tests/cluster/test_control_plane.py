@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from kubernetes import client
 
@@ -22,6 +23,8 @@ from steward.cluster import (
     LocalCluster,
 )
 from steward.cluster.progress import Progress
+from steward.v1.informer_pb2 import ListRequest, ResourceType
+from steward.v1.informer_pb2_grpc import InformerServiceStub
 
 pytestmark = pytest.mark.integration
 
@@ -136,7 +139,11 @@ def test_second_up_on_a_running_cluster_is_refused(cluster: LocalCluster) -> Non
 @pytest.mark.slow
 def test_down_leaves_no_process_alive(tmp_path: Path) -> None:
     cfg = ClusterConfig(
-        name="steward-test-down", state_dir=tmp_path / "c", nodes=1, die_with_parent=True
+        name="steward-test-down",
+        state_dir=tmp_path / "c",
+        nodes=1,
+        die_with_parent=True,
+        steward=True,  # as make up: Steward's informer and manager too
     )
     running = LocalCluster.up(cfg, progress=Progress(quiet=True))
     records = list(running.iter_processes())
@@ -147,8 +154,15 @@ def test_down_leaves_no_process_alive(tmp_path: Path) -> None:
         "kube-controller-manager",
         "kube-scheduler",
         "kwok",
+        "informer",
+        "manager",
     }
     assert all(r.alive() for r in records)
+    # The informer serves the cluster's objects.
+    with grpc.insecure_channel(running.state.informer_address) as channel:
+        stub = InformerServiceStub(channel)
+        nodes = stub.List(ListRequest(type=ResourceType(version="v1", resource="nodes")))
+        assert [item.metadata.name for item in nodes.items] == ["kwok-node-0"]
     # Stop it the way the CLI does: from the state directory alone.
     LocalCluster.find(cfg).down(progress=Progress(quiet=True))
     assert [r.name for r in records if r.alive()] == []

@@ -27,6 +27,7 @@ import os
 import shutil
 import socket
 import ssl
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import yaml
 
 from steward.cluster import binaries, pki
@@ -61,7 +63,7 @@ COMPONENTS = (
     "kube-scheduler",
     "kwok",
 )
-"""Every component, in start order (stopped in reverse)."""
+"""Every component, in start order (stopped in reverse); Steward's own services follow."""
 
 _PORTS = (
     "etcd_client",
@@ -76,6 +78,8 @@ _PORTS = (
     "jaeger_query_http",
     "jaeger_query_grpc",
     "jaeger_health",
+    "informer",
+    "manager",
 )
 
 
@@ -107,6 +111,9 @@ class ClusterConfig:
     """Kill every component when the starting process dies (for test sessions)."""
     start_timeout: float = 180.0
     """Seconds each component may take to become healthy. Defaults to 180."""
+    steward: bool = False
+    """Also run Steward's own services (the informer and the manager) against the
+    cluster, as ``make up`` does. Defaults to False (tests start their own)."""
 
     def directory(self) -> Path:
         return self.state_dir if self.state_dir is not None else state_root() / self.name
@@ -140,6 +147,14 @@ class ClusterState:
     @property
     def otlp_endpoint(self) -> str:
         return f"http://{LOOPBACK}:{self.ports['jaeger_otlp_grpc']}"
+
+    @property
+    def informer_address(self) -> str:
+        return f"{LOOPBACK}:{self.ports['informer']}"
+
+    @property
+    def manager_address(self) -> str:
+        return f"{LOOPBACK}:{self.ports['manager']}"
 
     def log(self, component: str) -> Path:
         return self.directory / "logs" / f"{component}.log"
@@ -582,6 +597,47 @@ class LocalCluster:
 
         st.save()
         self._create_nodes(config.nodes, out, timeout)
+        if config.steward:
+            self._start_steward(config, out, timeout)
+
+    def _start_steward(self, config: ClusterConfig, out: Progress, timeout: float) -> None:
+        """Steward's informer and manager, as processes of this cluster (own logs, stopped
+        by ``down``), each waited on until its gRPC health service says SERVING."""
+        st = self.state
+        cli = [sys.executable, "-m", "steward.cli"]
+        kubeconfig = f"--kubeconfig={st.kubeconfig}"
+        services = {
+            "informer": [*cli, "informer", kubeconfig, f"--listen={st.informer_address}"],
+            "manager": [*cli, "manager", kubeconfig, f"--listen={st.manager_address}"],
+        }
+        for name, argv in services.items():
+            self._launch(name, argv, config)
+            address = st.informer_address if name == "informer" else st.manager_address
+            self._wait_grpc_health(name, address, timeout, out)
+
+    def _wait_grpc_health(self, name: str, address: str, timeout: float, out: Progress) -> None:
+        from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
+
+        record = next(p for p in self.state.processes if p.name == name)
+        started = time.monotonic()
+        out.say(f"waiting for {name} (gRPC health at {address})")
+        with grpc.insecure_channel(address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                if not record.alive():
+                    raise self._failure(name, "exited during start-up")
+                try:
+                    reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        out.say(f"{name} is serving after {time.monotonic() - started:.1f}s")
+                        return
+                except grpc.RpcError:
+                    pass
+                waited = time.monotonic() - started
+                if waited > timeout:
+                    raise self._failure(name, f"was not serving after {timeout:.0f}s")
+                out.tick(f"still waiting for {name}: {waited:.0f}s")
+                time.sleep(0.2)
 
     def _jaeger_config(self) -> dict[str, Any]:
         p = self.state.ports
@@ -782,6 +838,8 @@ class LocalCluster:
             "server": self.state.server,
             "jaeger_query_url": self.jaeger_query_url,
             "otlp_endpoint": self.otlp_endpoint,
+            "informer": self.state.informer_address,
+            "manager": self.state.manager_address,
             "started_at": self.state.started_at,
             "startup_seconds": self.state.startup_seconds,
             "components": [
