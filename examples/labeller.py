@@ -24,7 +24,7 @@ from steward.kube import ApiStatusError, KubeClient, NotFoundError, load_access
 from steward.runtime import Request, Result, TraceContext
 from steward.runtime.controller import Controller, ControllerBuilder, ControllerOptions
 from steward.runtime.mirror import Mirror, resource_type
-from steward.runtime.session import SessionOptions
+from steward.runtime.session import RegistrationRefusedError, SessionOptions
 from steward.runtime.source import labels_changed
 
 NAME = "configmap-labeller"
@@ -106,8 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--standby", action="store_true", help="stand by if another is active")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(args))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_main(args))
+    except RegistrationRefusedError as err:
+        print(f"labeller: {err}", file=sys.stderr)
+        return 1
     return 0
 
 
