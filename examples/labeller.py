@@ -55,14 +55,12 @@ class Labeller:
                 "resourceVersion": obj.resource_version,
             }
         }
-        headers = contexts[0].to_carrier() if contexts else {}
-        try:
+        try:  # sent with the reconcile span's traceparent (KubeClient adds it)
             await self.api.arequest(
                 "PATCH",
                 f"/api/v1/namespaces/{request.namespace}/configmaps/{request.name}",
                 patch,
                 content_type="application/merge-patch+json",
-                headers=headers,
             )
         except NotFoundError:
             return Result()

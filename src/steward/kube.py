@@ -23,9 +23,29 @@ from typing import Any, TypeVar
 
 import orjson
 import urllib3
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 _T = TypeVar("_T")
+
+_tracer = trace.get_tracer("steward.kube")
+_propagator = TraceContextTextMapPropagator()
+
+
+def route(path: str) -> str:
+    """A low-cardinality name for an API path: namespace and object name replaced, e.g.
+    ``/api/v1/namespaces/{namespace}/pods/{name}/status``."""
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    base = 2 if parts[:1] == ["api"] else 3
+    out = parts[:base]
+    rest = parts[base:]
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        out += ["namespaces", "{namespace}"]
+        rest = rest[2:]
+    if len(rest) >= 2:
+        rest = [rest[0], "{name}", *rest[2:]]
+    return "/" + "/".join(out + rest)
 
 
 class ApiError(Exception):
@@ -230,12 +250,29 @@ class KubeClient:
         content_type: str = "application/json",
         headers: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """:meth:`request` on this client's threads."""
+        """:meth:`request` on this client's threads, as a client span of the current trace
+        whose context is sent as ``traceparent`` (unless ``headers`` carries one), so the
+        API server's own spans join the trace."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor,
-            lambda: self.request(method, path, body, content_type=content_type, headers=headers),
-        )
+        with _tracer.start_as_current_span(
+            f"{method} {route(path)}",
+            kind=trace.SpanKind.CLIENT,
+            attributes={"http.request.method": method, "url.path": path},
+        ) as span:
+            sent = dict(headers or {})
+            if "traceparent" not in sent:
+                _propagator.inject(sent)
+            try:
+                return await loop.run_in_executor(
+                    self._executor,
+                    lambda: self.request(
+                        method, path, body, content_type=content_type, headers=sent
+                    ),
+                )
+            except ApiStatusError as err:
+                span.set_attribute("http.response.status_code", err.status)
+                span.set_status(trace.StatusCode.ERROR, err.message)
+                raise
 
     def ensure_namespace(self, namespace: str) -> None:
         """Create ``namespace`` unless it exists."""

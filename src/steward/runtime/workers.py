@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from opentelemetry.trace import Span, StatusCode
 from prometheus_client import CollectorRegistry
 
 from steward.runtime.clock import Clock, MonotonicClock
@@ -21,6 +22,7 @@ from steward.runtime.metrics import (
     metrics_for,
 )
 from steward.runtime.reconcile import Reconciler, Request, Result, TerminalError
+from steward.runtime.tracing import reconcile_span
 from steward.runtime.workqueue import QueueItem, WorkQueue
 
 log = logging.getLogger(__name__)
@@ -195,15 +197,27 @@ class WorkerPool:
 
     async def _reconcile(self, item: QueueItem[Request]) -> None:
         key = item.key
+        attempt = self.queue.num_requeues(key)
+        with reconcile_span(self.name, str(key), item.contexts, attempt) as span:
+            await self._reconcile_in(item, span)
+
+    async def _reconcile_in(self, item: QueueItem[Request], span: Span) -> None:
+        key = item.key
         started = self._clock.now()
         try:
             result = await self._reconciler.reconcile(key, item.contexts)
         except TerminalError as err:
+            span.record_exception(err)
+            span.set_status(StatusCode.ERROR, f"terminal: {err}")
+            span.set_attribute("steward.result", RESULT_ERROR)
             self.queue.forget(key)
             self._metrics.terminal_error()
             self._record_error(key, err, terminal=True, started=started)
             return
         except Exception as err:
+            span.record_exception(err)
+            span.set_status(StatusCode.ERROR, str(err))
+            span.set_attribute("steward.result", RESULT_ERROR)
             self.queue.add_rate_limited(key, item.contexts)
             self._record_error(key, err, terminal=False, started=started)
             return
@@ -222,6 +236,9 @@ class WorkerPool:
         else:
             self.queue.forget(key)
             outcome = RESULT_SUCCESS
+        span.set_attribute("steward.result", outcome)
+        if result.requeue_after > 0:
+            span.set_attribute("steward.requeue_after_seconds", result.requeue_after)
         self._finish(outcome, started)
 
     def _record_error(

@@ -1,0 +1,67 @@
+"""Trace spans of the runtime: one span per reconcile, linked to the events that caused it.
+
+The reconcile span's parent is the context of the first event coalesced into the key
+(started by the informer when it received the event); every other coalesced event's
+context becomes a link, so one reconcile caused by several events shows all of them.
+While the span is current, :func:`outgoing_headers` gives the ``traceparent`` to send
+with API writes (``steward.kube.KubeClient`` adds it to each request on its own).
+
+Without a configured OpenTelemetry SDK every call here is a cheap no-op; malformed
+incoming contexts are ignored (the span then starts a trace of its own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from steward.runtime.workqueue import TraceContext
+
+_tracer = trace.get_tracer("steward.runtime")
+_propagator = TraceContextTextMapPropagator()
+
+
+def _extract(ctx: TraceContext) -> otel_context.Context | None:
+    extracted = _propagator.extract(ctx.to_carrier())
+    if not trace.get_current_span(extracted).get_span_context().is_valid:
+        return None
+    return extracted
+
+
+@contextmanager
+def reconcile_span(
+    controller: str, key: str, contexts: Sequence[TraceContext], attempt: int
+) -> Iterator[trace.Span]:
+    """Run the body inside the reconcile span of ``key`` (see the module docs).
+
+    Exceptions are recorded on the span and set its status to error, then re-raised.
+    """
+    parents = [c for c in (_extract(ctx) for ctx in contexts) if c is not None]
+    parent = parents[0] if parents else None
+    links = [trace.Link(trace.get_current_span(c).get_span_context()) for c in parents[1:]]
+    with _tracer.start_as_current_span(
+        f"reconcile {controller}",
+        context=parent,
+        kind=trace.SpanKind.INTERNAL,
+        links=links,
+        attributes={
+            "steward.controller": controller,
+            "steward.key": key,
+            "steward.attempt": attempt,
+            "steward.coalesced_events": len(contexts),
+        },
+    ) as span:
+        yield span
+
+
+def outgoing_headers() -> dict[str, str]:
+    """The ``traceparent``/``tracestate`` of the current span, for an outgoing request
+    (empty when nothing is being traced)."""
+    carrier: dict[str, str] = {}
+    if trace.get_current_span().get_span_context().is_valid:
+        _propagator.inject(carrier)
+    return carrier

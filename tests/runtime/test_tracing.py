@@ -1,0 +1,108 @@
+"""The reconcile span: parent = first coalesced event, links = the others, attributes and
+errors recorded; API requests made inside it are its client spans and carry its context."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
+
+from steward.runtime import Request, Result, TraceContext, WorkerOptions, WorkerPool
+from steward.runtime.tracing import outgoing_headers
+
+pytestmark = [pytest.mark.unit, pytest.mark.asyncio]
+
+_EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+    elif _EXPORTER not in _exporters(provider):
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+    _EXPORTER.clear()
+    yield _EXPORTER
+    _EXPORTER.clear()
+
+
+def _exporters(provider: TracerProvider) -> list[object]:
+    processors = provider._active_span_processor._span_processors
+    return [getattr(p, "span_exporter", None) for p in processors]
+
+
+def ctx(trace_id: int, span_id: int) -> TraceContext:
+    return TraceContext(f"00-{trace_id:032x}-{span_id:016x}-01")
+
+
+class Recorder:
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.headers: list[dict[str, str]] = []
+        self.called = asyncio.Event()
+
+    async def reconcile(self, request: Request, contexts: Sequence[TraceContext]) -> Result:
+        self.headers.append(outgoing_headers())
+        self.called.set()
+        if self.fail:
+            raise RuntimeError("boom")
+        return Result(requeue_after=5.0)
+
+
+async def run_once(recorder: Recorder, contexts: list[TraceContext]) -> None:
+    pool = WorkerPool("traced", recorder, options=WorkerOptions(registry=CollectorRegistry()))
+    pool.queue.add(Request("ns", "a"), contexts)
+    task = asyncio.create_task(pool.run())
+    await asyncio.wait_for(recorder.called.wait(), 30)
+    await asyncio.sleep(0.05)  # let the worker finish the reconcile and end its span
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def reconciles(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name == "reconcile traced"]
+
+
+async def test_parent_is_the_first_event_and_links_are_the_others(
+    spans: InMemorySpanExporter,
+) -> None:
+    recorder = Recorder()
+    await run_once(recorder, [ctx(1, 1), ctx(2, 2), ctx(3, 3)])
+    (span,) = reconciles(spans)
+    assert span.parent is not None
+    assert (span.context.trace_id, span.parent.span_id) == (1, 1)
+    assert [(link.context.trace_id, link.context.span_id) for link in span.links] == [
+        (2, 2),
+        (3, 3),
+    ]
+    attributes = dict(span.attributes or {})
+    assert attributes["steward.controller"] == "traced"
+    assert attributes["steward.key"] == "ns/a"
+    assert attributes["steward.result"] == "requeue_after"
+    assert attributes["steward.requeue_after_seconds"] == 5.0
+    assert attributes["steward.coalesced_events"] == 3
+    # Writes made while reconciling carry the reconcile span's own context.
+    sent = recorder.headers[0]["traceparent"]
+    assert sent == f"00-{1:032x}-{span.context.span_id:016x}-01"
+
+
+async def test_an_exception_is_recorded_and_no_context_starts_a_trace(
+    spans: InMemorySpanExporter,
+) -> None:
+    await run_once(Recorder(fail=True), [TraceContext("not-a-traceparent")])
+    span = reconciles(spans)[0]
+    assert span.parent is None  # the malformed context is ignored
+    assert span.status.status_code == trace.StatusCode.ERROR
+    assert [e.name for e in span.events] == ["exception"]
+    assert dict(span.attributes or {})["steward.result"] == "error"
