@@ -26,6 +26,7 @@ from steward.runtime.controller import Controller, ControllerBuilder, Controller
 from steward.runtime.mirror import Mirror, resource_type
 from steward.runtime.session import RegistrationRefusedError, SessionOptions
 from steward.runtime.source import labels_changed
+from steward.telemetry import configure_tracing
 
 NAME = "configmap-labeller"
 LABEL = "steward.io/copy"
@@ -104,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--standby", action="store_true", help="stand by if another is active")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
+    configure_tracing(f"steward-controller-{NAME}")
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(_main(args))

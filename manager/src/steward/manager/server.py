@@ -41,6 +41,7 @@ from steward.manager.metrics import ManagerMetrics
 from steward.manager.registry import Registry, Timing
 from steward.manager.service import ManagerService
 from steward.serving import serve_until_signalled
+from steward.telemetry import configure_tracing
 from steward.v1 import manager_pb2, manager_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -375,6 +376,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"steward manager: error: {err}", file=sys.stderr)
         return 1
     try:
+        configure_tracing("steward-manager")
         asyncio.run(server.run())
     except KeyboardInterrupt:
         pass

@@ -279,7 +279,10 @@ class Reflector:
             counter.labels(self._resource, type_).inc()
             stored = StoredObject(orjson.dumps(obj), obj)
             rv = parse_resource_version(stored.resource_version, "object resource version")
-            traceparent, tracestate = _start_span(stored, self._resource, type_ or "")
+            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            traceparent, tracestate = _start_span(
+                stored, self._resource, type_ or "", annotations.get("traceparent")
+            )
             event = store.apply(kind, stored, rv, traceparent, tracestate)
             # Encode once at ingest, whatever the number of subscribers (see wire.py).
             event.wire = encode_event(event, self._rtype_field)
@@ -288,10 +291,19 @@ class Reflector:
             self.fanout.publish(self.name, batch)
 
 
-def _start_span(obj: StoredObject, resource: str, type_: str) -> tuple[str, str]:
-    """Start and end the span of one received event; its W3C context, or empty strings."""
+def _start_span(
+    obj: StoredObject, resource: str, type_: str, parent: str | None = None
+) -> tuple[str, str]:
+    """Start and end the span of one received event; its W3C context, or empty strings.
+
+    ``parent`` is the object's ``traceparent`` annotation (KEP-5915's convention): the
+    event then continues that trace, so whatever wrote the object is the root of what its
+    events cause. A malformed annotation is ignored (the span starts a trace of its own).
+    """
+    context = _propagator.extract({"traceparent": parent}) if parent else None
     span = _tracer.start_span(
         f"informer {type_} {resource}",
+        context=context,
         kind=trace.SpanKind.CONSUMER,
         attributes={
             "k8s.resource": resource,

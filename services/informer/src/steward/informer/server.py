@@ -28,6 +28,7 @@ from steward.informer.reflector import ReflectorOptions, Reflectors
 from steward.informer.service import InformerService, ServiceOptions, add_to_server
 from steward.kube import ApiError, ClusterAccess, load_access
 from steward.serving import serve_until_signalled
+from steward.telemetry import configure_tracing
 from steward.v1 import informer_pb2
 
 log = logging.getLogger(__name__)
@@ -251,23 +252,6 @@ def options_from_args(args: argparse.Namespace) -> InformerOptions:
     )
 
 
-def _configure_tracing() -> None:
-    """Export spans over OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set; else no-op."""
-    if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-        return
-    from opentelemetry import trace
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    provider = TracerProvider(
-        resource=Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "informer")})
-    )
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    trace.set_tracer_provider(provider)
-
-
 def main(args: argparse.Namespace) -> int:
     """Run the informer until signalled: 0 on a clean stop, 2 for bad flags, 1 when it
     cannot start (no API server configuration, address in use); errors go to stderr."""
@@ -284,7 +268,7 @@ def main(args: argparse.Namespace) -> int:
     except ApiError as err:
         print(f"steward informer: error: {err}", file=sys.stderr)
         return 1
-    _configure_tracing()
+    configure_tracing("steward-informer")
     try:
         asyncio.run(server.run())
     except KeyboardInterrupt:
