@@ -189,7 +189,52 @@ def build_parser() -> argparse.ArgumentParser:
     )
     controllers.add_argument("--timeout", type=float, default=10.0, help="seconds to wait")
     controllers.add_argument("--json", action="store_true", help="print JSON")
+    trace_cmd = sub.add_parser(
+        "trace",
+        help="print an object's latest trace from Jaeger as a waterfall",
+        description=(
+            "Find the latest traces of an object through the informer's event spans in "
+            "Jaeger (query API) and print the newest as a waterfall: every span, from the "
+            "informer's event to the reconcile, its API writes and kube-apiserver's own "
+            "spans, with offsets, durations and bars, then the trace's Jaeger link."
+        ),
+    )
+    trace_cmd.add_argument("object", metavar="KIND/NAME", help="e.g. job/pi or configmap/x")
+    trace_cmd.add_argument("-n", "--namespace", default="default", help="(default: default)")
+    trace_cmd.add_argument(
+        "--jaeger",
+        default=None,
+        help="Jaeger query URL (default: $STEWARD_JAEGER_QUERY_URL, else the local cluster's)",
+    )
+    trace_cmd.add_argument("--traces", type=int, default=1, help="how many traces to print")
+    _add_cluster_target(trace_cmd)
     return parser
+
+
+def _cmd_trace(args: argparse.Namespace) -> int:
+    from steward import traces
+
+    kind, sep, name = args.object.partition("/")
+    if not sep or not kind or not name:
+        print("steward trace: error: give the object as KIND/NAME, e.g. job/pi", file=sys.stderr)
+        return 2
+    jaeger = args.jaeger or os.environ.get("STEWARD_JAEGER_QUERY_URL")
+    if not jaeger:
+        jaeger = LocalCluster.find(_config(args)).jaeger_query_url
+    try:
+        found = traces.find_traces(jaeger, kind, args.namespace, name)
+    except traces.TraceError as err:
+        print(f"steward trace: error: {err}", file=sys.stderr)
+        return 1
+    if not found:
+        print(
+            f"steward trace: no trace of {args.object} in namespace {args.namespace} "
+            f"in {jaeger} (are the services exporting to it? OTEL_EXPORTER_OTLP_ENDPOINT)",
+            file=sys.stderr,
+        )
+        return 1
+    print("\n\n".join(traces.render(jaeger, t) for t in found[: args.traces]))
+    return 0
 
 
 _STATES = {
@@ -347,6 +392,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return manager_server.main(args)
         if args.command == "controllers":
             return _cmd_controllers(args)
+        if args.command == "trace":
+            return _cmd_trace(args)
     except ClusterError as err:
         print(f"steward: error: {err}", file=sys.stderr)
         return 1

@@ -1,0 +1,146 @@
+"""``steward trace``: the waterfall's layout, and a real trace from a real Jaeger."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from steward.cluster import LocalCluster
+from steward.traces import Span, waterfall
+from steward.v1 import informer_pb2 as pb
+from steward.v1 import informer_pb2_grpc as pb_grpc
+
+BIN = Path(sys.executable).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.mark.unit
+def test_waterfall_orders_children_under_parents_and_scales_bars() -> None:
+    spans = [
+        Span("c", "b", "apiserver", "etcd put", 1_500, 500, False),
+        Span("a", "", "steward-informer", "event", 0, 4_000, False),
+        Span("b", "a", "steward-controller-x", "reconcile", 1_000, 2_000, True),
+    ]
+    lines = waterfall(spans, width=8)
+    assert [line.split(":")[0].strip() for line in lines] == [
+        "steward-informer",
+        "steward-controller-x",
+        "apiserver",
+    ]
+    assert lines[1].startswith("  steward-controller-x: reconcile")
+    assert lines[2].startswith("    apiserver: etcd put")
+    assert lines[0].endswith("|████████|")
+    assert lines[1].endswith("|  !!!!  |")  # an error span is drawn with '!'
+    assert "1.0 ms" in lines[1]
+
+
+@pytest.mark.integration
+def test_steward_trace_prints_the_informers_event_span(
+    cluster: LocalCluster, core: client.CoreV1Api, namespace: str
+) -> None:
+    import grpc
+
+    env = dict(
+        os.environ,
+        OTEL_EXPORTER_OTLP_ENDPOINT=cluster.otlp_endpoint,
+        OTEL_BSP_SCHEDULE_DELAY="200",
+    )
+    address = f"127.0.0.1:{_free_port()}"
+    proc = subprocess.Popen(
+        [
+            str(BIN / "steward"),
+            "informer",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--listen",
+            address,
+        ],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with grpc.insecure_channel(address) as channel:
+            grpc.channel_ready_future(channel).result(timeout=60)
+            stub = pb_grpc.InformerServiceStub(channel)
+            request = pb.WatchRequest(
+                targets=[pb.WatchTarget(type=pb.ResourceType(version="v1", resource="configmaps"))],
+                namespace=namespace,
+            )
+            stream = stub.Watch(request)
+            next(stream)  # the snapshot: the reflector is running
+            core.create_namespaced_config_map(
+                namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="traced"))
+            )
+            for response in stream:
+                if any(e.metadata.name == "traced" for e in response.events):
+                    break
+            stream.cancel()
+        deadline = time.monotonic() + 60
+        out = subprocess.CompletedProcess(args=[], returncode=1, stdout="", stderr="")
+        while time.monotonic() < deadline:
+            out = subprocess.run(
+                [
+                    str(BIN / "steward"),
+                    "trace",
+                    "configmap/traced",
+                    "-n",
+                    namespace,
+                    "--jaeger",
+                    cluster.jaeger_query_url,
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if out.returncode == 0:
+                break
+            time.sleep(1)
+        assert out.returncode == 0, out.stderr
+        assert "steward-informer: informer ADDED configmaps.v1" in out.stdout
+        assert f"Jaeger: {cluster.jaeger_query_url}/trace/" in out.stdout
+        missing = subprocess.run(
+            [
+                str(BIN / "steward"),
+                "trace",
+                "configmap/none",
+                "-n",
+                namespace,
+                "--jaeger",
+                cluster.jaeger_query_url,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert missing.returncode == 1
+        assert "no trace of configmap/none" in missing.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert json.loads("{}") == {}
+
+
+class socket_port:
+    def __enter__(self) -> int:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        port: int = self.sock.getsockname()[1]
+        return port
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
