@@ -130,17 +130,3 @@ def test_steward_trace_prints_the_informers_event_span(
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    assert json.loads("{}") == {}
-
-
-class socket_port:
-    def __enter__(self) -> int:
-        import socket
-
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        port: int = self.sock.getsockname()[1]
-        return port
-
-    def __exit__(self, *exc: object) -> None:
-        self.sock.close()
