@@ -4,10 +4,13 @@ compared field by field."""
 from __future__ import annotations
 
 import asyncio
+import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from steward.controllers.job import indexes
 from steward.kube import KubeClient
 from tests.controllers.job.conftest import (
     Running,
@@ -18,6 +21,7 @@ from tests.controllers.job.conftest import (
     job_body,
     job_pods,
 )
+from tests.controllers.job.test_job_policies import disrupt_pod
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -103,3 +107,231 @@ async def test_same_final_status(
     upstream, steward = await run_both(kube, namespace, "diff", dict(spec), ending, fail)
     await asyncio.sleep(0)
     assert comparable(steward) == comparable(upstream)
+
+
+Act = Callable[[KubeClient, dict[str, Any], list[dict[str, Any]], dict[str, Any]], None]
+"""One step of a scenario: given the Job, its Pending pods by index and the scenario's own
+state, end some pods or change the Job."""
+
+
+def _pending(kube: KubeClient, ns: str, name: str) -> list[dict[str, Any]]:
+    found = [
+        p
+        for p in job_pods(kube, ns, name)
+        if p["status"].get("phase") == "Pending" and not p["metadata"].get("deletionTimestamp")
+    ]
+    return sorted(found, key=indexes.pod_index)
+
+
+def when_pending(count: int, *endings: tuple[int, int]) -> Act:
+    """Once ``count`` pods are Pending, end them: (position by index, exit code); an exit
+    code of -1 ends the pod the way an eviction does (DisruptionTarget)."""
+
+    def act(
+        kube: KubeClient, job: dict[str, Any], found: list[dict[str, Any]], state: dict[str, Any]
+    ) -> None:
+        if state.get("done") or len(found) != count:
+            return
+        for position, code in endings:
+            if code == -1:
+                disrupt_pod(kube, found[position])
+            else:
+                fail_pod(kube, found[position], exit_code=code)
+        state["ended"] = {found[position]["metadata"]["uid"] for position, _ in endings}
+        state["done"] = True
+
+    return act
+
+
+def in_turn(*acts: Act) -> Act:
+    """Each act once, in order, the next only once the pods the previous one ended are
+    no longer Pending."""
+
+    def act(
+        kube: KubeClient, job: dict[str, Any], found: list[dict[str, Any]], state: dict[str, Any]
+    ) -> None:
+        step = state.setdefault("step", 0)
+        if step >= len(acts):
+            return
+        inner = state.setdefault(f"state-{step}", {})
+        seen = {p["metadata"]["uid"] for p in found}
+        if seen & state.get("ended", set()):
+            return  # the pods the previous act ended do not show it yet
+        acts[step](kube, job, found, inner)
+        if inner.get("done"):
+            state["step"] = step + 1
+            state["ended"] = inner.get("ended", set())
+
+    return act
+
+
+def scale_indexed(completions: int, after_completed: str) -> Act:
+    """Set completions and parallelism once ``status.completedIndexes`` reads so."""
+
+    def act(
+        kube: KubeClient, job: dict[str, Any], found: list[dict[str, Any]], state: dict[str, Any]
+    ) -> None:
+        if (job.get("status") or {}).get("completedIndexes") != after_completed:
+            return
+        meta = job["metadata"]
+        kube.request(
+            "PATCH",
+            f"/apis/batch/v1/namespaces/{meta['namespace']}/jobs/{meta['name']}",
+            {"spec": {"completions": completions, "parallelism": completions}},
+            content_type="application/merge-patch+json",
+        )
+        state["done"] = True
+
+    return act
+
+
+def same_pod_names(view: dict[str, Any]) -> dict[str, Any]:
+    """``comparable`` with pod names in condition messages made alike (they are random)."""
+    view = dict(view)
+    view["conditions"] = [
+        (t, s, r, re.sub(r"(?i)pod \S+/\S+", "pod <pod>", m or ""))
+        for t, s, r, m in view["conditions"]
+    ]
+    return view
+
+
+async def run_both_scripted(
+    kube: KubeClient, ns: str, name: str, spec: dict[str, Any], ending: str, act: Act
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Create the Job twice (upstream's, Steward's), drive both with ``act`` side by side,
+    and wait for both to reach the ``ending`` condition."""
+    names = {False: f"{name}-upstream", True: f"{name}-steward"}
+    for managed, job_name in names.items():
+        kube.request(
+            "POST",
+            f"/apis/batch/v1/namespaces/{ns}/jobs",
+            job_body(job_name, managed=managed, **spec),
+        )
+    states: dict[str, dict[str, Any]] = {n: {} for n in names.values()}
+    ended: dict[str, dict[str, Any]] = {}
+
+    def step() -> bool:
+        for job_name in names.values():
+            if job_name in ended:
+                continue
+            job = get_job(kube, ns, job_name)
+            if condition(job, ending):
+                ended[job_name] = job
+                continue
+            act(kube, job, _pending(kube, ns, job_name), states[job_name])
+        return len(ended) == len(names)
+
+    await eventually(step, f"{name} {ending} under both controllers", within=180.0)
+    return ended[names[False]], ended[names[True]]
+
+
+POLICY_FAIL_JOB_42 = {
+    "rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]
+}
+POLICY_IGNORE_DISRUPTION = {
+    "rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    ]
+}
+POLICY_FAIL_INDEX_3 = {
+    "rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [3]}}]
+}
+INDEXED = {"completionMode": "Indexed", "pod_spec": UNSCHEDULABLE}
+
+
+@pytest.mark.parametrize(
+    ("spec", "ending", "act"),
+    [
+        (
+            {
+                "parallelism": 2,
+                "completions": 2,
+                "podFailurePolicy": POLICY_FAIL_JOB_42,
+                "pod_spec": UNSCHEDULABLE,
+            },
+            "Failed",
+            when_pending(2, (0, 42)),
+        ),
+        (
+            {
+                "completions": 1,
+                "backoffLimit": 0,
+                "podFailurePolicy": POLICY_IGNORE_DISRUPTION,
+                "pod_spec": UNSCHEDULABLE,
+            },
+            "Complete",
+            in_turn(when_pending(1, (0, -1)), when_pending(1, (0, 0))),
+        ),
+        (
+            {"completions": 2, "parallelism": 2, "backoffLimitPerIndex": 0, **INDEXED},
+            "Failed",
+            when_pending(2, (0, 1), (1, 0)),
+        ),
+        (
+            {
+                "completions": 3,
+                "parallelism": 3,
+                "backoffLimitPerIndex": 0,
+                "maxFailedIndexes": 0,
+                **INDEXED,
+            },
+            "Failed",
+            when_pending(3, (1, 1)),
+        ),
+        (
+            {
+                "completions": 2,
+                "parallelism": 2,
+                "backoffLimitPerIndex": 1,
+                "podFailurePolicy": POLICY_FAIL_INDEX_3,
+                **INDEXED,
+            },
+            "Failed",
+            when_pending(2, (0, 3), (1, 0)),
+        ),
+        (
+            {
+                "completions": 3,
+                "parallelism": 3,
+                "successPolicy": {"rules": [{"succeededIndexes": "0,2"}]},
+                **INDEXED,
+            },
+            "Complete",
+            when_pending(3, (0, 0), (2, 0)),
+        ),
+        (
+            {"completions": 1, "podReplacementPolicy": "Failed", "pod_spec": UNSCHEDULABLE},
+            "Complete",
+            in_turn(when_pending(1, (0, 1)), when_pending(1, (0, 0))),
+        ),
+        (
+            {"completions": 4, "parallelism": 4, **INDEXED},
+            "Complete",
+            in_turn(
+                when_pending(4, (0, 0), (3, 0)),
+                scale_indexed(2, "0,3"),
+                when_pending(1, (0, 0)),
+            ),
+        ),
+    ],
+    ids=[
+        "fail-job",
+        "ignore-disruption",
+        "failed-indexes",
+        "max-failed-indexes",
+        "fail-index",
+        "success-policy",
+        "replacement-failed",
+        "elastic-indexed",
+    ],
+)
+async def test_same_final_status_with_policies(
+    kube: KubeClient,
+    namespace: str,
+    job_controller: Running,
+    spec: dict[str, Any],
+    ending: str,
+    act: Act,
+) -> None:
+    upstream, steward = await run_both_scripted(kube, namespace, "pol", dict(spec), ending, act)
+    assert same_pod_names(comparable(steward)) == same_pod_names(comparable(upstream))

@@ -11,6 +11,14 @@ INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 UNKNOWN = -1
 """The index of a pod without a valid completion index."""
 
+FAILURE_COUNT_KEY = "batch.kubernetes.io/job-index-failure-count"
+"""Annotation: counted failures of the pod's index before this pod (backoffLimitPerIndex)."""
+IGNORED_FAILURE_COUNT_KEY = "batch.kubernetes.io/job-index-ignored-failure-count"
+"""Annotation: failures of the pod's index before this pod that a podFailurePolicy Ignore
+rule did not count."""
+
+_MAX_INT32 = 2**31 - 1
+
 
 def pod_index(pod: dict[str, Any]) -> int:
     """The pod's completion index from its annotation, or :data:`UNKNOWN` when it is
@@ -19,6 +27,28 @@ def pod_index(pod: dict[str, Any]) -> int:
     if not isinstance(value, str) or not value.isdigit():
         return UNKNOWN
     return int(value)
+
+
+def _count_annotation(pod: dict[str, Any], key: str) -> int:
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(key)
+    if not isinstance(value, str):
+        return 0
+    try:
+        count = int(value)
+    except ValueError:
+        return 0
+    return count if 0 <= count <= _MAX_INT32 else 0
+
+
+def failure_count(pod: dict[str, Any]) -> int:
+    """The pod's :data:`FAILURE_COUNT_KEY` annotation; 0 when missing, not an integer,
+    negative or beyond int32 (as upstream, a tampered value must not wedge the index)."""
+    return _count_annotation(pod, FAILURE_COUNT_KEY)
+
+
+def ignored_failure_count(pod: dict[str, Any]) -> int:
+    """The pod's :data:`IGNORED_FAILURE_COUNT_KEY` annotation; 0 when missing or invalid."""
+    return _count_annotation(pod, IGNORED_FAILURE_COUNT_KEY)
 
 
 Interval = tuple[int, int]

@@ -12,6 +12,27 @@ writes between them::
 
 Nothing here raises on odd input: missing fields take the API server's defaults, a bad
 completion index makes a pod count as having none, a malformed timestamp is ignored.
+
+Besides parallelism, completions and ``backoffLimit``, a sync applies
+``podFailurePolicy`` (:mod:`.failure_policy`; FailJob sets FailureTarget with reason
+PodFailurePolicy, Ignore keeps a failure out of ``status.failed``), ``backoffLimitPerIndex``
+and ``maxFailedIndexes`` (the index failure-count annotations, ``status.failedIndexes``,
+reasons FailedIndexes and MaxFailedIndexesExceeded), ``successPolicy``
+(:mod:`.success_policy`; SuccessCriteriaMet with reason SuccessPolicy, the rest of the pods
+terminated), ``podReplacementPolicy`` (with Failed, a terminating pod is neither counted nor
+replaced until it is Failed) and elastic Indexed Jobs (indexes at or past ``completions``
+are deleted and no longer counted), all as upstream's v1.37 job controller does.
+
+Differences from upstream kept on purpose (none shows in a final status):
+
+* When pod re-creation is held back by a backoff, upstream's ``manageJob`` reports
+  ``status.active`` as 0 for that sync although pods still run; here ``active`` stays the
+  number of active pods, which is what the field documents.
+* With ``backoffLimitPerIndex``, when some indexes can be re-created now and others are
+  still in their backoff, upstream requeues nothing and waits for a later pod event to
+  come back for the others; here the sync also asks to be requeued after the shortest
+  remaining backoff, so a quiet Job does not wait for an unrelated event. It only syncs
+  earlier; the decisions are the same.
 """
 
 from __future__ import annotations
@@ -21,7 +42,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from steward.controllers.job import indexes, pods
+from steward.controllers.job import failure_policy, indexes, pods, success_policy
 from steward.controllers.job.pods import TRACKING_FINALIZER, format_time
 
 MAX_UNCOUNTED = 500
@@ -36,6 +57,8 @@ MAX_BACKOFF = 600.0
 """The longest re-creation delay in seconds."""
 
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+MAX_INT32 = 2**31 - 1
+"""The API server's default ``backoffLimit`` when ``backoffLimitPerIndex`` is set."""
 
 
 def job_finished(job: dict[str, Any]) -> bool:
@@ -71,6 +94,10 @@ def pod_failed(pod: dict[str, Any], job: dict[str, Any]) -> bool:
     if only_replace_failed(job):
         return False
     return pods.deleting(pod) and pods.phase(pod) != "Succeeded"
+
+
+def _earlier(current: float | None, wait: float) -> float:
+    return wait if current is None else min(wait, current)
 
 
 def slow_start_batches(count: int) -> list[int]:
@@ -210,7 +237,9 @@ class JobSync:
     ``pods`` are the pods the Job controls (adoption is done already);
     ``expectations_satisfied`` is False while creations or deletions made earlier have not
     shown up yet — the sync then counts and reports but creates and deletes nothing;
-    ``expected_removals`` are UIDs of pods whose finalizer removal is in flight.
+    ``expected_removals`` are UIDs of pods whose finalizer removal is in flight;
+    ``backoff`` is the Job's re-creation backoff so far (per-index backoffs are read from
+    the pods' failure-count annotations instead, so they survive a restart).
     """
 
     def __init__(
@@ -234,7 +263,20 @@ class JobSync:
         self.indexed = is_indexed(job)
         self.completions: int | None = self.spec.get("completions")
         self.parallelism = int(self.spec.get("parallelism", 1))
-        self.backoff_limit = int(self.spec.get("backoffLimit", 6))
+        limit_per_index = self.spec.get("backoffLimitPerIndex")
+        self.per_index_limit: int | None = (
+            int(limit_per_index) if self.indexed and limit_per_index is not None else None
+        )
+        """``backoffLimitPerIndex`` of an Indexed Job, else None."""
+        self.backoff_limit = int(
+            self.spec.get("backoffLimit", 6 if self.per_index_limit is None else MAX_INT32)
+        )
+        self.failure_policy: dict[str, Any] | None = self.spec.get("podFailurePolicy") or None
+        self.failed_indexes: list[indexes.Interval] | None = None
+        """Failed indexes (backoffLimitPerIndex only), as of :meth:`plan`."""
+        self.delayed: dict[int, dict[str, Any]] = {}
+        """Per index, the failed pod whose finalizer stays until its replacement exists
+        (so the replacement can carry the index's failure counts)."""
         self.active_pods = [p for p in pod_list if pods.active(p)]
         self.terminating = sum(1 for p in pod_list if pods.terminating(p))
         self.finished: dict[str, Any] | None = None
@@ -260,7 +302,8 @@ class JobSync:
         self.succeeded = (
             int(st.get("succeeded", 0)) + len(new_succeeded) + len(self.uncounted_succeeded)
         )
-        self.failed = int(st.get("failed", 0)) + len(new_failed) + len(self.uncounted_failed)
+        counted_failures = sum(1 for p in new_failed if self._policy(p).counts)
+        self.failed = int(st.get("failed", 0)) + counted_failures + len(self.uncounted_failed)
         self.ready = sum(1 for p in self.active_pods if pods.ready(p))
         if st.get("startTime") is None and not is_suspended(self.job):
             st["startTime"] = format_time(self.now)
@@ -275,6 +318,10 @@ class JobSync:
             if target is not None and target.get("status") == "True":
                 self.finished = new_condition(
                     "Failed", "True", target.get("reason", ""), target.get("message", ""), self.now
+                )
+            elif (message := self._fail_job_message()) is not None:
+                self.finished = new_condition(
+                    "FailureTarget", "True", "PodFailurePolicy", message, self.now
                 )
         if self.finished is None:
             if self.failed > self.backoff_limit or self._past_backoff_on_failure():
@@ -312,6 +359,35 @@ class JobSync:
             }
             self.succeeded_indexes = indexes.merge(self._prev_indexes, done)
             self.succeeded = indexes.total(self.succeeded_indexes)
+            if self.per_index_limit is not None:
+                self.failed_indexes = self._failed_indexes(completions)
+                failed_count = indexes.total(self.failed_indexes)
+                max_failed = self.spec.get("maxFailedIndexes")
+                if self.finished is None and max_failed is not None and failed_count > max_failed:
+                    self.finished = new_condition(
+                        "FailureTarget",
+                        "True",
+                        "MaxFailedIndexesExceeded",
+                        "Job has exceeded the specified maximal number of failed indexes",
+                        self.now,
+                    )
+                elif (
+                    self.finished is None
+                    and failed_count > 0
+                    and failed_count + self.succeeded >= completions
+                ):
+                    self.finished = new_condition(
+                        "FailureTarget", "True", "FailedIndexes", "Job has failed indexes", self.now
+                    )
+                self.delayed = self._delayed_deletions(completions)
+            if self.finished is None:
+                matched = success_policy.match(
+                    self.spec.get("successPolicy"), completions, self.succeeded_indexes
+                )
+                if matched is not None:
+                    self.finished = new_condition(
+                        "SuccessCriteriaMet", "True", "SuccessPolicy", matched, self.now
+                    )
 
         if self.finished is not None:
             self._terminal_path = True
@@ -319,6 +395,63 @@ class JobSync:
         elif self.satisfied and not (self.job.get("metadata") or {}).get("deletionTimestamp"):
             self._manage_called = True
             self._manage(out)
+        return out
+
+    def _policy(self, pod: dict[str, Any]) -> failure_policy.PolicyMatch:
+        return failure_policy.match(self.failure_policy, pod)
+
+    def _fail_job_message(self) -> str | None:
+        if self.failure_policy is None:
+            return None
+        for p in self.pods:
+            if pod_failed(p, self.job):
+                message = self._policy(p).message
+                if message is not None:
+                    return message
+        return None
+
+    def _index_failed(self, pod: dict[str, Any]) -> bool:
+        if not pod_failed(pod, self.job):
+            return False
+        outcome = self._policy(pod)
+        if outcome.action == failure_policy.FAIL_INDEX:
+            return True
+        return outcome.counts and indexes.failure_count(pod) >= (self.per_index_limit or 0)
+
+    def _failed_indexes(self, completions: int) -> list[indexes.Interval]:
+        prev = indexes.parse_intervals(self.status.get("failedIndexes"), completions)
+        new = {
+            ix
+            for p in self.pods
+            if pods.has_finalizer(p)
+            and 0 <= (ix := indexes.pod_index(p)) < completions
+            and self._index_failed(p)
+        }
+        return indexes.merge(prev, new)
+
+    def _delayed_deletions(self, completions: int) -> dict[int, dict[str, Any]]:
+        active_indexes = {indexes.pod_index(p) for p in self.active_pods}
+        failed = self.failed_indexes or []
+        out: dict[int, dict[str, Any]] = {}
+        for p in self.pods:
+            if not pods.has_finalizer(p) or pods.uid(p) in self.expected_removals:
+                continue
+            ix = indexes.pod_index(p)
+            if not 0 <= ix < completions or not pod_failed(p, self.job):
+                continue
+            if (
+                indexes.contains(self.succeeded_indexes, ix)
+                or indexes.contains(failed, ix)
+                or ix in active_indexes
+            ):
+                continue
+            last = out.get(ix)
+            if last is None or (
+                indexes.failure_count(last) + indexes.ignored_failure_count(last)
+                <= indexes.failure_count(p) + indexes.ignored_failure_count(p)
+                and pods.finished_time(p, self.now) >= pods.finished_time(last, self.now)
+            ):
+                out[ix] = p
         return out
 
     def _new_finished(self, keep: Any) -> list[dict[str, Any]]:
@@ -371,13 +504,19 @@ class JobSync:
         diff = want - terminating - active
         if diff <= 0:
             return
-        wait = self.new_backoff.remaining(self.now)
-        if wait > 0:
-            out.requeue_after = wait if out.requeue_after is None else min(wait, out.requeue_after)
-            return
+        if self.per_index_limit is None:
+            wait = self.new_backoff.remaining(self.now)
+            if wait > 0:
+                out.requeue_after = _earlier(out.requeue_after, wait)
+                return
         diff = min(diff, MAX_CREATE_DELETE)
         if self.indexed:
-            out.create = [self.pod_body(ix) for ix in self._pending_indexes(diff)]
+            pending = self._pending_indexes(diff)
+            if self.per_index_limit is not None:
+                pending, wait = self._indexes_past_backoff(pending)
+                if wait > 0:
+                    out.requeue_after = _earlier(out.requeue_after, wait)
+            out.create = [self.pod_body(ix) for ix in pending]
         else:
             out.create = [self.pod_body(None) for _ in range(diff)]
 
@@ -407,13 +546,47 @@ class JobSync:
         taken = {indexes.pod_index(p) for p in self.active_pods}
         if only_replace_failed(self.job):
             taken |= {indexes.pod_index(p) for p in self.pods if pods.terminating(p)}
+        failed = self.failed_indexes or []
         out: list[int] = []
         for ix in range(completions):
             if len(out) >= count:
                 break
-            if ix not in taken and not indexes.contains(self.succeeded_indexes, ix):
+            if (
+                ix not in taken
+                and not indexes.contains(self.succeeded_indexes, ix)
+                and not indexes.contains(failed, ix)
+            ):
                 out.append(ix)
         return out
+
+    def _indexes_past_backoff(self, candidates: list[int]) -> tuple[list[int], float]:
+        """The candidate indexes whose own re-creation backoff is over, and the shortest
+        wait among the others (0 when none waits)."""
+        ready: list[int] = []
+        wait = 0.0
+        for ix in candidates:
+            last = self.delayed.get(ix)
+            left = 0.0
+            if last is not None:
+                failures = indexes.failure_count(last) + indexes.ignored_failure_count(last) + 1
+                record = BackoffRecord(failures, pods.finished_time(last, self.now))
+                left = record.remaining(self.now)
+            if left <= 0:
+                ready.append(ix)
+            elif wait == 0.0 or left < wait:
+                wait = left
+        return ready, wait
+
+    def _new_failure_counts(self, replaced: dict[str, Any] | None) -> tuple[int, int]:
+        if replaced is None:
+            return 0, 0
+        counted = indexes.failure_count(replaced)
+        ignored = indexes.ignored_failure_count(replaced)
+        if self._policy(replaced).counts:
+            counted += 1
+        else:
+            ignored += 1
+        return counted, ignored
 
     def pod_body(self, index: int | None) -> dict[str, Any]:
         """A pod for the Job from its template: owner reference, tracking finalizer, and
@@ -434,6 +607,11 @@ class JobSync:
             labels[indexes.INDEX_KEY] = str(index)
             if not spec.get("hostname"):
                 spec["hostname"] = f"{job_name}-{index}"
+            if self.per_index_limit is not None:
+                counted, ignored = self._new_failure_counts(self.delayed.get(index))
+                annotations[indexes.FAILURE_COUNT_KEY] = str(counted)
+                if ignored > 0:
+                    annotations[indexes.IGNORED_FAILURE_COUNT_KEY] = str(ignored)
             suffix = f"-{index}-"
             generate_name = f"{job_name[: 58 - len(suffix)]}{suffix}"
             for key in ("initContainers", "containers"):
@@ -570,7 +748,11 @@ class JobSync:
                 self.finished is not None and self.finished["type"] != "SuccessCriteriaMet"
             ):
                 ix = indexes.pod_index(p)
-                if u not in uncounted["failed"] and (not self.indexed or 0 <= ix < completions):
+                if (
+                    u not in uncounted["failed"]
+                    and (not self.indexed or 0 <= ix < completions)
+                    and self._policy(p).counts
+                ):
                     needs = True
                     uncounted["failed"].append(u)
             if (
@@ -586,6 +768,14 @@ class JobSync:
                 needs = True
             st["succeeded"] = indexes.total(self.succeeded_indexes)
             st["completedIndexes"] = text
+            if self.failed_indexes is not None:
+                failed_text = indexes.format_intervals(self.failed_indexes)
+                if failed_text != st.get("failedIndexes"):
+                    needs = True
+                st["failedIndexes"] = failed_text
+            elif "failedIndexes" in st:
+                needs = True
+                del st["failedIndexes"]
         if self.finished is not None and self.finished["type"] == "FailureTarget":
             conditions.append(self.finished)
             needs = True
@@ -604,7 +794,12 @@ class JobSync:
     def _can_remove_finalizer(self, pod: dict[str, Any], failed: bool) -> bool:
         if (self.job.get("metadata") or {}).get("deletionTimestamp") or self.finished is not None:
             return True
-        return pods.phase(pod) == "Succeeded" or failed
+        if pods.phase(pod) == "Succeeded":
+            return True
+        if not failed:
+            return False
+        delayed = self.delayed.get(indexes.pod_index(pod))
+        return delayed is None or pods.uid(delayed) != pods.uid(pod)
 
     def _clean_uncounted(self, with_finalizer: set[str]) -> bool:
         uncounted = self.status.setdefault("uncountedTerminatedPods", {})
