@@ -66,6 +66,7 @@ test: lint build ## lint, then every test tier against a real local control plan
 .PHONY: bench
 bench: build ## run the benchmarks: a table on screen, JSON in bench-results/
 	$(BIN)/python -m bench.informer
+	$(BIN)/python -m bench.job
 
 .PHONY: clean
 clean: ## remove the Python environment (the Go binary cache is kept)

@@ -105,7 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--steward",
         action="store_true",
-        help="also run Steward's informer and manager against the cluster (make up does)",
+        help=(
+            "also run Steward's informer, manager and Job controller against the cluster, "
+            "upstream's Job controller off unless --controllers says otherwise (make up does)"
+        ),
     )
     up.add_argument(
         "--apiserver-port",

@@ -170,7 +170,9 @@ class KubeClient:
         self.access = access
         self.user_agent = user_agent
         self.timeout = timeout
-        self._pool = pool_manager(access, num_pools=2, maxsize=8)
+        # One pooled connection per thread at least: past ``maxsize`` urllib3 opens (and
+        # then discards) a new TLS connection per request.
+        self._pool = pool_manager(access, num_pools=2, maxsize=max(8, workers))
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube")
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 import pytest
 from kubernetes import client
+from kubernetes import config as k8s_config
 
 from steward.cluster import (
     AlreadyUpError,
@@ -143,7 +144,7 @@ def test_down_leaves_no_process_alive(tmp_path: Path) -> None:
         state_dir=tmp_path / "c",
         nodes=1,
         die_with_parent=True,
-        steward=True,  # as make up: Steward's informer and manager too
+        steward=True,  # as make up: Steward's informer, manager and Job controller too
     )
     running = LocalCluster.up(cfg, progress=Progress(quiet=True))
     records = list(running.iter_processes())
@@ -156,7 +157,10 @@ def test_down_leaves_no_process_alive(tmp_path: Path) -> None:
         "kwok",
         "informer",
         "manager",
+        "job-controller",
     }
+    job_controller = next(r for r in records if r.name == "job-controller")
+    assert "steward.controllers.job.main" in job_controller.argv
     assert all(r.alive() for r in records)
     # The informer serves the cluster's objects.
     with grpc.insecure_channel(running.state.informer_address) as channel:
@@ -189,3 +193,60 @@ def test_component_exiting_at_startup_shows_its_log(tmp_path: Path) -> None:
     # Everything that was started has been stopped again.
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftover.stdout == "", leftover.stdout
+
+
+@pytest.mark.slow
+def test_steward_job_controller_completes_a_plain_job(tmp_path: Path) -> None:
+    cfg = ClusterConfig(
+        name="steward-test-jobs",
+        state_dir=tmp_path / "c",
+        nodes=1,
+        die_with_parent=True,
+        steward=True,  # as make up
+    )
+    running = LocalCluster.up(cfg, progress=Progress(quiet=True))
+    try:
+        assert running.state.controllers == "*,-job"  # upstream's Job controller is off
+        kcm = next(r for r in running.iter_processes() if r.name == "kube-controller-manager")
+        assert "--controllers=*,-job" in kcm.argv
+        api = k8s_config.new_client_from_config(config_file=str(running.kubeconfig))
+        batch = client.BatchV1Api(api)
+        job = client.V1Job(  # no spec.managedBy: what `kubectl apply` of a plain Job makes
+            metadata=client.V1ObjectMeta(name="plain"),
+            spec=client.V1JobSpec(
+                parallelism=2,
+                completions=3,
+                template=client.V1PodTemplateSpec(
+                    spec=client.V1PodSpec(
+                        restart_policy="Never",
+                        containers=[client.V1Container(name="work", image="busybox:1.36")],
+                    )
+                ),
+            ),
+        )
+        batch.create_namespaced_job("default", job)
+
+        def complete() -> client.V1JobStatus | None:
+            status = batch.read_namespaced_job_status("plain", "default").status
+            done = [
+                c for c in status.conditions or [] if c.type == "Complete" and c.status == "True"
+            ]
+            return status if done else None
+
+        status = _eventually(complete, what="Job 'plain' to be Complete")
+        assert status.succeeded == 3
+        assert not status.failed
+
+        def completed_by() -> set[str]:
+            events = client.CoreV1Api(api).list_namespaced_event(
+                "default", field_selector="involvedObject.name=plain"
+            )
+            return {str(e.reporting_component) for e in events.items if e.reason == "Completed"}
+
+        # Steward's controller says so in its Events (upstream's would be job-controller).
+        assert _eventually(completed_by, what="the Completed Event") == {
+            "steward.io/job-controller"
+        }
+        api.close()
+    finally:
+        running.down(progress=Progress(quiet=True))

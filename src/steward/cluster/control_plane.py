@@ -9,9 +9,11 @@ a running cluster from that directory and stop exactly the processes it started.
 Components start in dependency order, each waited on until healthy: Jaeger (so no span
 of the API server's start is lost) → etcd → kube-apiserver (``/readyz``) →
 kube-controller-manager → kube-scheduler → kwok; then the simulated nodes are created
-and waited on until ``Ready``. A component that exits or stays unhealthy stops the whole
-start-up: everything already started is stopped again and the error shows the
-component's last log lines.
+and waited on until ``Ready``. With ``ClusterConfig.steward`` (``make up``), Steward's
+informer, manager and Job controller follow, and kube-controller-manager runs without
+its own Job controller unless ``controllers`` says otherwise. A component that exits or
+stays unhealthy stops the whole start-up: everything already started is stopped again
+and the error shows the component's last log lines.
 
 # Ports
 Every port is picked free on 127.0.0.1 at start-up, so clusters run side by side
@@ -104,7 +106,8 @@ class ClusterConfig:
     """Number of simulated (kwok) nodes. Defaults to 3."""
     controllers: str = "*"
     """kube-controller-manager ``--controllers``: ``*``, ``foo``, ``-foo``, comma-separated.
-    Steward switches off the controllers it replaces here. Defaults to all (``*``)."""
+    Defaults to all (``*``); with ``steward`` and this default, the controllers Steward
+    runs itself are switched off (``*,-job``, see :meth:`kcm_controllers`)."""
     apiserver_port: int | None = None
     """Fixed kube-apiserver port; picked free when None (the default)."""
     die_with_parent: bool = False
@@ -112,11 +115,28 @@ class ClusterConfig:
     start_timeout: float = 180.0
     """Seconds each component may take to become healthy. Defaults to 180."""
     steward: bool = False
-    """Also run Steward's own services (the informer and the manager) against the
-    cluster, as ``make up`` does. Defaults to False (tests start their own)."""
+    """Also run Steward's own services (the informer, the manager and the Job controller)
+    against the cluster, as ``make up`` does. Defaults to False (tests start their own)."""
 
     def directory(self) -> Path:
         return self.state_dir if self.state_dir is not None else state_root() / self.name
+
+    def kcm_controllers(self) -> str:
+        """kube-controller-manager's ``--controllers``: :attr:`controllers`, except that
+        with :attr:`steward` and the default ``*`` upstream's Job controller is switched
+        off (``*,-job``), leaving Jobs to Steward's."""
+        if self.steward and self.controllers == "*":
+            return "*,-job"
+        return self.controllers
+
+
+def _upstream_runs(controllers: str, name: str) -> bool:
+    """Whether kube-controller-manager runs controller ``name`` with ``--controllers``
+    (``-name`` wins, then ``name``, then ``*``)."""
+    entries = [e.strip() for e in controllers.split(",")]
+    if f"-{name}" in entries:
+        return False
+    return name in entries or "*" in entries
 
 
 @dataclass
@@ -322,7 +342,7 @@ class LocalCluster:
             ports=ports,
             started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             nodes=config.nodes,
-            controllers=config.controllers,
+            controllers=config.kcm_controllers(),
         )
         cluster = cls(state)
         try:
@@ -527,7 +547,7 @@ class LocalCluster:
                 f"--secure-port={p['controller_manager']}",
                 f"--tls-cert-file={kcm_serving.cert}",
                 f"--tls-private-key-file={kcm_serving.key}",
-                f"--controllers={config.controllers}",
+                f"--controllers={config.kcm_controllers()}",
                 f"--service-account-private-key-file={sa.key}",
                 f"--root-ca-file={ca.pair.cert}",
                 f"--cluster-signing-cert-file={ca.pair.cert}",
@@ -602,7 +622,9 @@ class LocalCluster:
 
     def _start_steward(self, config: ClusterConfig, out: Progress, timeout: float) -> None:
         """Steward's informer and manager, as processes of this cluster (own logs, stopped
-        by ``down``), each waited on until its gRPC health service says SERVING."""
+        by ``down``), each waited on until its gRPC health service says SERVING; then
+        Steward's Job controller, waited on until the manager made it active. It takes
+        Jobs without ``spec.managedBy`` only when upstream's Job controller is off."""
         st = self.state
         cli = [sys.executable, "-m", "steward.cli"]
         kubeconfig = f"--kubeconfig={st.kubeconfig}"
@@ -614,6 +636,46 @@ class LocalCluster:
             self._launch(name, argv, config)
             address = st.informer_address if name == "informer" else st.manager_address
             self._wait_grpc_health(name, address, timeout, out)
+        unmanaged = not _upstream_runs(st.controllers, "job")
+        job = [
+            sys.executable,
+            "-m",
+            "steward.controllers.job.main",
+            kubeconfig,
+            f"--informer={st.informer_address}",
+            f"--manager={st.manager_address}",
+            "--take-unmanaged" if unmanaged else "--no-take-unmanaged",
+        ]
+        self._launch("job-controller", job, config)
+        self._wait_active("job-controller", "job", timeout, out)
+
+    def _wait_active(self, name: str, controller: str, timeout: float, out: Progress) -> None:
+        """Wait until the manager names an instance of ``controller`` as its holder."""
+        from steward.v1 import manager_pb2, manager_pb2_grpc
+
+        record = next(p for p in self.state.processes if p.name == name)
+        started = time.monotonic()
+        address = self.state.manager_address
+        out.say(f"waiting for {name} (active at the manager {address})")
+        with grpc.insecure_channel(address) as channel:
+            stub = manager_pb2_grpc.ManagerServiceStub(channel)
+            while True:
+                if not record.alive():
+                    raise self._failure(name, "exited during start-up")
+                try:
+                    reply = stub.GetController(
+                        manager_pb2.GetControllerRequest(name=controller), timeout=1.0
+                    )
+                    if reply.controller.holder:
+                        out.say(f"{name} is active after {time.monotonic() - started:.1f}s")
+                        return
+                except grpc.RpcError:
+                    pass  # not registered yet
+                waited = time.monotonic() - started
+                if waited > timeout:
+                    raise self._failure(name, f"was not active after {timeout:.0f}s")
+                out.tick(f"still waiting for {name}: {waited:.0f}s")
+                time.sleep(0.2)
 
     def _wait_grpc_health(self, name: str, address: str, timeout: float, out: Progress) -> None:
         from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]

@@ -72,9 +72,13 @@ class ProcessRecord:
         return cls(**data)
 
 
+# Resolved now, in the parent: between fork and exec (where _die_with_parent runs) a
+# process with other threads must not load libraries or take locks, only call this.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def spawn(
