@@ -158,11 +158,9 @@ def render(jaeger: str, trace: dict[str, Any]) -> str:
         f"trace {trace['traceID']}: {len(spans)} spans from {len(services)} services "
         f"({', '.join(services)})"
     )
-    columns = f"{'':2}{'offset':>10} {'duration':>11}"
     return "\n".join(
         [
             header,
-            columns,
             *waterfall(spans),
             f"Jaeger: {jaeger.rstrip('/')}/trace/{trace['traceID']}",
         ]

@@ -633,7 +633,7 @@ class LocalCluster:
             "manager": [*cli, "manager", kubeconfig, f"--listen={st.manager_address}"],
         }
         for name, argv in services.items():
-            self._launch(name, argv, config)
+            self._launch(name, argv, config, traced=True)
             address = st.informer_address if name == "informer" else st.manager_address
             self._wait_grpc_health(name, address, timeout, out)
         unmanaged = not _upstream_runs(st.controllers, "job")
@@ -646,7 +646,7 @@ class LocalCluster:
             f"--manager={st.manager_address}",
             "--take-unmanaged" if unmanaged else "--no-take-unmanaged",
         ]
-        self._launch("job-controller", job, config)
+        self._launch("job-controller", job, config, traced=True)
         self._wait_active("job-controller", "job", timeout, out)
 
     def _wait_active(self, name: str, controller: str, timeout: float, out: Progress) -> None:
@@ -773,9 +773,15 @@ class LocalCluster:
         path.chmod(0o600)
         return path
 
-    def _launch(self, name: str, argv: list[str], config: ClusterConfig) -> None:
+    def _launch(
+        self, name: str, argv: list[str], config: ClusterConfig, *, traced: bool = False
+    ) -> None:
         env = dict(os.environ)
         env.pop("KUBECONFIG", None)
+        if traced:
+            # Steward's own services send their spans to this cluster's Jaeger, unless the
+            # user pointed OTLP somewhere else.
+            env.setdefault("OTEL_EXPORTER_OTLP_ENDPOINT", self.state.otlp_endpoint)
         _, record = spawn(
             name,
             argv,

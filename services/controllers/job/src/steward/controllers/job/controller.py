@@ -43,6 +43,7 @@ from steward.kube import ApiError, ApiStatusError, ConflictError, KubeClient, No
 from steward.runtime import Request, Result, TraceContext
 from steward.runtime.controller import Controller, ControllerBuilder, ControllerOptions
 from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorObject, resource_type
+from steward.runtime.tracing import outgoing_headers
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +202,9 @@ class JobReconciler:
         """Sync one Job (see the module docs for what happens on errors)."""
         ns, name = request.namespace, request.name
         key: JobKey = (ns, name)
-        headers = contexts[0].to_carrier() if contexts else {}
+        # Extra request headers; KubeClient adds each request's own traceparent (a client
+        # span under this reconcile's span), so the API server's spans join the trace.
+        headers: dict[str, str] = {}
         obj = self.mirror.get(JOBS, ns, name)
         if obj is None:
             self.expectations.forget(key)
@@ -417,6 +420,12 @@ class JobReconciler:
     async def _create_one(
         self, job: dict[str, Any], ns: str, body: dict[str, Any], headers: dict[str, str]
     ) -> Exception | None:
+        # The pod carries this reconcile's trace context (KEP-5915's annotation), so its
+        # later events (kwok running and completing it) continue the same trace.
+        context = outgoing_headers()
+        if context:
+            meta = body.setdefault("metadata", {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), **context}
         try:
             pod = await self.api.arequest(
                 "POST", f"/api/v1/namespaces/{ns}/pods", body, headers=headers

@@ -26,6 +26,7 @@ from steward.controllers.job.controller import (
 from steward.kube import KubeClient, load_access
 from steward.runtime.controller import ControllerOptions
 from steward.runtime.session import SessionOptions
+from steward.telemetry import configure_tracing
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -89,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse, run until SIGINT/SIGTERM, return the exit status."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_tracing("steward-controller-job")
     asyncio.run(_until_signalled(args))
     return 0
 
