@@ -1,0 +1,130 @@
+"""One trace per cause: a Job's creation, its reconcile, the POST that created its Pod with
+kube-apiserver's spans beneath it, and the Pod's later events, all in one Jaeger trace."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from steward.cluster import ClusterConfig, LocalCluster
+from steward.cluster.progress import Progress
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def steward_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A cluster as ``make up`` runs it: Steward's services exporting to its Jaeger."""
+    cfg = ClusterConfig(
+        name="steward-test-trace",
+        state_dir=Path(tmp_path_factory.mktemp("trace-cluster")),
+        nodes=1,
+        die_with_parent=True,
+        steward=True,
+    )
+    running = LocalCluster.up(cfg, progress=Progress(quiet=True))
+    try:
+        yield running
+    finally:
+        running.down(progress=Progress(quiet=True))
+
+
+def _jaeger(cluster: LocalCluster, path: str, **params: str) -> Any:
+    url = f"{cluster.jaeger_query_url}{path}?{urllib.parse.urlencode(params)}"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def _tags(span: dict[str, Any]) -> dict[str, Any]:
+    return {t["key"]: t["value"] for t in span.get("tags") or []}
+
+
+def test_a_job_reads_as_one_trace(steward_cluster: LocalCluster) -> None:
+    api = config.new_client_from_config(config_file=str(steward_cluster.kubeconfig))
+    batch = client.BatchV1Api(api)
+    job = client.V1Job(
+        metadata=client.V1ObjectMeta(name="traced"),
+        spec=client.V1JobSpec(
+            template=client.V1PodTemplateSpec(
+                spec=client.V1PodSpec(
+                    restart_policy="Never",
+                    containers=[client.V1Container(name="c", image="busybox:1.36")],
+                )
+            )
+        ),
+    )
+    batch.create_namespaced_job("default", job)
+    tags = json.dumps({"k8s.object.name": "traced", "k8s.resource": "jobs.v1.batch"})
+    deadline = time.monotonic() + 90
+    story: dict[str, Any] | None = None
+    while story is None and time.monotonic() < deadline:
+        found = (
+            _jaeger(
+                steward_cluster,
+                "/api/traces",
+                service="steward-informer",
+                tags=tags,
+                lookback="1h",
+                limit="50",
+            )["data"]
+            or []
+        )
+        for trace in found:
+            names = {s["operationName"] for s in trace["spans"]}
+            if "informer ADDED jobs.v1.batch" in names and any(
+                n.startswith("informer MODIFIED pods") for n in names
+            ):
+                story = trace
+        if story is None:
+            time.sleep(1)
+    assert story is not None, "no trace holds both the Job's creation and its Pod's events"
+    spans = {s["spanID"]: s for s in story["spans"]}
+    service = {
+        s["spanID"]: story["processes"][s["processID"]]["serviceName"] for s in story["spans"]
+    }
+
+    def parent(span: dict[str, Any]) -> dict[str, Any] | None:
+        for ref in span.get("references") or []:
+            if ref["refType"] == "CHILD_OF" and ref["spanID"] in spans:
+                found: dict[str, Any] = spans[ref["spanID"]]
+                return found
+        return None
+
+    def ancestors(span: dict[str, Any]) -> list[dict[str, Any]]:
+        chain = []
+        current = parent(span)
+        while current is not None:
+            chain.append(current)
+            current = parent(current)
+        return chain
+
+    event = next(s for s in spans.values() if s["operationName"] == "informer ADDED jobs.v1.batch")
+    reconcile = next(
+        s for s in spans.values() if parent(s) is event and s["operationName"] == "reconcile job"
+    )
+    assert service[reconcile["spanID"]] == "steward-controller-job"
+    post = next(
+        s
+        for s in spans.values()
+        if parent(s) is reconcile
+        and s["operationName"] == "POST /api/v1/namespaces/{namespace}/pods"
+    )
+    assert _tags(post).get("span.kind") == "client"
+    beneath = [s for s in spans.values() if post in ancestors(s)]
+    assert any(service[s["spanID"]] == "apiserver" for s in beneath)
+    assert any(s["operationName"] == "etcdserverpb.KV/Txn" for s in beneath)
+    # The Pod's later events continue the trace through its traceparent annotation.
+    pod_events = [
+        s for s in spans.values() if s["operationName"].startswith("informer MODIFIED pods")
+    ]
+    assert pod_events
+    assert all(reconcile in ancestors(s) for s in pod_events)
+    api.close()
