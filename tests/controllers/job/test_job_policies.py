@@ -1,6 +1,6 @@
 """Steward's Job controller against the real control plane: pod failure policy, backoff
-limit per index, success policy, pod replacement policy and elastic Indexed Jobs, the test
-ending the pods itself."""
+limit per index, success policy and elastic Indexed Jobs, the test ending the pods itself.
+(podReplacementPolicy is covered by test_differential.py's "replacement-failed" case.)"""
 
 from __future__ import annotations
 
@@ -226,37 +226,6 @@ async def test_success_policy(kube: KubeClient, namespace: str, job_controller: 
     assert (st["succeeded"], st.get("failed", 0), st["completedIndexes"]) == (1, 0, "0")
     assert st.get("active", 0) == 0 and st.get("terminating", 0) == 0
     await eventually(lambda: len(job_pods(kube, namespace, "sp")) == 1, "the rest removed")
-
-
-async def test_pod_replacement_policy_failed(
-    kube: KubeClient, namespace: str, job_controller: Running
-) -> None:
-    body = job_body("prp", completions=1, podReplacementPolicy="Failed", pod_spec=UNSCHEDULABLE)
-    create_job(kube, namespace, body)
-    (first,) = await eventually(pending(kube, namespace, "prp"), "the first pod")
-    meta = first["metadata"]
-    path = f"/api/v1/namespaces/{namespace}/pods/{meta['name']}"
-    patch(kube, path, {"metadata": {"finalizers": [*meta["finalizers"], HOLD]}})
-    try:
-        kube.request("DELETE", path)
-        job = await eventually(
-            lambda: (j := get_job(kube, namespace, "prp"))["status"].get("terminating") == 1 and j,
-            "the pod counted as terminating",
-        )
-        assert job["status"].get("active", 0) == 0
-        assert len(job_pods(kube, namespace, "prp")) == 1  # not replaced while terminating
-        fail_pod(kube, first)
-        (second,) = await eventually(pending(kube, namespace, "prp"), "a replacement once Failed")
-        assert second["metadata"]["uid"] != meta["uid"]
-    finally:
-        with contextlib.suppress(NotFoundError):
-            current = kube.request("GET", path)
-            kept = [f for f in current["metadata"].get("finalizers") or () if f != HOLD]
-            patch(kube, path, {"metadata": {"finalizers": kept}})
-    fail_pod(kube, second, exit_code=0)
-    job = await finished(kube, namespace, "prp", "Complete")
-    assert (job["status"]["failed"], job["status"]["succeeded"]) == (1, 1)
-    assert job["status"].get("terminating", 0) == 0
 
 
 async def test_elastic_indexed_job(
