@@ -36,6 +36,7 @@ import orjson
 
 from steward.cluster import ClusterConfig, LocalCluster
 from steward.cluster.progress import Progress
+from steward.serving import free_port
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
 
@@ -274,15 +275,6 @@ class InformerProcess:
             self.proc.wait()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 # --------------------------------------------------------------------------- benchmarks
 
 
@@ -290,7 +282,7 @@ def bench_ingest(cluster: LocalCluster, api: Api, objects: int) -> dict[str, Any
     ns = "bench-ingest"
     api.namespace(ns)
     write_seconds = api.create_configmaps(ns, [f"cm-{i}" for i in range(objects)])
-    informer = InformerProcess(cluster, _free_port())
+    informer = InformerProcess(cluster, free_port())
     try:
         started = time.time()
         burst = objects
@@ -401,7 +393,7 @@ def bench_latency(cluster: LocalCluster, api: Api, rate: float, seconds: float) 
     api.namespace(ns)
     objects = [f"lat-{i}" for i in range(50)]
     api.create_configmaps(ns, objects)
-    informer = InformerProcess(cluster, _free_port())
+    informer = InformerProcess(cluster, free_port())
     writes = int(rate * seconds)
     try:
         sub = Subscriber(informer.target, ns, "latency", writes, latency=True, batch=1)

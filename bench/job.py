@@ -20,7 +20,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,16 +33,10 @@ import orjson
 from bench.informer import Api
 from steward.cluster import ClusterConfig, LocalCluster
 from steward.cluster.progress import Progress
+from steward.serving import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MANAGED_BY = "steward.io/job-controller"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def job_body(name: str, managed: bool) -> dict[str, Any]:
@@ -186,7 +179,7 @@ class StewardJob:
     def __init__(self, cluster: LocalCluster, namespace: str, workers: int, profile: str) -> None:
         logs = Path(tempfile.mkdtemp(prefix="steward-bench-job-logs-"))
         self.logs = logs
-        informer = f"127.0.0.1:{_free_port()}"
+        informer = f"127.0.0.1:{free_port()}"
         kubeconfig = str(cluster.kubeconfig)
         py = sys.executable
         self.procs: list[subprocess.Popen[bytes]] = []

@@ -4,7 +4,6 @@ control plane (its Leases in the test's fresh namespace), with small lease numbe
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
@@ -22,14 +21,6 @@ _T = TypeVar("_T")
 
 FAST = Timing(lease_duration=3.0, renew_deadline=2.0, retry_period=0.5, drain_timeout=5.0)
 """Lease numbers for tests: 3 s lease, 2 s renew deadline, 0.5 s heartbeats."""
-
-
-def free_port() -> int:
-    """A port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class RunningManager:

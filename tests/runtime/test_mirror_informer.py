@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections.abc import Callable
 
@@ -16,17 +15,11 @@ from kubernetes import client
 from steward.cluster import LocalCluster
 from steward.informer import InformerOptions, InformerServer
 from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorOptions, resource_type
+from steward.serving import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 CONFIGMAPS = resource_type("", "v1", "configmaps")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def _until(check: Callable[[], bool], what: str) -> None:
@@ -51,7 +44,7 @@ async def test_mirror_recovers_across_an_informer_restart(
         items = core.list_namespaced_config_map(namespace).items
         return {str(cm.metadata.name) for cm in items}
 
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     options = InformerOptions(listen=address, kubeconfig=str(cluster.kubeconfig))
     first = InformerServer(options)
     await first.start()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,18 +12,12 @@ import pytest
 from kubernetes import client
 
 from steward.cluster import LocalCluster
+from steward.serving import free_port
 from steward.traces import Span, waterfall
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
 
 BIN = Path(sys.executable).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.mark.unit
@@ -58,7 +51,7 @@ def test_steward_trace_prints_the_informers_event_span(
         OTEL_EXPORTER_OTLP_ENDPOINT=cluster.otlp_endpoint,
         OTEL_BSP_SCHEDULE_DELAY="200",
     )
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     proc = subprocess.Popen(
         [
             str(BIN / "steward"),

@@ -24,9 +24,10 @@ from steward.cluster import LocalCluster
 from steward.controllers.job.pods import TRACKING_FINALIZER
 from steward.kube import KubeClient
 from steward.manager import ManagerOptions
+from steward.serving import free_port
 from steward.v1 import manager_pb2
 from tests.controllers.job.conftest import condition, get_job, job_body
-from tests.manager.conftest import FAST, RunningManager, free_port
+from tests.manager.conftest import FAST, RunningManager
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

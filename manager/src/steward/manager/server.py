@@ -31,7 +31,6 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
-from prometheus_client import start_http_server
 
 from steward.kube import ApiError, ClusterAccess, KubeClient, load_access
 from steward.manager.election import LeaderElector
@@ -40,7 +39,12 @@ from steward.manager.leases import LeaseStore
 from steward.manager.metrics import ManagerMetrics
 from steward.manager.registry import Registry, Timing
 from steward.manager.service import ManagerService
-from steward.serving import serve_until_signalled
+from steward.serving import (
+    serve_until_signalled,
+    split_address,
+    start_metrics_server,
+    stop_metrics_server,
+)
 from steward.telemetry import configure_tracing
 from steward.v1 import manager_pb2, manager_pb2_grpc
 
@@ -77,13 +81,6 @@ class ManagerOptions:
     """host:port to serve Prometheus metrics on over HTTP; None (the default) for none."""
     shutdown_grace: float = 5.0
     """Seconds unary calls in flight may take to finish on shutdown. Defaults to 5."""
-
-
-def _split_address(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"invalid address {address!r}: expected host:port")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 class ManagerServer:
@@ -161,7 +158,7 @@ class ManagerServer:
             ),
             server,
         )
-        host, port = _split_address(self.options.listen)
+        host, port = split_address(self.options.listen)
         self.port = server.add_insecure_port(f"{host}:{port}")
         if self.port == 0:
             raise RuntimeError(f"cannot listen on {self.options.listen}")
@@ -170,8 +167,9 @@ class ManagerServer:
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
         if self.options.metrics_listen:
-            mhost, mport = _split_address(self.options.metrics_listen)
-            self._metrics_server, _ = start_http_server(mport, mhost, self.metrics.registry)
+            self._metrics_server = start_metrics_server(
+                self.options.metrics_listen, self.metrics.registry
+            )
             self.metrics_port = self._metrics_server.server_port
         self.elector = LeaderElector(
             self.client,
@@ -227,10 +225,8 @@ class ManagerServer:
         if self._server is not None:
             await self._server.stop(self.options.shutdown_grace if grace is None else grace)
             self._server = None
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server.server_close()
-            self._metrics_server = None
+        stop_metrics_server(self._metrics_server)
+        self._metrics_server = None
         self.client.close()
 
     async def run(self) -> None:
@@ -343,9 +339,9 @@ def options_from_args(args: argparse.Namespace) -> ManagerOptions:
         drain_timeout=args.drain_timeout,
     )
     timing.check()
-    _split_address(args.listen)
+    split_address(args.listen)
     if args.metrics_listen:
-        _split_address(args.metrics_listen)
+        split_address(args.metrics_listen)
     Enablement.parse([args.controllers], [args.disabled_by_default])
     return ManagerOptions(
         listen=args.listen,

@@ -19,7 +19,6 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
-from prometheus_client import start_http_server
 
 from steward.informer.apiclient import ApiClient
 from steward.informer.fanout import Fanout
@@ -27,7 +26,12 @@ from steward.informer.metrics import InformerMetrics
 from steward.informer.reflector import ReflectorOptions, Reflectors
 from steward.informer.service import InformerService, ServiceOptions, add_to_server
 from steward.kube import ApiError, ClusterAccess, load_access
-from steward.serving import serve_until_signalled
+from steward.serving import (
+    serve_until_signalled,
+    split_address,
+    start_metrics_server,
+    stop_metrics_server,
+)
 from steward.telemetry import configure_tracing
 from steward.v1 import informer_pb2
 
@@ -57,13 +61,6 @@ class InformerOptions:
     """Default events per WatchResponse. Defaults to 256."""
     shutdown_grace: float = 5.0
     """Seconds unary calls in flight may take to finish on shutdown. Defaults to 5."""
-
-
-def _split_address(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"invalid address {address!r}: expected host:port")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 class InformerServer:
@@ -125,7 +122,7 @@ class InformerServer:
             ),
             server,
         )
-        host, port = _split_address(self.options.listen)
+        host, port = split_address(self.options.listen)
         self.port = server.add_insecure_port(f"{host}:{port}")
         if self.port == 0:
             raise RuntimeError(f"cannot listen on {self.options.listen}")
@@ -134,8 +131,9 @@ class InformerServer:
         for name in (SERVICE_NAME, ""):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.options.metrics_listen:
-            mhost, mport = _split_address(self.options.metrics_listen)
-            self._metrics_server, _ = start_http_server(mport, mhost, self.metrics.registry)
+            self._metrics_server = start_metrics_server(
+                self.options.metrics_listen, self.metrics.registry
+            )
             self.metrics_port = self._metrics_server.server_port
         log.info("informer serving on %s:%d (API server %s)", host, self.port, self.access.host)
         return self.port
@@ -148,10 +146,8 @@ class InformerServer:
             await self._server.stop(self.options.shutdown_grace if grace is None else grace)
             self._server = None
         await self.reflectors.stop_all()
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server.server_close()
-            self._metrics_server = None
+        stop_metrics_server(self._metrics_server)
+        self._metrics_server = None
         self.client.close()
 
     async def run(self) -> None:
@@ -239,9 +235,9 @@ def options_from_args(args: argparse.Namespace) -> InformerOptions:
             raise ValueError(f"{flag} must be at least 1, got {value}")
     if args.idle_grace < 0:
         raise ValueError(f"--idle-grace must not be negative, got {args.idle_grace}")
-    _split_address(args.listen)
+    split_address(args.listen)
     if args.metrics_listen:
-        _split_address(args.metrics_listen)
+        split_address(args.metrics_listen)
     return InformerOptions(
         listen=args.listen,
         kubeconfig=args.kubeconfig,
