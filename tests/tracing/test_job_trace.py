@@ -63,9 +63,11 @@ def test_a_job_reads_as_one_trace(steward_cluster: LocalCluster) -> None:
     )
     batch.create_namespaced_job("default", job)
     tags = json.dumps({"k8s.object.name": "traced", "k8s.resource": "jobs.v1.batch"})
+    # Each service exports its spans in batches of its own: poll until one trace holds
+    # the whole story, then check it piece by piece.
     deadline = time.monotonic() + 90
-    story: dict[str, Any] | None = None
-    while story is None and time.monotonic() < deadline:
+    missing = "no trace yet"
+    while time.monotonic() < deadline:
         found = (
             _jaeger(
                 steward_cluster,
@@ -78,17 +80,20 @@ def test_a_job_reads_as_one_trace(steward_cluster: LocalCluster) -> None:
             or []
         )
         for trace in found:
-            names = {s["operationName"] for s in trace["spans"]}
-            if "informer ADDED jobs.v1.batch" in names and any(
-                n.startswith("informer MODIFIED pods") for n in names
-            ):
-                story = trace
-        if story is None:
-            time.sleep(1)
-    assert story is not None, "no trace holds both the Job's creation and its Pod's events"
-    spans = {s["spanID"]: s for s in story["spans"]}
+            missing = _check_story(trace)
+            if not missing:
+                api.close()
+                return
+        time.sleep(1)
+    api.close()
+    pytest.fail(f"no trace tells the Job's whole story: {missing}")
+
+
+def _check_story(trace: dict[str, Any]) -> str:
+    """What the trace lacks of the story (empty when it is all there)."""
+    spans = {s["spanID"]: s for s in trace["spans"]}
     service = {
-        s["spanID"]: story["processes"][s["processID"]]["serviceName"] for s in story["spans"]
+        s["spanID"]: trace["processes"][s["processID"]]["serviceName"] for s in spans.values()
     }
 
     def parent(span: dict[str, Any]) -> dict[str, Any] | None:
@@ -106,25 +111,34 @@ def test_a_job_reads_as_one_trace(steward_cluster: LocalCluster) -> None:
             current = parent(current)
         return chain
 
-    event = next(s for s in spans.values() if s["operationName"] == "informer ADDED jobs.v1.batch")
-    reconcile = next(
-        s for s in spans.values() if parent(s) is event and s["operationName"] == "reconcile job"
+    def first(check: Any) -> dict[str, Any] | None:
+        return next((s for s in spans.values() if check(s)), None)
+
+    event = first(lambda s: s["operationName"] == "informer ADDED jobs.v1.batch")
+    if event is None:
+        return "the informer's ADDED span of the Job"
+    reconcile = first(lambda s: parent(s) is event and s["operationName"] == "reconcile job")
+    if reconcile is None or service[reconcile["spanID"]] != "steward-controller-job":
+        return "the job controller's reconcile span under the event"
+    post = first(
+        lambda s: (
+            parent(s) is reconcile
+            and s["operationName"] == "POST /api/v1/namespaces/{namespace}/pods"
+        )
     )
-    assert service[reconcile["spanID"]] == "steward-controller-job"
-    post = next(
-        s
-        for s in spans.values()
-        if parent(s) is reconcile
-        and s["operationName"] == "POST /api/v1/namespaces/{namespace}/pods"
-    )
-    assert _tags(post).get("span.kind") == "client"
+    if post is None or _tags(post).get("span.kind") != "client":
+        return "the client span of the pod's POST under the reconcile"
     beneath = [s for s in spans.values() if post in ancestors(s)]
-    assert any(service[s["spanID"]] == "apiserver" for s in beneath)
-    assert any(s["operationName"] == "etcdserverpb.KV/Txn" for s in beneath)
+    if not any(service[s["spanID"]] == "apiserver" for s in beneath):
+        return "kube-apiserver spans beneath the POST"
+    if not any(s["operationName"] == "etcdserverpb.KV/Txn" for s in beneath):
+        return "etcd spans beneath the POST"
     # The Pod's later events continue the trace through its traceparent annotation.
     pod_events = [
         s for s in spans.values() if s["operationName"].startswith("informer MODIFIED pods")
     ]
-    assert pod_events
-    assert all(reconcile in ancestors(s) for s in pod_events)
-    api.close()
+    if not pod_events:
+        return "the pod's later events"
+    if not all(reconcile in ancestors(s) for s in pod_events):
+        return "the pod's events under the reconcile"
+    return ""
