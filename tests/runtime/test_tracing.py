@@ -104,5 +104,29 @@ async def test_an_exception_is_recorded_and_no_context_starts_a_trace(
     span = reconciles(spans)[0]
     assert span.parent is None  # the malformed context is ignored
     assert span.status.status_code == trace.StatusCode.ERROR
-    assert [e.name for e in span.events] == ["exception"]
+    assert [e.name for e in span.events] == ["enqueued", "dequeued", "exception"]
     assert dict(span.attributes or {})["steward.result"] == "error"
+
+
+async def test_the_wait_in_the_queue_shows_as_events(spans: InMemorySpanExporter) -> None:
+    recorder = Recorder()
+    pool = WorkerPool("traced", recorder, options=WorkerOptions(registry=CollectorRegistry()))
+    pool.queue.add(Request("ns", "a"), [ctx(1, 1)])
+    await asyncio.sleep(0.2)  # the key waits for a worker: no worker runs yet
+    task = asyncio.create_task(pool.run())
+    await asyncio.wait_for(recorder.called.wait(), 30)
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    (span,) = reconciles(spans)
+    enqueued, dequeued = span.events
+    assert (enqueued.name, dequeued.name) == ("enqueued", "dequeued")
+    assert enqueued.timestamp is not None and dequeued.timestamp is not None
+    assert span.start_time is not None
+    # Queued before any worker ran, taken just before the span began.
+    assert enqueued.timestamp < dequeued.timestamp <= span.start_time
+    waited = dict(span.attributes or {})["steward.queue_wait_seconds"]
+    assert isinstance(waited, float)
+    assert waited == pytest.approx((dequeued.timestamp - enqueued.timestamp) / 1e9)
+    assert waited >= 0.2

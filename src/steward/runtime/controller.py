@@ -191,7 +191,8 @@ class Controller:
         if self._workers is not None:
             return
         log.info("controller %s: active (epoch %d), starting workers", self.name, epoch)
-        self.pool = self._new_pool()
+        # The pool's queue already holds what changed while standing by, with the events'
+        # trace contexts, so the first reconciles continue those events' traces.
         self._workers = asyncio.create_task(self._work(), name=f"{self.name}-workers")
 
     async def _work(self) -> None:
@@ -217,6 +218,7 @@ class Controller:
             task.cancel()  # a second cancellation skips the grace period
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        self.pool = self._new_pool()  # a fresh queue collects events while standing by
 
     def _new_pool(self) -> WorkerPool:
         return WorkerPool(

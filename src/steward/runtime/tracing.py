@@ -34,10 +34,19 @@ def _extract(ctx: TraceContext) -> otel_context.Context | None:
 
 @contextmanager
 def reconcile_span(
-    controller: str, key: str, contexts: Sequence[TraceContext], attempt: int
+    controller: str,
+    key: str,
+    contexts: Sequence[TraceContext],
+    attempt: int,
+    *,
+    queued_at_ns: int = 0,
+    dequeued_at_ns: int = 0,
 ) -> Iterator[trace.Span]:
     """Run the body inside the reconcile span of ``key`` (see the module docs).
 
+    With the queue's times, the span gets the events ``enqueued`` (when the key became
+    ready in the work queue) and ``dequeued`` (when a worker took it), and the attribute
+    ``steward.queue_wait_seconds``, so the time a key waited for a worker shows in the trace.
     Exceptions are recorded on the span and set its status to error, then re-raised.
     """
     parents = [c for c in (_extract(ctx) for ctx in contexts) if c is not None]
@@ -55,6 +64,13 @@ def reconcile_span(
             "steward.coalesced_events": len(contexts),
         },
     ) as span:
+        if queued_at_ns and dequeued_at_ns:
+            wait = max(0, dequeued_at_ns - queued_at_ns) / 1e9
+            span.set_attribute("steward.queue_wait_seconds", wait)
+            span.add_event("enqueued", {"steward.key": key}, timestamp=queued_at_ns)
+            span.add_event(
+                "dequeued", {"steward.queue_wait_seconds": wait}, timestamp=dequeued_at_ns
+            )
         yield span
 
 

@@ -198,7 +198,14 @@ class WorkerPool:
     async def _reconcile(self, item: QueueItem[Request]) -> None:
         key = item.key
         attempt = self.queue.num_requeues(key)
-        with reconcile_span(self.name, str(key), item.contexts, attempt) as span:
+        with reconcile_span(
+            self.name,
+            str(key),
+            item.contexts,
+            attempt,
+            queued_at_ns=item.queued_at_ns,
+            dequeued_at_ns=item.dequeued_at_ns,
+        ) as span:
             await self._reconcile_in(item, span)
 
     async def _reconcile_in(self, item: QueueItem[Request], span: Span) -> None:

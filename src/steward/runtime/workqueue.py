@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import time
 from collections import deque
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -65,18 +66,23 @@ class QueueItem(Generic[K]):
     """What :meth:`WorkQueue.get` hands out: the key and the contexts of the adds it absorbed.
 
     ``contexts`` are in the order they were added, at most the queue's ``max_contexts``;
-    ``dropped_contexts`` counts the ones beyond that limit.
+    ``dropped_contexts`` counts the ones beyond that limit. ``queued_at_ns`` and
+    ``dequeued_at_ns`` are the wall-clock times (Unix nanoseconds) at which the key became
+    ready in the queue and was handed out, so a trace can show how long it waited.
     """
 
     key: K
     contexts: tuple[TraceContext, ...] = ()
     dropped_contexts: int = 0
+    queued_at_ns: int = field(default=0, compare=False)
+    dequeued_at_ns: int = field(default=0, compare=False)
 
 
 @dataclass(slots=True)
 class _Contexts:
     items: list[TraceContext] = field(default_factory=list)
     dropped: int = 0
+    queued_at_ns: int = field(default_factory=time.time_ns)
 
     def extend(self, contexts: Iterable[TraceContext], limit: int) -> None:
         for context in contexts:
@@ -240,7 +246,7 @@ class WorkQueue(Generic[K]):
             self._metrics.get(key)
         self._processing.add(key)
         bag = self._dirty.pop(key)
-        return QueueItem(key, tuple(bag.items), bag.dropped)
+        return QueueItem(key, tuple(bag.items), bag.dropped, bag.queued_at_ns, time.time_ns())
 
     async def get(self) -> QueueItem[K] | None:
         """Wait for the next item and hand it out; ``None`` means the queue has shut down.
