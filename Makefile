@@ -51,16 +51,22 @@ status: venv ## show the local control plane's components and nodes
 protos: venv ## regenerate the Python code of protos/ into src/steward/v1/
 	scripts/gen-protos.sh
 
+.PHONY: runtimes
+runtimes: venv ## build the TypeScript runtime (npm ci, pinned) and its example and driver
+	$(MAKE) -C runtimes/typescript deps build
+
 .PHONY: lint
-lint: venv ## buf lint, generated code fresh, ruff, mypy (strict)
+lint: venv ## buf lint, generated code fresh (Python, TypeScript), ruff, mypy, tsc (strict)
 	$(BIN)/buf lint
 	scripts/gen-protos.sh --check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(MAKE) -C runtimes/typescript deps lint check-generated
 
 .PHONY: test
-test: lint build ## lint, then every test tier against a real local control plane
+test: lint build runtimes ## lint, then every test tier against a real local control plane
+	$(MAKE) -C runtimes/typescript test
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 .PHONY: bench

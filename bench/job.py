@@ -5,7 +5,10 @@ Run with ``make bench`` (or ``python -m bench.job``). Prints a table and writes
 at once) is started for the run; upstream's job controller runs in kube-controller-manager
 throughout, and Steward's (the informer and ``python -m steward.controllers.job.main``, as
 processes) is started for the second phase, its Jobs naming it in ``spec.managedBy`` so
-that upstream's skips them.
+that upstream's skips them. A third phase runs Steward's services again with tracing on
+(every span exported to the cluster's Jaeger, sampling everything), so the cost of tracing
+shows as the ratio of the two Steward phases of the same run (the target: at most 15%
+less throughput).
 
 Each phase creates N Jobs in a fresh namespace with a few threads over loopback, and
 measures the time from the first create request to the last Job seen ``Complete`` by a
@@ -25,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -174,11 +178,26 @@ def run_phase(
 
 
 class StewardJob:
-    """Steward's informer and Job controller as processes for one namespace."""
+    """Steward's informer and Job controller as processes for one namespace; with
+    ``traced``, both export every span to the cluster's Jaeger, else tracing is off."""
 
-    def __init__(self, cluster: LocalCluster, namespace: str, workers: int, profile: str) -> None:
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        namespace: str,
+        workers: int,
+        profile: str,
+        *,
+        traced: bool = False,
+    ) -> None:
         logs = Path(tempfile.mkdtemp(prefix="steward-bench-job-logs-"))
         self.logs = logs
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        if traced:
+            self.env["OTEL_EXPORTER_OTLP_ENDPOINT"] = cluster.state.otlp_endpoint
+            self.env["OTEL_TRACES_SAMPLER"] = "always_on"
+        else:
+            self.env["OTEL_SDK_DISABLED"] = "true"
         informer = f"127.0.0.1:{free_port()}"
         kubeconfig = str(cluster.kubeconfig)
         py = sys.executable
@@ -217,7 +236,7 @@ class StewardJob:
     def _start(self, argv: list[str], log: Path) -> None:
         with log.open("ab") as out:
             self.procs.append(
-                subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+                subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env)
             )
 
     def stop(self) -> None:
@@ -231,8 +250,20 @@ class StewardJob:
                     proc.wait()
 
 
+def _jaeger_services(cluster: LocalCluster) -> list[str]:
+    """The services Jaeger holds spans of: proof that the traced phase really exported."""
+    url = f"{cluster.jaeger_query_url}/api/services"
+    deadline = time.monotonic() + 30
+    while True:
+        with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - loopback http
+            services: list[str] = sorted(json.loads(resp.read())["data"] or [])
+        if "steward-controller-job" in services or time.monotonic() > deadline:
+            return services
+        time.sleep(1)
+
+
 def _table(results: dict[str, Any]) -> str:
-    up, st = results["upstream"], results["steward"]
+    up, st, tr = results["upstream"], results["steward"], results["steward_traced"]
     rows = [
         (
             f"{up['jobs']} one-pod Jobs → Complete, upstream job controller",
@@ -245,16 +276,27 @@ def _table(results: dict[str, Any]) -> str:
             f"{st['jobs_per_s']:.0f} Jobs/s; creates took {st['create_seconds']:.2f} s",
         ),
         (
+            f"{tr['jobs']} one-pod Jobs → Complete, Steward, tracing on",
+            f"{tr['seconds']:.2f} s",
+            f"{tr['jobs_per_s']:.0f} Jobs/s; Jaeger has spans of "
+            + ", ".join(s for s in tr["services_in_jaeger"] if s.startswith("steward")),
+        ),
+        (
             "ratio Steward / upstream",
             f"{results['ratio']:.2f}",
             "target ≤ 1.5 (goal ≤ 1.0)",
+        ),
+        (
+            "throughput lost to tracing",
+            f"{results['tracing_overhead'] * 100:.1f} %",
+            "1 - traced / untraced Jobs/s; target ≤ 15 %",
         ),
     ]
     width = max(len(r[0]) for r in rows)
     vwidth = max(len(r[1]) for r in rows)
     lines = [f"{'benchmark':{width}}  {'result':{vwidth}}  notes", "-" * (width + vwidth + 40)]
     lines += [f"{a:{width}}  {b:{vwidth}}  {c}" for a, b, c in rows]
-    for phase in ("upstream", "steward"):
+    for phase in ("upstream", "steward", "steward_traced"):
         cpu = sorted(results[phase]["cpu_seconds"].items(), key=lambda kv: -kv[1])
         lines.append(
             f"CPU seconds during the {phase} phase: "
@@ -272,6 +314,7 @@ def run(args: argparse.Namespace) -> int:
     )
     results: dict[str, Any] = {"machine": {"cores": os.cpu_count()}, "workers": args.workers}
     steward: StewardJob | None = None
+    traced: StewardJob | None = None
     try:
         api = Api(cluster)
         pids = {r.name: r.pid for r in cluster.iter_processes()}
@@ -286,12 +329,24 @@ def run(args: argparse.Namespace) -> int:
         results["steward"] = run_phase(
             api, "bench-steward", args.jobs, True, args.threads, args.timeout, pids
         )
+        steward.stop()
+        out.say(f"steward, tracing on: {args.jobs} Jobs")
+        traced = StewardJob(cluster, "bench-traced", args.workers, "", traced=True)
+        pids.update(traced.pids)
+        results["steward_traced"] = run_phase(
+            api, "bench-traced", args.jobs, True, args.threads, args.timeout, pids
+        )
+        results["steward_traced"]["services_in_jaeger"] = _jaeger_services(cluster)
     finally:
-        if steward is not None:
-            steward.stop()
-            out.say(f"Steward's logs: {steward.logs}")
+        for phase in (steward, traced):
+            if phase is not None:
+                phase.stop()
+                out.say(f"Steward's logs: {phase.logs}")
         cluster.down(progress=Progress(quiet=True))
     results["ratio"] = round(results["steward"]["seconds"] / results["upstream"]["seconds"], 3)
+    results["tracing_overhead"] = round(
+        1 - results["steward_traced"]["jobs_per_s"] / results["steward"]["jobs_per_s"], 3
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(_table(results))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
+
+log = logging.getLogger(__name__)
 
 
 def configure_tracing(service_name: str) -> bool:
@@ -27,4 +30,10 @@ def configure_tracing(service_name: str) -> bool:
     provider = TracerProvider(resource=Resource.create({"service.name": name}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
+    log.info(
+        "tracing: exporting spans as %s to %s",
+        name,
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"],
+    )
     return True

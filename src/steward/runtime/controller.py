@@ -110,8 +110,8 @@ class Controller:
         )
         self.reconciler: Reconciler = (
             cast(Reconciler, reconciler)
-            if hasattr(reconciler, "reconcile")
-            else reconciler(self.mirror)
+            if hasattr(reconciler, "reconcile") and not isinstance(reconciler, type)
+            else reconciler(self.mirror)  # a factory (a class taking the mirror, too)
         )
         self.session: ManagerSession | None = None
         self._workers: asyncio.Task[None] | None = None

@@ -1,0 +1,372 @@
+/**
+ * A controller: mirror → sources → work queue → workers → reconciler, wired and run as one.
+ *
+ * Build one with {@link ControllerBuilder} (`ControllerManagedBy(mgr).For(..).Owns(..)` in
+ * controller-runtime):
+ *
+ * ```ts
+ * const controller = new ControllerBuilder("namespace-labeller")
+ *   .for(resourceType("", "v1", "namespaces"), labelsChanged)
+ *   .complete("127.0.0.1:50061", (mirror) => new Labeller(mirror, api));
+ * await controller.run({ signal, manager: "127.0.0.1:50062" });
+ * ```
+ *
+ * # Start-up and shutdown
+ * `run` starts the mirror, waits until every watched type has synced (a reconcile never sees
+ * a half-filled cache), then runs the workers. Aborting its signal stops taking work, lets
+ * in-flight reconciles finish within the grace period, and closes the watch. If the informer
+ * refuses the watch for good, `run` rejects with {@link MirrorError}.
+ *
+ * # With a manager
+ * Given a manager address, the controller registers with it ({@link ManagerSession}) and
+ * runs its workers only while the manager says it is the active instance: START starts them
+ * (after a full resync of the primary type, so nothing that changed while standing by is
+ * missed), DRAIN stops them gracefully, STOP or a lost lease stops them at once. Every
+ * worker also checks the lease before each reconcile. The mirror keeps syncing while
+ * standing by, so a promoted standby starts with a warm cache. Heartbeats carry the pool's
+ * status. Shutdown deregisters, so a standby takes over without waiting for the lease.
+ */
+
+import { credentials } from "@grpc/grpc-js";
+import { InformerServiceClient, type ResourceType } from "./gen/steward/v1/informer";
+import type { InstanceStatus } from "./gen/steward/v1/manager";
+import { log } from "./log";
+import { type Change, Mirror, type MirrorObject, type TypeKey, typeKey } from "./mirror";
+import {
+  type ReconcileInfo,
+  type Reconciler,
+  type Request,
+  type Result,
+  requestKey,
+} from "./reconcile";
+import { ManagerSession, type SessionOptions } from "./session";
+import { WorkerPool, type WorkerStatus } from "./workers";
+import type { TraceContext } from "./workqueue";
+
+/** Whether a change should produce keys at all. */
+export type Predicate = (change: Change) => boolean;
+
+/** The keys an object of another type maps to. */
+export type Mapper = (obj: MirrorObject) => Iterable<Request>;
+
+/** True for creations and deletions, and for updates that changed the labels. */
+export const labelsChanged: Predicate = (change) => {
+  if (change.kind !== "modified" || change.old === undefined) return true;
+  const a = change.old.meta.labels;
+  const b = change.obj.meta.labels;
+  const ka = Object.keys(a);
+  return ka.length !== Object.keys(b).length || ka.some((k) => a[k] !== b[k]);
+};
+
+/** True for creations and deletions, and for updates that changed `metadata.generation`. */
+export const generationChanged: Predicate = (change) =>
+  change.kind !== "modified" ||
+  change.old === undefined ||
+  change.old.meta.generation !== change.obj.meta.generation;
+
+/** How a controller runs. Every field has a working default. */
+export interface ControllerOptions {
+  /** Reconciles running at once. Defaults to 1, as in controller-runtime. */
+  maxConcurrentReconciles?: number;
+  /** Watch only this namespace; "" (the default) for all. */
+  namespace?: string;
+  /** Watch only objects matching this label selector; "" (the default) for all. */
+  labelSelector?: string;
+  /** Every so many ms, enqueue every object of the primary type again. 0 (default): never. */
+  resyncPeriodMs?: number;
+  /** How long in-flight reconciles may finish on shutdown. Defaults to 30 000 ms. */
+  shutdownGraceMs?: number;
+}
+
+/** How to run a controller. */
+export interface RunOptions {
+  /** Aborting it stops the controller gracefully; `run` then resolves. */
+  signal: AbortSignal;
+  /** The manager's host:port; without it the controller reconciles on its own. */
+  manager?: string;
+  /** Registration options (controller name and watches default to the controller's). */
+  session?: Partial<SessionOptions>;
+}
+
+type Source = (change: Change, enqueue: (req: Request, ctx: TraceContext | undefined) => void) => void;
+
+/** One controller, wired; see the module docs. Use {@link ControllerBuilder}. */
+export class Controller {
+  readonly mirror: Mirror;
+  readonly reconciler: Reconciler;
+  /** The session with the manager, when run with one. */
+  session: ManagerSession | undefined;
+  /** The current worker pool (a new one each time the instance becomes active). */
+  pool: WorkerPool;
+  private workers: Promise<void> | undefined;
+  private readonly options: ControllerOptions;
+
+  constructor(
+    readonly name: string,
+    client: InformerServiceClient,
+    readonly primary: ResourceType,
+    private readonly routes: Map<TypeKey, Source[]>,
+    reconciler: Reconciler | ((mirror: Mirror) => Reconciler),
+    options: ControllerOptions = {},
+    types: ResourceType[] = [primary],
+  ) {
+    this.options = options;
+    this.mirror = new Mirror(client, types, {
+      namespace: options.namespace ?? "",
+      labelSelector: options.labelSelector ?? "",
+      subscriber: name,
+    });
+    this.reconciler = typeof reconciler === "function" ? reconciler(this.mirror) : reconciler;
+    this.pool = this.newPool();
+    this.mirror.addHandler((change) => {
+      for (const source of this.routes.get(change.obj.type) ?? []) {
+        source(change, (req, ctx) => this.pool.queue.add(requestKey(req), ctx));
+      }
+    });
+  }
+
+  /** Queue depth, busy workers, reconcile counts and the last error, now. */
+  status(): WorkerStatus {
+    return this.pool.status();
+  }
+
+  /** True while the workers run. */
+  get working(): boolean {
+    return this.workers !== undefined;
+  }
+
+  /** The pool's status as the manager's heartbeat carries it. */
+  heartbeatStatus(): Partial<InstanceStatus> {
+    const st = this.pool.status();
+    const c = st.reconciles;
+    const status: Partial<InstanceStatus> = {
+      queueDepth: st.queueDepth,
+      busyWorkers: st.busyWorkers,
+      reconciles: {
+        success: c.success,
+        requeue: c.requeue + c.requeue_after,
+        error: c.error,
+        terminalError: c.terminal_error,
+      },
+    };
+    if (st.lastError !== undefined) {
+      status.lastError = `${requestKey(st.lastError.request)}: ${st.lastError.message}`;
+      status.lastErrorTime = { seconds: Math.floor(st.lastError.at / 1000), nanos: 0 };
+    }
+    return status;
+  }
+
+  /** True unless a manager session exists and this instance does not hold the lease. */
+  mayReconcile(): boolean {
+    return this.session === undefined || this.session.holdsLease();
+  }
+
+  /** Run until `signal` aborts (see the module docs). */
+  async run(options: RunOptions): Promise<void> {
+    const { signal } = options;
+    const stopMirror = new AbortController();
+    const mirror = this.mirror.run(stopMirror.signal);
+    const aborted = new Promise<void>((resolve) => {
+      if (signal.aborted) resolve();
+      signal.addEventListener("abort", () => resolve(), { once: true });
+    });
+    try {
+      if (options.manager === undefined) {
+        await Promise.race([mirror, aborted, this.runAlone(signal)]);
+      } else {
+        this.session = new ManagerSession(
+          options.manager,
+          {
+            controller: this.name,
+            watches: this.mirror.watchedTypes(),
+            ...options.session,
+          },
+          {
+            status: () => this.heartbeatStatus(),
+            onStart: (epoch) => this.onStart(epoch),
+            onDrain: () => this.stopWorkers(true),
+            onStop: (reason) => {
+              log.info(`controller ${this.name}: no longer active (${reason}), stopping workers`);
+              return this.stopWorkers(false);
+            },
+          },
+        );
+        await Promise.race([mirror, aborted, this.session.run()]);
+      }
+    } finally {
+      await this.stopWorkers(true);
+      if (this.session !== undefined) await this.session.close();
+      stopMirror.abort();
+      await mirror.catch(() => undefined);
+    }
+  }
+
+  private async runAlone(signal: AbortSignal): Promise<void> {
+    await this.mirror.waitSynced();
+    if (signal.aborted) return;
+    log.info(`controller ${this.name}: caches synced, starting workers`);
+    this.workers = this.pool.run();
+    let resync: NodeJS.Timeout | undefined;
+    const period = this.options.resyncPeriodMs ?? 0;
+    if (period > 0) resync = setInterval(() => this.enqueueAll(), period);
+    try {
+      await this.workers;
+    } finally {
+      if (resync !== undefined) clearInterval(resync);
+    }
+    await new Promise(() => undefined); // the workers only stop when run() ends
+  }
+
+  private enqueueAll(): void {
+    for (const obj of this.mirror.list(this.primary)) {
+      this.pool.queue.add(requestKey({ namespace: obj.namespace, name: obj.name }));
+    }
+  }
+
+  private onStart(epoch: number): void {
+    if (this.workers !== undefined) return;
+    log.info(`controller ${this.name}: active (epoch ${epoch}), starting workers`);
+    const pool = this.newPool();
+    this.pool = pool;
+    this.workers = this.mirror.waitSynced().then(() => {
+      if (this.pool !== pool || pool.queue.shuttingDown) return;
+      this.enqueueAll();
+      return pool.run();
+    });
+  }
+
+  private async stopWorkers(graceful: boolean): Promise<void> {
+    const running = this.workers;
+    if (running === undefined) return;
+    this.workers = undefined;
+    await this.pool.stop(graceful);
+    await running;
+  }
+
+  private newPool(): WorkerPool {
+    const inner = this.reconciler;
+    const fenced: Reconciler = {
+      reconcile: (request: Request, info: ReconcileInfo): Promise<Result | void> => {
+        if (!this.mayReconcile()) {
+          // The workers are about to be stopped; whoever is active next reconciles it.
+          return Promise.resolve({ requeueAfter: 1000 });
+        }
+        return inner.reconcile(request, info);
+      },
+    };
+    return new WorkerPool(this.name, fenced, undefined, {
+      maxConcurrentReconciles: this.options.maxConcurrentReconciles ?? 1,
+      shutdownGraceMs: this.options.shutdownGraceMs ?? 30_000,
+    });
+  }
+}
+
+/** Fluent wiring of a {@link Controller}: one primary type, plus owned and mapped types. */
+export class ControllerBuilder {
+  private primary: ResourceType | undefined;
+  private primaryKind = "";
+  private readonly routes = new Map<TypeKey, Source[]>();
+  private readonly types = new Map<TypeKey, ResourceType>();
+  private options: ControllerOptions = {};
+
+  constructor(readonly name: string) {}
+
+  private route(rtype: ResourceType, source: Source): void {
+    const key = typeKey(rtype);
+    this.types.set(key, rtype);
+    const list = this.routes.get(key) ?? [];
+    list.push(source);
+    this.routes.set(key, list);
+  }
+
+  /** The primary type: each change enqueues the object's own key. `kind` is needed for {@link owns}. */
+  for(rtype: ResourceType, ...predicates: Predicate[]): this {
+    return this.forKind(rtype, "", ...predicates);
+  }
+
+  /** {@link for} with the primary type's kind (e.g. "Job"), for {@link owns}. */
+  forKind(rtype: ResourceType, kind: string, ...predicates: Predicate[]): this {
+    if (this.primary !== undefined) throw new Error(`controller ${this.name} already has a primary type`);
+    this.primary = rtype;
+    this.primaryKind = kind;
+    this.route(rtype, (change, enqueue) => {
+      if (predicates.every((p) => p(change))) {
+        enqueue({ namespace: change.obj.namespace, name: change.obj.name }, change.trace);
+      }
+    });
+    return this;
+  }
+
+  /** A type whose objects the primary type controls: a change enqueues the controlling owner. */
+  owns(rtype: ResourceType, ...predicates: Predicate[]): this {
+    const primary = this.primary;
+    if (primary === undefined || !this.primaryKind) throw new Error("owns() needs forKind() first");
+    const kind = this.primaryKind;
+    const owner = (obj: MirrorObject): Request | undefined => {
+      const ref = obj.controllerOwner();
+      if (ref === undefined || ref.kind !== kind) return undefined;
+      const slash = ref.apiVersion.lastIndexOf("/");
+      const group = slash < 0 ? "" : ref.apiVersion.slice(0, slash);
+      return group === primary.group ? { namespace: obj.namespace, name: ref.name } : undefined;
+    };
+    this.route(rtype, (change, enqueue) => {
+      if (!predicates.every((p) => p(change))) return;
+      const now = owner(change.obj);
+      if (now !== undefined) enqueue(now, change.trace);
+      const before = change.old === undefined ? undefined : owner(change.old);
+      if (before !== undefined && (now === undefined || requestKey(before) !== requestKey(now))) {
+        enqueue(before, change.trace);
+      }
+    });
+    return this;
+  }
+
+  /** Any other type: `mapper` says which keys a changed object concerns. */
+  watches(rtype: ResourceType, mapper: Mapper, ...predicates: Predicate[]): this {
+    this.route(rtype, (change, enqueue) => {
+      if (!predicates.every((p) => p(change))) return;
+      const keys = new Map<string, Request>();
+      try {
+        for (const obj of change.old === undefined ? [change.obj] : [change.obj, change.old]) {
+          for (const req of mapper(obj)) keys.set(requestKey(req), req);
+        }
+      } catch (err) {
+        log.error(`mapper failed for ${change.obj.key}: ${String(err)}`);
+        return;
+      }
+      for (const req of keys.values()) enqueue(req, change.trace);
+    });
+    return this;
+  }
+
+  withOptions(options: ControllerOptions): this {
+    this.options = options;
+    return this;
+  }
+
+  /**
+   * Build the controller. `informer` is the informer's host:port (plaintext) or a client;
+   * `reconciler` may be a factory taking the mirror.
+   */
+  complete(
+    informer: string | InformerServiceClient,
+    reconciler: Reconciler | ((mirror: Mirror) => Reconciler),
+  ): Controller {
+    if (this.primary === undefined) throw new Error(`controller ${this.name} needs a primary type: call for()`);
+    const client =
+      typeof informer === "string"
+        ? new InformerServiceClient(informer, credentials.createInsecure(), {
+            "grpc.max_receive_message_length": 64 * 1024 * 1024,
+          })
+        : informer;
+    return new Controller(
+      this.name,
+      client,
+      this.primary,
+      this.routes,
+      reconciler,
+      this.options,
+      [...this.types.values()],
+    );
+  }
+}

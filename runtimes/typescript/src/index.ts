@@ -1,0 +1,69 @@
+/**
+ * Steward's controller runtime for TypeScript: one import for a controller author.
+ *
+ * Layers, each usable alone: the informer's Watch stream → {@link Mirror} (resume,
+ * REPLACED, indexes) → sources and predicates → {@link WorkQueue} (client-go's semantics,
+ * rate limiters) → {@link WorkerPool} → your `reconcile(request, info)`; a
+ * {@link ManagerSession} decides when this instance may reconcile; {@link configureTracing}
+ * exports the reconcile spans; {@link KubeClient} writes to the API server with
+ * `traceparent`. {@link ControllerBuilder} wires it all.
+ */
+
+export { type Clock, FakeClock, MonotonicClock } from "./clock";
+export {
+  Controller,
+  ControllerBuilder,
+  type ControllerOptions,
+  type Mapper,
+  type Predicate,
+  type RunOptions,
+  generationChanged,
+  labelsChanged,
+} from "./controller";
+export { ApiStatusError, type ApiResponse, type ClusterAccess, KubeClient, loadKubeconfig } from "./kube";
+export { log } from "./log";
+export {
+  type Change,
+  type ChangeKind,
+  type Handler,
+  Mirror,
+  MirrorError,
+  MirrorObject,
+  type MirrorOptions,
+  objectKey,
+  resourceType,
+  sleep,
+  typeKey,
+} from "./mirror";
+export {
+  DEFAULT_BASE_DELAY_MS,
+  DEFAULT_BURST,
+  DEFAULT_MAX_DELAY_MS,
+  DEFAULT_QPS,
+  ItemExponentialBackoff,
+  MaxOf,
+  type RateLimiter,
+  TokenBucket,
+  defaultControllerRateLimiter,
+} from "./ratelimit";
+export {
+  type ReconcileInfo,
+  type Reconciler,
+  type Request,
+  type Result,
+  TerminalError,
+  parseRequestKey,
+  requestKey,
+} from "./reconcile";
+export {
+  ManagerSession,
+  RUNTIME_VERSION,
+  RegistrationRefusedError,
+  type SessionCallbacks,
+  type SessionOptions,
+  defaultInstanceId,
+} from "./session";
+export { configureTracing, outgoingHeaders, withReconcileSpan } from "./tracing";
+export { type Outcome, type ReconcileReport, WorkerPool, type WorkerOptions, type WorkerStatus } from "./workers";
+export { MAX_CONTEXTS_PER_ITEM, type QueueItem, type TraceContext, WorkQueue, type WorkQueueOptions } from "./workqueue";
+export type { ResourceType } from "./gen/steward/v1/informer";

@@ -1,0 +1,190 @@
+/**
+ * A small Kubernetes API client: reads a kubeconfig (client certificate or bearer token),
+ * sends JSON requests over HTTPS, and traces each one.
+ *
+ * Every request is a CLIENT span (`<METHOD> <path>`) under the active span (the reconcile
+ * span inside a reconcile) and carries its `traceparent`, which kube-apiserver continues
+ * for callers it trusts. Non-2xx answers reject with {@link ApiStatusError}.
+ */
+
+import { readFileSync } from "node:fs";
+import { homedir } from "node:os";
+import https from "node:https";
+import { SpanKind, SpanStatusCode, context as otelContext, propagation, trace } from "@opentelemetry/api";
+import { parse as parseYaml } from "yaml";
+
+/** Where and how to reach the API server. */
+export interface ClusterAccess {
+  /** e.g. https://127.0.0.1:6443 */
+  server: string;
+  ca?: Buffer;
+  cert?: Buffer;
+  key?: Buffer;
+  token?: string;
+  insecureSkipTlsVerify?: boolean;
+  tlsServerName?: string;
+}
+
+/** The API server answered with a non-2xx status. */
+export class ApiStatusError extends Error {
+  constructor(
+    readonly status: number,
+    readonly body: string,
+    readonly method: string,
+    readonly path: string,
+  ) {
+    let reason = body;
+    try {
+      reason = String((JSON.parse(body) as { message?: unknown }).message ?? body);
+    } catch {
+      // not JSON: keep the body
+    }
+    super(`${method} ${path}: ${status} ${reason}`);
+    this.name = "ApiStatusError";
+  }
+}
+
+type Named<T> = { name: string } & T;
+interface KubeconfigFile {
+  "current-context"?: string;
+  contexts?: Named<{ context: { cluster: string; user: string } }>[];
+  clusters?: Named<{
+    cluster: {
+      server: string;
+      "certificate-authority"?: string;
+      "certificate-authority-data"?: string;
+      "insecure-skip-tls-verify"?: boolean;
+      "tls-server-name"?: string;
+    };
+  }>[];
+  users?: Named<{
+    user: {
+      "client-certificate"?: string;
+      "client-certificate-data"?: string;
+      "client-key"?: string;
+      "client-key-data"?: string;
+      token?: string;
+      tokenFile?: string;
+    };
+  }>[];
+}
+
+function dataOrFile(data: string | undefined, file: string | undefined): Buffer | undefined {
+  if (data) return Buffer.from(data, "base64");
+  if (file) return readFileSync(file);
+  return undefined;
+}
+
+/**
+ * Read a kubeconfig (`path`, else `$KUBECONFIG`, else `~/.kube/config`) and its current (or
+ * the named) context. Throws with a message naming the file when something is missing.
+ */
+export function loadKubeconfig(path?: string, contextName?: string): ClusterAccess {
+  const file = path || process.env["KUBECONFIG"]?.split(":")[0] || `${homedir()}/.kube/config`;
+  const cfg = parseYaml(readFileSync(file, "utf8")) as KubeconfigFile;
+  const name = contextName ?? cfg["current-context"];
+  const ctx = cfg.contexts?.find((c) => c.name === name)?.context;
+  if (ctx === undefined) throw new Error(`${file}: no context ${JSON.stringify(name)}`);
+  const cluster = cfg.clusters?.find((c) => c.name === ctx.cluster)?.cluster;
+  if (cluster === undefined) throw new Error(`${file}: no cluster ${JSON.stringify(ctx.cluster)}`);
+  const user = cfg.users?.find((u) => u.name === ctx.user)?.user ?? {};
+  const access: ClusterAccess = { server: cluster.server.replace(/\/+$/, "") };
+  const ca = dataOrFile(cluster["certificate-authority-data"], cluster["certificate-authority"]);
+  if (ca) access.ca = ca;
+  const cert = dataOrFile(user["client-certificate-data"], user["client-certificate"]);
+  if (cert) access.cert = cert;
+  const key = dataOrFile(user["client-key-data"], user["client-key"]);
+  if (key) access.key = key;
+  const token = user.token ?? (user.tokenFile ? readFileSync(user.tokenFile, "utf8").trim() : undefined);
+  if (token) access.token = token;
+  if (cluster["insecure-skip-tls-verify"]) access.insecureSkipTlsVerify = true;
+  if (cluster["tls-server-name"]) access.tlsServerName = cluster["tls-server-name"];
+  return access;
+}
+
+/** A JSON answer of the API server. */
+export interface ApiResponse {
+  status: number;
+  body: unknown;
+}
+
+/** Sends requests to the API server with one keep-alive agent. */
+export class KubeClient {
+  private readonly agent: https.Agent;
+
+  constructor(
+    readonly access: ClusterAccess,
+    readonly userAgent = "steward-typescript",
+  ) {
+    const options: https.AgentOptions = { keepAlive: true, maxSockets: 16 };
+    if (access.ca) options.ca = access.ca;
+    if (access.cert) options.cert = access.cert;
+    if (access.key) options.key = access.key;
+    if (access.insecureSkipTlsVerify) options.rejectUnauthorized = false;
+    if (access.tlsServerName) options.servername = access.tlsServerName;
+    this.agent = new https.Agent(options);
+  }
+
+  /**
+   * Send `method path` with `body` as JSON (or `contentType`, e.g.
+   * `application/merge-patch+json`) inside a CLIENT span; resolves with the parsed answer,
+   * rejects with {@link ApiStatusError} for a non-2xx status.
+   */
+  request(method: string, path: string, body?: unknown, contentType = "application/json"): Promise<ApiResponse> {
+    const tracer = trace.getTracer("steward.kube");
+    return tracer.startActiveSpan(
+      `${method} ${path.split("?")[0]}`,
+      { kind: SpanKind.CLIENT, attributes: { "http.request.method": method, "url.path": path } },
+      async (span) => {
+        try {
+          const headers: Record<string, string> = {
+            accept: "application/json",
+            "user-agent": this.userAgent,
+          };
+          propagation.inject(otelContext.active(), headers);
+          if (this.access.token) headers["authorization"] = `Bearer ${this.access.token}`;
+          const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+          if (payload !== undefined) {
+            headers["content-type"] = contentType;
+            headers["content-length"] = String(payload.length);
+          }
+          const res = await this.send(method, path, headers, payload);
+          span.setAttribute("http.response.status_code", res.status);
+          if (res.status < 200 || res.status >= 300) {
+            span.setStatus({ code: SpanStatusCode.ERROR, message: String(res.status) });
+            throw new ApiStatusError(res.status, res.text, method, path);
+          }
+          return { status: res.status, body: res.text ? (JSON.parse(res.text) as unknown) : undefined };
+        } finally {
+          span.end();
+        }
+      },
+    );
+  }
+
+  private send(
+    method: string,
+    path: string,
+    headers: Record<string, string>,
+    payload: Buffer | undefined,
+  ): Promise<{ status: number; text: string }> {
+    const url = new URL(this.access.server + path);
+    return new Promise((resolve, reject) => {
+      const req = https.request(url, { method, headers, agent: this.agent, timeout: 30_000 }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString("utf8") }));
+        res.on("error", reject);
+      });
+      req.on("timeout", () => req.destroy(new Error(`${method} ${path}: timed out`)));
+      req.on("error", reject);
+      if (payload !== undefined) req.write(payload);
+      req.end();
+    });
+  }
+
+  /** Close idle connections. */
+  close(): void {
+    this.agent.destroy();
+  }
+}
