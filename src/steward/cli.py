@@ -316,6 +316,8 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
                 f"informer:    {cluster.state.informer_address}   "
                 f"manager: {cluster.state.manager_address}   "
                 f"(try: steward controllers --manager {cluster.state.manager_address})\n"
+                f"trace a Job: kubectl --kubeconfig {cluster.kubeconfig} create job pi "
+                f"--image=busybox -- true; then: steward trace job/pi\n"
                 if config.steward
                 else ""
             )
