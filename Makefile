@@ -52,20 +52,23 @@ protos: venv ## regenerate the Python code of protos/ into src/steward/v1/
 	scripts/gen-protos.sh
 
 .PHONY: runtimes
-runtimes: venv ## build the TypeScript runtime (npm ci, pinned) and its example and driver
+runtimes: venv ## build the Go and TypeScript runtimes' examples and conformance drivers
+	$(MAKE) -C runtimes/go build
 	$(MAKE) -C runtimes/typescript deps build
 
 .PHONY: lint
-lint: venv ## buf lint, generated code fresh (Python, TypeScript), ruff, mypy, tsc (strict)
+lint: venv ## buf lint, generated code fresh (Python, Go, TypeScript), ruff, mypy, go vet, tsc
 	$(BIN)/buf lint
 	scripts/gen-protos.sh --check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(MAKE) -C runtimes/go lint check-generated
 	$(MAKE) -C runtimes/typescript deps lint check-generated
 
 .PHONY: test
 test: lint build runtimes ## lint, then every test tier against a real local control plane
+	$(MAKE) -C runtimes/go test
 	$(MAKE) -C runtimes/typescript test
 	$(BIN)/pytest $(PYTEST_ARGS)
 

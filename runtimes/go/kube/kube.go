@@ -1,0 +1,306 @@
+// Package kube is a small client for kube-apiserver: it reads a kubeconfig (client
+// certificate, bearer token or in-cluster service account), sends JSON requests with the
+// caller's trace context (steward.TracingTransport), and reports API errors as
+// *StatusError. It is enough for controllers that read from the informer and write
+// with PATCH, POST, PUT and DELETE.
+package kube
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/steward-dev/steward/runtimes/go/steward"
+)
+
+// Config is how to reach one API server.
+type Config struct {
+	// Server is the API server's URL, e.g. https://127.0.0.1:6443.
+	Server string
+	// TLS carries the CA, client certificate and server name.
+	TLS *tls.Config
+	// BearerToken, when set, is sent as Authorization: Bearer.
+	BearerToken string
+}
+
+type kubeconfig struct {
+	CurrentContext string `json:"current-context"`
+	Clusters       []struct {
+		Name    string `json:"name"`
+		Cluster struct {
+			Server                   string `json:"server"`
+			CertificateAuthority     string `json:"certificate-authority"`
+			CertificateAuthorityData string `json:"certificate-authority-data"`
+			InsecureSkipTLSVerify    bool   `json:"insecure-skip-tls-verify"`
+			TLSServerName            string `json:"tls-server-name"`
+		} `json:"cluster"`
+	} `json:"clusters"`
+	Users []struct {
+		Name string `json:"name"`
+		User struct {
+			ClientCertificate     string `json:"client-certificate"`
+			ClientCertificateData string `json:"client-certificate-data"`
+			ClientKey             string `json:"client-key"`
+			ClientKeyData         string `json:"client-key-data"`
+			Token                 string `json:"token"`
+			TokenFile             string `json:"tokenFile"`
+		} `json:"user"`
+	} `json:"users"`
+	Contexts []struct {
+		Name    string `json:"name"`
+		Context struct {
+			Cluster string `json:"cluster"`
+			User    string `json:"user"`
+		} `json:"context"`
+	} `json:"contexts"`
+}
+
+// LoadConfig reads the API server's address and credentials: from the kubeconfig at
+// path when given; else in-cluster (service account) when running in a pod; else from
+// $KUBECONFIG or ~/.kube/config. It uses the kubeconfig's current context.
+func LoadConfig(path string) (*Config, error) {
+	if path == "" {
+		if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+			return inCluster()
+		}
+		path = os.Getenv("KUBECONFIG")
+		if path == "" {
+			home, _ := os.UserHomeDir()
+			path = filepath.Join(home, ".kube", "config")
+		}
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	var kc kubeconfig
+	if err := yaml.Unmarshal(raw, &kc); err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	dir := filepath.Dir(path)
+	var clusterName, userName string
+	for _, c := range kc.Contexts {
+		if c.Name == kc.CurrentContext {
+			clusterName, userName = c.Context.Cluster, c.Context.User
+		}
+	}
+	if clusterName == "" {
+		return nil, fmt.Errorf("kubeconfig %s: no context %q", path, kc.CurrentContext)
+	}
+	cfg := &Config{TLS: &tls.Config{MinVersion: tls.VersionTLS12}}
+	found := false
+	for _, c := range kc.Clusters {
+		if c.Name != clusterName {
+			continue
+		}
+		found = true
+		cfg.Server = strings.TrimRight(c.Cluster.Server, "/")
+		cfg.TLS.ServerName = c.Cluster.TLSServerName
+		cfg.TLS.InsecureSkipVerify = c.Cluster.InsecureSkipTLSVerify //nolint:gosec // the kubeconfig asks for it
+		ca, err := material(c.Cluster.CertificateAuthorityData, c.Cluster.CertificateAuthority, dir)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: certificate authority: %w", path, err)
+		}
+		if ca != nil {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(ca) {
+				return nil, fmt.Errorf("kubeconfig %s: no certificate in the certificate authority", path)
+			}
+			cfg.TLS.RootCAs = pool
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("kubeconfig %s: no cluster %q", path, clusterName)
+	}
+	for _, u := range kc.Users {
+		if u.Name != userName {
+			continue
+		}
+		cert, err := material(u.User.ClientCertificateData, u.User.ClientCertificate, dir)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: client certificate: %w", path, err)
+		}
+		key, err := material(u.User.ClientKeyData, u.User.ClientKey, dir)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: client key: %w", path, err)
+		}
+		if cert != nil && key != nil {
+			pair, err := tls.X509KeyPair(cert, key)
+			if err != nil {
+				return nil, fmt.Errorf("kubeconfig %s: client certificate: %w", path, err)
+			}
+			cfg.TLS.Certificates = []tls.Certificate{pair}
+		}
+		cfg.BearerToken = u.User.Token
+		if u.User.TokenFile != "" {
+			tok, err := os.ReadFile(resolve(u.User.TokenFile, dir))
+			if err != nil {
+				return nil, fmt.Errorf("kubeconfig %s: token file: %w", path, err)
+			}
+			cfg.BearerToken = strings.TrimSpace(string(tok))
+		}
+	}
+	return cfg, nil
+}
+
+func resolve(p, dir string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(dir, p)
+}
+
+func material(data, file, dir string) ([]byte, error) {
+	if data != "" {
+		return base64.StdEncoding.DecodeString(data)
+	}
+	if file != "" {
+		return os.ReadFile(resolve(file, dir))
+	}
+	return nil, nil
+}
+
+func inCluster() (*Config, error) {
+	const sa = "/var/run/secrets/kubernetes.io/serviceaccount/"
+	tok, err := os.ReadFile(sa + "token")
+	if err != nil {
+		return nil, fmt.Errorf("in-cluster config: %w", err)
+	}
+	ca, err := os.ReadFile(sa + "ca.crt")
+	if err != nil {
+		return nil, fmt.Errorf("in-cluster config: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	host := net.JoinHostPort(os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"))
+	return &Config{
+		Server:      "https://" + host,
+		TLS:         &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		BearerToken: strings.TrimSpace(string(tok)),
+	}, nil
+}
+
+// StatusError is a response of the API server with a status code of 400 or more.
+type StatusError struct {
+	Code    int
+	Reason  string
+	Message string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("API server said %d %s: %s", e.Code, e.Reason, e.Message)
+}
+
+// IsNotFound reports whether err is a 404 from the API server.
+func IsNotFound(err error) bool { return hasCode(err, http.StatusNotFound) }
+
+// IsConflict reports whether err is a 409 from the API server (a stale resourceVersion,
+// or an object that already exists).
+func IsConflict(err error) bool { return hasCode(err, http.StatusConflict) }
+
+func hasCode(err error, code int) bool {
+	var s *StatusError
+	return errors.As(err, &s) && s.Code == code
+}
+
+// Client sends requests to one API server. Each request is a client span in the
+// caller's trace, and carries its traceparent.
+type Client struct {
+	cfg       *Config
+	http      *http.Client
+	userAgent string
+}
+
+// NewClient returns a client for cfg, identifying itself as userAgent.
+func NewClient(cfg *Config, userAgent string) *Client {
+	transport := &http.Transport{
+		Proxy:               nil,
+		TLSClientConfig:     cfg.TLS,
+		ForceAttemptHTTP2:   true,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &Client{
+		cfg:       cfg,
+		http:      &http.Client{Transport: steward.TracingTransport(transport), Timeout: 60 * time.Second},
+		userAgent: userAgent,
+	}
+}
+
+// Do sends one request (body is marshalled to JSON unless it is nil or []byte) and
+// decodes a 2xx response into out (unless out is nil). Other statuses are returned as
+// *StatusError.
+func (c *Client) Do(ctx context.Context, method, path, contentType string, body, out any) error {
+	var reader io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		reader = bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			return err
+		}
+		reader = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.cfg.Server+path, reader)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	if reader != nil {
+		if contentType == "" {
+			contentType = "application/json"
+		}
+		req.Header.Set("Content-Type", contentType)
+	}
+	if c.userAgent != "" {
+		req.Header.Set("User-Agent", c.userAgent)
+	}
+	if c.cfg.BearerToken != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.BearerToken)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 400 {
+		var st struct {
+			Reason  string `json:"reason"`
+			Message string `json:"message"`
+		}
+		_ = json.Unmarshal(raw, &st)
+		if st.Message == "" {
+			st.Message = strings.TrimSpace(string(raw))
+		}
+		return &StatusError{Code: resp.StatusCode, Reason: st.Reason, Message: st.Message}
+	}
+	if out != nil && len(raw) > 0 {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}
+
+// MergePatch sends a JSON merge patch (RFC 7386) to path.
+func (c *Client) MergePatch(ctx context.Context, path string, patch, out any) error {
+	return c.Do(ctx, http.MethodPatch, path, "application/merge-patch+json", patch, out)
+}

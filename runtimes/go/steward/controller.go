@@ -1,0 +1,428 @@
+package steward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/steward-dev/steward/runtimes/go/gen/steward/v1"
+)
+
+// ControllerOptions configure how a controller runs. The zero value works.
+type ControllerOptions struct {
+	// MaxConcurrentReconciles is how many reconciles run at once. Defaults to 1.
+	MaxConcurrentReconciles int
+	// Namespace watches only this namespace; empty for all.
+	Namespace string
+	// LabelSelector watches only matching objects; empty for all.
+	LabelSelector string
+	// ResyncPeriod, when > 0, enqueues every object of the primary type again that
+	// often (level triggering's safety net). Defaults to never.
+	ResyncPeriod time.Duration
+	// ShutdownGrace is how long in-flight reconciles may finish on shutdown. Defaults
+	// to 30 s.
+	ShutdownGrace time.Duration
+	// Logger receives the controller's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+type route struct {
+	t   TypeKey
+	src Source
+}
+
+// Controller is one controller, wired: mirror → sources → work queue → workers →
+// reconciler. Build it with NewBuilder.
+//
+// # Start-up and shutdown
+//
+// Run starts the mirror, waits until every watched type has synced (a reconcile never
+// sees a half-filled cache), then runs the workers. Cancelling its context stops taking
+// work, lets in-flight reconciles finish within the grace period, and closes the watch.
+// If the informer refuses the watch for good, Run returns the *MirrorError.
+//
+// # With a manager
+//
+// RunWithManager registers with the manager (ManagerSession) and runs the workers only
+// while the manager says this instance is active: START starts them (after enqueueing
+// every object of the primary type, so nothing that changed while standing by is
+// missed), DRAIN stops them gracefully, STOP or a lost lease stops them at once (their
+// reconciles' context is cancelled) — the lease is lost before another instance may
+// start, so two instances never reconcile together. Every worker also checks the lease
+// before each reconcile. The mirror keeps syncing while standing by, so a promoted
+// standby starts with a warm cache. Heartbeats carry the pool's status. Shutdown
+// deregisters, so a standby takes over without waiting for the lease to lapse.
+type Controller struct {
+	Name   string
+	Mirror *Mirror
+
+	opts       ControllerOptions
+	log        *slog.Logger
+	primary    TypeKey
+	routes     []route
+	reconciler Reconciler
+
+	mu          sync.Mutex
+	session     *ManagerSession
+	pool        *WorkerPool
+	stopWorkers context.CancelFunc
+	workersDone chan struct{}
+}
+
+// Pool returns the current worker pool (a new one each time the instance is started).
+func (c *Controller) Pool() *WorkerPool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pool
+}
+
+// Session returns the manager session (nil without a manager).
+func (c *Controller) Session() *ManagerSession {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.session
+}
+
+// WorkersRunning reports whether the workers run (the instance is active).
+func (c *Controller) WorkersRunning() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopWorkers != nil
+}
+
+func (c *Controller) newPool() *WorkerPool {
+	return NewWorkerPool(c.Name, fenced{c}, nil, WorkerOptions{
+		MaxConcurrentReconciles: c.opts.MaxConcurrentReconciles,
+		ShutdownGrace:           c.opts.ShutdownGrace,
+		Logger:                  c.log,
+	})
+}
+
+func (c *Controller) dispatch(ch Change) {
+	for _, r := range c.routes {
+		if r.t == ch.Obj.Type {
+			r.src.Handle(ch, c.enqueue)
+		}
+	}
+}
+
+func (c *Controller) enqueue(req Request, tc *TraceContext) {
+	pool := c.Pool()
+	if tc != nil {
+		pool.Queue.Add(req, *tc)
+	} else {
+		pool.Queue.Add(req)
+	}
+}
+
+func (c *Controller) enqueuePrimary(pool *WorkerPool) {
+	for _, o := range c.Mirror.List(c.primary) {
+		pool.Queue.Add(Request{o.Namespace(), o.Name()})
+	}
+}
+
+// MayReconcile is true unless a manager session exists and this instance does not hold
+// the lease.
+func (c *Controller) MayReconcile() bool {
+	s := c.Session()
+	return s == nil || s.HoldsLease()
+}
+
+// fenced checks the lease before every reconcile, so none starts after it is lost.
+type fenced struct{ c *Controller }
+
+func (f fenced) Reconcile(ctx context.Context, req Request) (Result, error) {
+	if !f.c.MayReconcile() {
+		// The workers are about to be stopped; whoever is active next reconciles it.
+		return Result{RequeueAfter: time.Second}, nil
+	}
+	return f.c.reconciler.Reconcile(ctx, req)
+}
+
+// Run runs the controller on its own (no manager) until ctx is cancelled; see the type's
+// docs.
+func (c *Controller) Run(ctx context.Context) error {
+	mctx, stopMirror := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopMirror()
+	mirrorErr := make(chan error, 1)
+	go func() { mirrorErr <- c.Mirror.Run(mctx) }()
+	select {
+	case err := <-mirrorErr:
+		return err
+	case <-ctx.Done():
+		stopMirror()
+		<-mirrorErr
+		return nil
+	case <-c.Mirror.Synced():
+	}
+	c.log.Info("caches synced, starting workers", "controller", c.Name, "workers", max(1, c.opts.MaxConcurrentReconciles))
+	pool := c.Pool()
+	wctx, stopWorkers := context.WithCancel(ctx)
+	defer stopWorkers()
+	poolDone := make(chan struct{})
+	go func() { defer close(poolDone); pool.Run(wctx) }()
+	if c.opts.ResyncPeriod > 0 {
+		go c.resync(wctx, pool)
+	}
+	var err error
+	select {
+	case err = <-mirrorErr:
+		stopWorkers()
+		<-poolDone
+		return err
+	case <-ctx.Done():
+	case <-poolDone:
+	}
+	stopWorkers()
+	<-poolDone
+	stopMirror()
+	<-mirrorErr
+	return nil
+}
+
+func (c *Controller) resync(ctx context.Context, pool *WorkerPool) {
+	t := time.NewTicker(c.opts.ResyncPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.enqueuePrimary(pool)
+		}
+	}
+}
+
+// RunWithManager runs the controller under the manager behind conn until ctx is
+// cancelled, STOP, or a refused registration (*RegistrationRefusedError) or watch
+// (*MirrorError); see the type's docs. opts.Controller defaults to the controller's
+// name, opts.Watches to the mirror's types; its callbacks are the controller's own.
+func (c *Controller) RunWithManager(ctx context.Context, conn grpc.ClientConnInterface, opts SessionOptions) error {
+	if opts.Controller == "" {
+		opts.Controller = c.Name
+	}
+	if len(opts.Watches) == 0 {
+		opts.Watches = c.Mirror.Types()
+	}
+	if opts.Logger == nil {
+		opts.Logger = c.log
+	}
+	opts.Status = c.heartbeatStatus
+	opts.OnStart = c.onStart
+	opts.OnDrain = func() { c.haltWorkers(true) }
+	opts.OnStop = func(reason string) {
+		c.log.Info("no longer active, stopping workers", "controller", c.Name, "reason", reason)
+		c.haltWorkers(false)
+	}
+	session := NewManagerSession(conn, opts)
+	c.mu.Lock()
+	c.session = session
+	c.mu.Unlock()
+
+	mctx, stopMirror := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopMirror()
+	mirrorErr := make(chan error, 1)
+	go func() { mirrorErr <- c.Mirror.Run(mctx) }()
+	sctx, stopSession := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSession()
+	sessionErr := make(chan error, 1)
+	go func() { sessionErr <- session.Run(sctx) }()
+
+	var err error
+	mirrorEnded, sessionEnded := false, false
+	select {
+	case <-ctx.Done():
+	case err = <-mirrorErr:
+		mirrorEnded = true
+	case err = <-sessionErr:
+		sessionEnded = true
+	}
+	c.haltWorkers(true) // graceful: in-flight reconciles finish
+	stopSession()       // the session deregisters
+	if !sessionEnded {
+		if serr := <-sessionErr; err == nil {
+			err = serr
+		}
+	}
+	stopMirror()
+	if !mirrorEnded {
+		<-mirrorErr
+	}
+	return err
+}
+
+func (c *Controller) onStart(epoch uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopWorkers != nil {
+		return
+	}
+	c.log.Info("active, starting workers", "controller", c.Name, "epoch", epoch)
+	c.pool.Queue.ShutDown()
+	pool := c.newPool()
+	c.pool = pool
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	c.stopWorkers, c.workersDone = cancel, done
+	go func() {
+		defer close(done)
+		select { // usually long done: the mirror syncs while standing by
+		case <-c.Mirror.Synced():
+		case <-ctx.Done():
+			return
+		}
+		c.enqueuePrimary(pool)
+		if c.opts.ResyncPeriod > 0 {
+			go c.resync(ctx, pool)
+		}
+		pool.Run(ctx)
+	}()
+}
+
+// haltWorkers stops the workers: gracefully (in-flight reconciles finish within the
+// grace period) or at once (their context is cancelled).
+func (c *Controller) haltWorkers(graceful bool) {
+	c.mu.Lock()
+	stop, done, pool := c.stopWorkers, c.workersDone, c.pool
+	c.stopWorkers, c.workersDone = nil, nil
+	c.mu.Unlock()
+	if stop == nil {
+		return
+	}
+	stop()
+	if !graceful {
+		pool.Abort()
+	}
+	<-done
+}
+
+func (c *Controller) heartbeatStatus() *pb.InstanceStatus {
+	st := c.Pool().Status()
+	n := st.Reconciles
+	out := &pb.InstanceStatus{
+		QueueDepth:  uint64(st.QueueDepth),
+		BusyWorkers: uint32(st.BusyWorkers),
+		Reconciles: &pb.ReconcileCounts{
+			Success:       n[ResultSuccess],
+			Requeue:       n[ResultRequeue] + n[ResultRequeueAfter],
+			Error:         n[ResultError],
+			TerminalError: n[ResultTerminalError],
+		},
+		Drained: !c.WorkersRunning(),
+	}
+	if st.LastError != nil {
+		out.LastError = st.LastError.Request.String() + ": " + st.LastError.Message
+		out.LastErrorTime = timestamppb.New(st.LastError.At)
+	}
+	return out
+}
+
+// Builder wires a Controller: one primary type, owned and mapped types
+// (controller-runtime's ControllerManagedBy(mgr).For(..).Owns(..).Watches(..)).
+type Builder struct {
+	name    string
+	primary *pb.ResourceType
+	kind    string
+	routes  []struct {
+		t   *pb.ResourceType
+		src Source
+	}
+	opts     ControllerOptions
+	indexers map[string]Indexer
+	err      error
+}
+
+// NewBuilder starts wiring a controller named name (a DNS-1123 label).
+func NewBuilder(name string) *Builder {
+	return &Builder{name: name, indexers: map[string]Indexer{}}
+}
+
+func (b *Builder) add(t *pb.ResourceType, s Source) {
+	b.routes = append(b.routes, struct {
+		t   *pb.ResourceType
+		src Source
+	}{t, s})
+}
+
+// For sets the primary type: each change enqueues the object's own key. kind (e.g.
+// "Deployment") is needed when the controller also Owns other types.
+func (b *Builder) For(t *pb.ResourceType, kind string, preds ...Predicate) *Builder {
+	if b.primary != nil {
+		b.err = errors.Join(b.err, fmt.Errorf("controller %q already has a primary type", b.name))
+		return b
+	}
+	b.primary, b.kind = t, kind
+	b.add(t, EnqueueObject{Predicates: preds})
+	return b
+}
+
+// Owns adds a type whose objects the primary type controls: a change enqueues the key
+// of the controlling owner when it is of the primary kind.
+func (b *Builder) Owns(t *pb.ResourceType, preds ...Predicate) *Builder {
+	if b.primary == nil || b.kind == "" {
+		b.err = errors.Join(b.err, errors.New("Owns needs For(type, kind) first"))
+		return b
+	}
+	b.add(t, EnqueueOwner{OwnerGroup: b.primary.GetGroup(), OwnerKind: b.kind, Predicates: preds})
+	return b
+}
+
+// Watches adds any other type: mapper says which keys a changed object concerns.
+func (b *Builder) Watches(t *pb.ResourceType, mapper Mapper, preds ...Predicate) *Builder {
+	b.add(t, EnqueueMapped{Mapper: mapper, Predicates: preds})
+	return b
+}
+
+// WithOptions sets the controller's options.
+func (b *Builder) WithOptions(o ControllerOptions) *Builder {
+	b.opts = o
+	return b
+}
+
+// WithIndex declares an index of the mirror, read with Mirror.ByIndex.
+func (b *Builder) WithIndex(name string, fn Indexer) *Builder {
+	b.indexers[name] = fn
+	return b
+}
+
+// Complete builds the controller, watching through conn (an informer). newReconciler
+// gets the controller's mirror.
+func (b *Builder) Complete(conn grpc.ClientConnInterface, newReconciler func(*Mirror) Reconciler) (*Controller, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
+	if b.primary == nil {
+		return nil, fmt.Errorf("controller %q needs a primary type: call For", b.name)
+	}
+	log := b.opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	var types []*pb.ResourceType
+	for _, r := range b.routes {
+		types = append(types, r.t)
+	}
+	mirror, err := NewMirror(conn, types, MirrorOptions{
+		Namespace: b.opts.Namespace, LabelSelector: b.opts.LabelSelector,
+		Subscriber: b.name, Logger: log,
+	}, b.indexers)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		Name: b.name, Mirror: mirror, opts: b.opts, log: log,
+		primary: KeyOf(b.primary), reconciler: newReconciler(mirror),
+	}
+	for _, r := range b.routes {
+		c.routes = append(c.routes, route{KeyOf(r.t), r.src})
+	}
+	c.pool = c.newPool()
+	mirror.AddHandler(c.dispatch)
+	return c, nil
+}

@@ -1,0 +1,25 @@
+// Package steward is the Go runtime for Steward controllers: the same building blocks as
+// the Python runtime (steward.runtime), speaking the gRPC contract in protos/steward/v1.
+//
+// The layers compose, and each is usable alone:
+//
+//	informer Watch stream → Mirror (local cache, indexes, resume, REPLACED)
+//	  → sources (For, Owns, Watches, predicates) → WorkQueue (client-go semantics,
+//	  rate-limited retries, trace contexts per key) → WorkerPool → your Reconciler
+//
+// A Controller wires them together and, given a manager address, registers with the
+// ManagerService (ManagerSession): it reconciles only while the manager says it is the
+// active instance and its lease is fresh, so two instances of one controller never
+// reconcile at once.
+//
+//	ctrl, err := steward.NewBuilder("confighash").
+//		For(steward.Deployments, "Deployment").
+//		Watches(steward.ConfigMaps, mapConfigMap).
+//		Complete(conn, func(m *steward.Mirror) steward.Reconciler { return &reconciler{m} })
+//	err = ctrl.RunWithManager(ctx, "127.0.0.1:50062", steward.SessionOptions{})
+//
+// Every reconcile runs in a span whose parent is the trace context of the first event
+// coalesced into its key (links to the others); TracingTransport carries the span's
+// traceparent to kube-apiserver. SetupTracing configures the OpenTelemetry SDK from the
+// standard OTEL_* environment variables.
+package steward

@@ -1,0 +1,312 @@
+"""The Go runtime end to end: ``runtimes/go/bin/confighash`` against a real informer and
+manager and the session's cluster (kube-controller-manager's Deployment controller on).
+
+The binary is built with ``make -C runtimes/go build`` once per module, runs as a
+subprocess, and keeps each Deployment's pod template annotated with the hash of the
+ConfigMaps it uses; the manager decides which instance is active.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes import client
+
+from steward.cluster import LocalCluster
+from steward.informer import InformerOptions, InformerServer
+from steward.manager import ManagerOptions
+from steward.v1 import manager_pb2 as mpb
+from tests.manager.conftest import FAST, RunningManager
+
+pytestmark = [pytest.mark.e2e]
+
+ROOT = Path(__file__).resolve().parents[2]
+GO_RUNTIME = ROOT / "runtimes" / "go"
+CONFIGHASH = GO_RUNTIME / "bin" / "confighash"
+ANNOTATION = "steward.dev/config-hash"
+NAME = "confighash"
+
+_T = TypeVar("_T")
+
+
+# Reusable helpers ---------------------------------------------------------------------
+
+
+def build_go_runtime() -> None:
+    """``make -C runtimes/go build``; fails the test with the build's output if it fails."""
+    proc = subprocess.run(
+        ["make", "-C", str(GO_RUNTIME), "build"],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.fail(
+            f"make -C runtimes/go build failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+
+
+class RunningInformer:
+    """An :class:`InformerServer` on its own event loop in a background thread."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="informer")
+        self._thread.start()
+        self.server = InformerServer(InformerOptions(listen="127.0.0.1:0", kubeconfig=kubeconfig))
+        try:
+            self.address = f"127.0.0.1:{self._call(self.server.start())}"
+        except BaseException:
+            self._close_loop()
+            raise
+
+    def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60.0)
+
+    def _close_loop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=30)
+        self.loop.close()
+
+    def stop(self) -> None:
+        try:
+            self._call(self.server.stop(grace=1.0))
+        finally:
+            self._close_loop()
+
+
+class ControllerProcess:
+    """A controller binary run as a subprocess, its stdout and stderr in files."""
+
+    def __init__(self, argv: list[str], log_dir: Path, label: str) -> None:
+        self.label = label
+        self.log_path = log_dir / f"{label}.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "KUBECONFIG"))}
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+            )
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_exit(self, timeout: float = 60.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{self.label} did not exit within {timeout}s:\n{self.logs()}")
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        """SIGTERM, then wait for the exit code."""
+        if self.running():
+            self.proc.send_signal(signal.SIGTERM)
+        return self.wait_exit(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: no deregistration, the lease has to lapse."""
+        if self.running():
+            self.proc.kill()
+        self.proc.wait(30)
+
+
+def eventually(check: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
+    """Poll ``check`` until it holds (generous deadline; machines are noisy)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+# Fixtures -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def go_binaries() -> None:
+    build_go_runtime()
+
+
+@pytest.fixture
+def informer(cluster: LocalCluster) -> Iterator[str]:
+    running = RunningInformer(str(cluster.kubeconfig))
+    try:
+        yield running.address
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
+    running = RunningManager(
+        ManagerOptions(
+            listen="127.0.0.1:0",
+            kubeconfig=str(cluster.kubeconfig),
+            namespace=namespace,
+            timing=FAST,
+        )
+    )
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def start_confighash(
+    go_binaries: None,
+    cluster: LocalCluster,
+    namespace: str,
+    informer: str,
+    manager: RunningManager,
+    tmp_path: Path,
+) -> Iterator[Callable[..., ControllerProcess]]:
+    """Start bin/confighash instances watching the test's namespace; all killed after."""
+    started: list[ControllerProcess] = []
+
+    def start(label: str, *extra: str) -> ControllerProcess:
+        argv = [
+            str(CONFIGHASH),
+            "--informer",
+            informer,
+            "--manager",
+            manager.address,
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--namespace",
+            namespace,
+            *extra,
+        ]
+        proc = ControllerProcess(argv, tmp_path, label)
+        started.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            proc.kill()
+
+
+# The test -----------------------------------------------------------------------------
+
+
+def _deployment(name: str, configmap: str) -> client.V1Deployment:
+    labels = {"app": name}
+    return client.V1Deployment(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1DeploymentSpec(
+            replicas=1,
+            selector=client.V1LabelSelector(match_labels=labels),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels),
+                spec=client.V1PodSpec(
+                    containers=[
+                        client.V1Container(
+                            name="app",
+                            image="busybox:1.36",
+                            volume_mounts=[
+                                client.V1VolumeMount(name="config", mount_path="/etc/app")
+                            ],
+                        )
+                    ],
+                    volumes=[
+                        client.V1Volume(
+                            name="config",
+                            config_map=client.V1ConfigMapVolumeSource(name=configmap),
+                        )
+                    ],
+                ),
+            ),
+        ),
+    )
+
+
+def test_confighash_rolls_deployments_and_fails_over(
+    api_client: client.ApiClient,
+    namespace: str,
+    manager: RunningManager,
+    start_confighash: Callable[..., ControllerProcess],
+) -> None:
+    core = client.CoreV1Api(api_client)
+    apps = client.AppsV1Api(api_client)
+    core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="cfg"), data={"a": "1"})
+    )
+    apps.create_namespaced_deployment(namespace, _deployment("web", "cfg"))
+    apps.create_namespaced_deployment(namespace, _deployment("other", "unrelated"))
+
+    def annotation(name: str = "web") -> str | None:
+        dep = apps.read_namespaced_deployment(name, namespace)
+        return (dep.spec.template.metadata.annotations or {}).get(ANNOTATION)
+
+    def replicaset_with(config_hash: str | None) -> bool:
+        """Whether kube-controller-manager made a ReplicaSet of web's template with it."""
+        items = apps.list_namespaced_replica_set(namespace, label_selector="app=web").items
+        return any(
+            (rs.spec.template.metadata.annotations or {}).get(ANNOTATION) == config_hash
+            for rs in items
+        )
+
+    def controller() -> mpb.Controller:
+        reply = manager.stub.GetController(mpb.GetControllerRequest(name=NAME))
+        return reply.controller
+
+    def instances() -> list[str]:
+        try:
+            return [i.instance_id for i in controller().instances]
+        except Exception:  # NOT_FOUND until the first registration
+            return []
+
+    first = start_confighash("first")
+    # A Deployment mounting a ConfigMap gets the hash of its data.
+    eventually(lambda: annotation() is not None, "the config-hash annotation")
+    before = annotation()
+    assert before is not None
+    eventually(lambda: replicaset_with(before), "the ReplicaSet of the annotated template")
+    assert first.running(), first.logs()
+    [first_id] = instances()
+    assert controller().holder == first_id
+
+    # Changing the ConfigMap changes the annotation, and the Deployment rolls out.
+    core.patch_namespaced_config_map("cfg", namespace, {"data": {"a": "2"}})
+    eventually(lambda: annotation() not in (None, before), "a new config hash")
+    second_hash = annotation()
+    eventually(lambda: replicaset_with(second_hash), "kube-controller-manager's new ReplicaSet")
+    # The Deployment whose ConfigMap does not exist is annotated too, and unrelated to cfg.
+    eventually(lambda: annotation("other") is not None, "the annotation of the other Deployment")
+    other_hash = annotation("other")
+
+    # A second instance without --standby is refused while the first one lives.
+    refused = start_confighash("refused")
+    assert refused.wait_exit() == 1, refused.logs()
+    assert "AlreadyExists" in refused.logs(), refused.logs()
+    assert first_id in refused.logs(), refused.logs()  # the message names the holder
+
+    # With --standby it waits, and takes over when the first one is killed.
+    standby = start_confighash("standby", "--standby")
+    eventually(lambda: len(instances()) == 2, "the standby to register")
+    [standby_id] = [i for i in instances() if i != first_id]
+    assert controller().holder == first_id
+    first.kill()
+    eventually(lambda: controller().holder == standby_id, "the standby's promotion")
+    core.patch_namespaced_config_map("cfg", namespace, {"data": {"a": "3"}})
+    eventually(lambda: annotation() not in (None, before, second_hash), "a hash by the standby")
+    assert annotation("other") == other_hash
+
+    # SIGTERM deregisters and exits 0.
+    assert standby.terminate() == 0, standby.logs()
+    eventually(lambda: controller().holder == "", "the name to be released")
