@@ -1,5 +1,8 @@
 """A sample controller end to end: informer → mirror → queue → workers → API writes, with
-the manager deciding which instance is active."""
+the manager deciding which instance is active.
+
+The informer and the manager run as their own identities (the cluster's component
+kubeconfigs); the labeller, an example with no identity of its own, writes as admin."""
 
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
     running = RunningManager(
         ManagerOptions(
             listen="127.0.0.1:0",
-            kubeconfig=str(cluster.kubeconfig),
+            kubeconfig=str(cluster.component_kubeconfig("manager")),
             namespace=namespace,
             timing=FAST,
         )
@@ -46,7 +49,9 @@ def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
 @pytest_asyncio.fixture
 async def informer(cluster: LocalCluster) -> AsyncIterator[str]:
     server = InformerServer(
-        InformerOptions(listen="127.0.0.1:0", kubeconfig=str(cluster.kubeconfig))
+        InformerOptions(
+            listen="127.0.0.1:0", kubeconfig=str(cluster.component_kubeconfig("informer"))
+        )
     )
     await server.start()
     try:

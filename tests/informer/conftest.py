@@ -1,5 +1,9 @@
 """Fixtures of the informer's integration tests: an in-process informer against the
-session's local control plane, gRPC clients, and a Watch reader."""
+session's local control plane, gRPC clients, and a Watch reader.
+
+Informers run as the informer's own identity (the cluster's ``informer`` kubeconfig,
+list/watch and discovery only, see ``deploy/rbac/informer.yaml``), as in a deployment;
+the tests write their objects with the admin kubeconfig (``api_client``)."""
 
 from __future__ import annotations
 
@@ -65,9 +69,14 @@ class RunningInformer:
             self.loop.close()
 
 
+def informer_kubeconfig(cluster: LocalCluster) -> str:
+    """The kubeconfig of the informer's own identity."""
+    return str(cluster.component_kubeconfig("informer"))
+
+
 def kubeconfig_via(cluster: LocalCluster, port: int, directory: Path) -> Path:
-    """A copy of the admin kubeconfig that reaches the API server through ``port``."""
-    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    """A copy of the informer's kubeconfig that reaches the API server through ``port``."""
+    config = yaml.safe_load(cluster.component_kubeconfig("informer").read_text())
     config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
     path = directory / f"kubeconfig-{uuid.uuid4().hex[:6]}"
     path.write_text(yaml.safe_dump(config))
@@ -80,7 +89,7 @@ def informer(cluster: LocalCluster) -> Iterator[RunningInformer]:
     running = RunningInformer(
         InformerOptions(
             listen="127.0.0.1:0",
-            kubeconfig=str(cluster.kubeconfig),
+            kubeconfig=informer_kubeconfig(cluster),
             metrics_listen="127.0.0.1:0",
             idle_grace=2.0,
         )
@@ -98,7 +107,7 @@ def start_informer(cluster: LocalCluster) -> Iterator[Callable[..., RunningInfor
 
     def start(**overrides: Any) -> RunningInformer:
         options = InformerOptions(
-            listen="127.0.0.1:0", kubeconfig=str(cluster.kubeconfig), idle_grace=2.0
+            listen="127.0.0.1:0", kubeconfig=informer_kubeconfig(cluster), idle_grace=2.0
         )
         for key, value in overrides.items():
             setattr(options, key, value)

@@ -126,7 +126,12 @@ def test_cli_rejects_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
 def test_the_process_serves_and_stops_on_sigterm(cluster: LocalCluster, tmp_path: Path) -> None:
     env = dict(os.environ, STEWARD_INFORMER_LISTEN="127.0.0.1:0")
     proc = subprocess.Popen(
-        [str(BIN / "steward"), "informer", "--kubeconfig", str(cluster.kubeconfig)],
+        [
+            str(BIN / "steward"),
+            "informer",
+            "--kubeconfig",
+            str(cluster.component_kubeconfig("informer")),
+        ],
         stderr=subprocess.PIPE,
         text=True,
         env=env,

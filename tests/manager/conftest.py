@@ -1,5 +1,9 @@
 """Fixtures of the manager's tests: an in-process manager against the session's local
-control plane (its Leases in the test's fresh namespace), with small lease numbers."""
+control plane (its Leases in the test's fresh namespace), with small lease numbers.
+
+Managers run as the manager's own identity (the cluster's ``manager`` kubeconfig, see
+``deploy/rbac/manager.yaml``; the local cluster grants its Lease role cluster-wide so
+that every test's namespace works), as in a deployment."""
 
 from __future__ import annotations
 
@@ -74,7 +78,7 @@ def start_manager(cluster: LocalCluster, namespace: str) -> Iterator[Callable[..
     def start(wait_leading: bool = True, **overrides: Any) -> RunningManager:
         options = ManagerOptions(
             listen="127.0.0.1:0",
-            kubeconfig=str(cluster.kubeconfig),
+            kubeconfig=str(cluster.component_kubeconfig("manager")),
             namespace=namespace,
             timing=FAST,
             identity=f"manager-{uuid.uuid4().hex[:6]}",

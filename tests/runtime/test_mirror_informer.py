@@ -45,7 +45,9 @@ async def test_mirror_recovers_across_an_informer_restart(
         return {str(cm.metadata.name) for cm in items}
 
     address = f"127.0.0.1:{free_port()}"
-    options = InformerOptions(listen=address, kubeconfig=str(cluster.kubeconfig))
+    options = InformerOptions(
+        listen=address, kubeconfig=str(cluster.component_kubeconfig("informer"))
+    )
     first = InformerServer(options)
     await first.start()
     changes: list[Change] = []

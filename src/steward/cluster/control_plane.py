@@ -15,6 +15,14 @@ its own Job controller unless ``controllers`` says otherwise. A component that e
 stays unhealthy stops the whole start-up: everything already started is stopped again
 and the error shows the component's last log lines.
 
+# Identities
+Each of Steward's components gets its own client certificate and kubeconfig
+(:data:`STEWARD_IDENTITIES`, :meth:`ClusterState.component_kubeconfig`), in the group
+``system:monitoring`` so that kube-apiserver continues its traces, and no more access
+than the ClusterRoles of ``deploy/rbac/`` give it: they are applied with the admin
+identity as soon as kube-apiserver is ready and bound to those users. The services
+``ClusterConfig.steward`` starts use them; the admin kubeconfig stays in ``system:masters``.
+
 # Ports
 Every port is picked free on 127.0.0.1 at start-up, so clusters run side by side
 (tests next to ``make up``). Nothing listens on any other address.
@@ -66,6 +74,25 @@ COMPONENTS = (
     "kwok",
 )
 """Every component, in start order (stopped in reverse); Steward's own services follow."""
+
+STEWARD_IDENTITIES = {
+    "informer": "steward:informer",
+    "manager": "steward:manager",
+    "controller-job": "steward:controller:job",
+}
+"""Steward's components and the user each authenticates as. The key names the RBAC file
+(``deploy/rbac/<key>.yaml``) and the kubeconfig (``<state dir>/<key>.kubeconfig``)."""
+
+MONITORING_GROUP = "system:monitoring"
+"""The group of every Steward identity. kube-apiserver continues an incoming W3C
+``traceparent`` only for callers in ``system:masters`` or ``system:monitoring``: its
+tracing filter marks every other request a public endpoint, whose span starts a new trace
+and merely links the caller's (``notSystemPrivilegedGroup`` in
+k8s.io/apiserver@v0.37.2/pkg/endpoints/filters/traces.go). The filter runs after
+authentication and before impersonation (``DefaultBuildHandlerChain`` in
+pkg/server/config.go), so it judges the authenticated caller. The group also brings
+the bootstrap ClusterRole ``system:monitoring``: GET of /metrics, /livez, /readyz,
+/healthz and their sub-paths, nothing else."""
 
 _PORTS = (
     "etcd_client",
@@ -154,7 +181,21 @@ class ClusterState:
 
     @property
     def kubeconfig(self) -> Path:
+        """The admin kubeconfig (``system:masters``)."""
         return self.directory / "kubeconfig"
+
+    def component_kubeconfig(self, component: str) -> Path:
+        """The kubeconfig of a Steward component's own identity (a key of
+        :data:`STEWARD_IDENTITIES`: ``informer``, ``manager``, ``controller-job``).
+
+        Raises:
+            ValueError: ``component`` is not one of them.
+        """
+        if component not in STEWARD_IDENTITIES:
+            raise ValueError(
+                f"no identity for {component!r}; known: {', '.join(STEWARD_IDENTITIES)}"
+            )
+        return self.directory / f"{component}.kubeconfig"
 
     @property
     def server(self) -> str:
@@ -192,6 +233,9 @@ class ClusterState:
             "nodes": self.nodes,
             "controllers": self.controllers,
             "kubeconfig": str(self.kubeconfig),
+            "component_kubeconfigs": {
+                c: str(self.component_kubeconfig(c)) for c in STEWARD_IDENTITIES
+            },
             "server": self.server,
             "jaeger_query_url": self.jaeger_query_url,
             "otlp_endpoint": self.otlp_endpoint,
@@ -290,7 +334,12 @@ class LocalCluster:
     # Convenience accessors -------------------------------------------------------------
     @property
     def kubeconfig(self) -> Path:
+        """The admin kubeconfig (``system:masters``)."""
         return self.state.kubeconfig
+
+    def component_kubeconfig(self, component: str) -> Path:
+        """See :meth:`ClusterState.component_kubeconfig`."""
+        return self.state.component_kubeconfig(component)
 
     @property
     def directory(self) -> Path:
@@ -423,6 +472,11 @@ class LocalCluster:
         kwok_serving = ca.issue(
             "kwok-serving", "kwok", dns=local_names, ips=serving_ips, server=True
         )
+        # Steward's components: one user each, all in system:monitoring (see
+        # MONITORING_GROUP), with access only through the RBAC applied below.
+        for component, user in STEWARD_IDENTITIES.items():
+            identity = ca.issue(component, user, orgs=(MONITORING_GROUP,), client=True)
+            self._write_kubeconfig(st.component_kubeconfig(component), ca.pair.cert, identity, user)
 
         self._write_kubeconfig(st.kubeconfig, ca.pair.cert, admin, "steward-admin")
         kubeconfigs = {
@@ -533,6 +587,7 @@ class LocalCluster:
             timeout,
             out,
         )
+        self._apply_rbac(out)
 
         # kube-controller-manager ----------------------------------------------------------
         kc = kubeconfigs["kube-controller-manager"]
@@ -620,17 +675,67 @@ class LocalCluster:
         if config.steward:
             self._start_steward(config, out, timeout)
 
+    def _apply_rbac(self, out: Progress) -> None:
+        """Create the ClusterRoles of ``deploy/rbac/<component>.yaml`` as admin and bind
+        each to its component's user (:data:`STEWARD_IDENTITIES`).
+
+        Every role is bound with a ClusterRoleBinding, including ``steward:manager``,
+        whose Lease rules a deployment grants by a RoleBinding in Steward's namespace
+        only: here each manager test keeps its Leases in a fresh namespace of its own, and
+        one cluster-wide binding lets all of them run as ``steward:manager``. The local
+        cluster holds nothing a wider Lease grant could hurt.
+
+        Raises:
+            ClusterError: a file holds something other than ClusterRoles, or the API
+                server refused a write.
+        """
+        rbac = binaries.repo_root() / "deploy" / "rbac"
+        api = "/apis/rbac.authorization.k8s.io/v1"
+        out.say(f"applying Steward's RBAC from {rbac}")
+        for component, user in STEWARD_IDENTITIES.items():
+            path = rbac / f"{component}.yaml"
+            for doc in yaml.safe_load_all(path.read_text()):
+                if not doc:
+                    continue
+                if doc.get("kind") != "ClusterRole":
+                    raise ClusterError(f"{path}: expected only ClusterRoles, got {doc.get('kind')}")
+                name = doc["metadata"]["name"]
+                self.api("POST", f"{api}/clusterroles", doc, ok=(201, 409))
+                binding = {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRoleBinding",
+                    "metadata": {"name": name, "labels": doc["metadata"].get("labels") or {}},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": name,
+                    },
+                    "subjects": [
+                        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+                    ],
+                }
+                self.api("POST", f"{api}/clusterrolebindings", binding, ok=(201, 409))
+
     def _start_steward(self, config: ClusterConfig, out: Progress, timeout: float) -> None:
         """Steward's informer and manager, as processes of this cluster (own logs, stopped
         by ``down``), each waited on until its gRPC health service says SERVING; then
         Steward's Job controller, waited on until the manager made it active. It takes
-        Jobs without ``spec.managedBy`` only when upstream's Job controller is off."""
+        Jobs without ``spec.managedBy`` only when upstream's Job controller is off. Each
+        runs as its own identity (:data:`STEWARD_IDENTITIES`), not as admin."""
         st = self.state
         cli = [sys.executable, "-m", "steward.cli"]
-        kubeconfig = f"--kubeconfig={st.kubeconfig}"
+
+        def kubeconfig(component: str) -> str:
+            return f"--kubeconfig={st.component_kubeconfig(component)}"
+
         services = {
-            "informer": [*cli, "informer", kubeconfig, f"--listen={st.informer_address}"],
-            "manager": [*cli, "manager", kubeconfig, f"--listen={st.manager_address}"],
+            "informer": [
+                *cli,
+                "informer",
+                kubeconfig("informer"),
+                f"--listen={st.informer_address}",
+            ],
+            "manager": [*cli, "manager", kubeconfig("manager"), f"--listen={st.manager_address}"],
         }
         for name, argv in services.items():
             self._launch(name, argv, config, traced=True)
@@ -641,7 +746,7 @@ class LocalCluster:
             sys.executable,
             "-m",
             "steward.controllers.job.main",
-            kubeconfig,
+            kubeconfig("controller-job"),
             f"--informer={st.informer_address}",
             f"--manager={st.manager_address}",
             "--take-unmanaged" if unmanaged else "--no-take-unmanaged",
@@ -903,6 +1008,9 @@ class LocalCluster:
             "name": self.state.name,
             "directory": str(self.state.directory),
             "kubeconfig": str(self.kubeconfig),
+            "component_kubeconfigs": {
+                c: str(self.component_kubeconfig(c)) for c in STEWARD_IDENTITIES
+            },
             "server": self.state.server,
             "jaeger_query_url": self.jaeger_query_url,
             "otlp_endpoint": self.otlp_endpoint,

@@ -2,6 +2,8 @@
 
 Everything is generated anew for each ``steward cluster up`` and lives in the cluster's
 state directory (``pki/``, mode 0600 for keys); nothing is reused between clusters.
+:meth:`CertificateAuthority.load` reopens a running cluster's CA to issue more client
+certificates (e.g. a test's throwaway identity).
 """
 
 from __future__ import annotations
@@ -87,6 +89,24 @@ class CertificateAuthority:
         self.pair.cert.write_bytes(self._cert.public_bytes(serialization.Encoding.PEM))
         _write_key(self.pair.key, self._key)
 
+    @classmethod
+    def load(cls, directory: Path) -> CertificateAuthority:
+        """The CA already in ``directory`` (``ca.crt``, ``ca.key``), to issue more leaves.
+
+        Raises:
+            OSError: the files cannot be read.
+            ValueError: they do not hold a certificate and an EC private key.
+        """
+        ca = cls.__new__(cls)
+        ca.directory = directory
+        ca.pair = KeyPair(directory / "ca.crt", directory / "ca.key")
+        ca._cert = x509.load_pem_x509_certificate(ca.pair.cert.read_bytes())
+        key = serialization.load_pem_private_key(ca.pair.key.read_bytes(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{ca.pair.key} does not hold the CA's EC private key")
+        ca._key = key
+        return ca
+
     def issue(
         self,
         name: str,
@@ -97,8 +117,11 @@ class CertificateAuthority:
         ips: tuple[str, ...] = (),
         server: bool = False,
         client: bool = False,
+        directory: Path | None = None,
     ) -> KeyPair:
-        """Issue a leaf certificate into ``<name>.crt``/``<name>.key``."""
+        """Issue a leaf certificate into ``<name>.crt``/``<name>.key`` of ``directory``
+        (default: the CA's). For a client certificate kube-apiserver takes the user name
+        from ``common_name`` and the groups from ``orgs``."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
         usages = []
@@ -126,7 +149,8 @@ class CertificateAuthority:
         if sans:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         cert = builder.sign(self._key, hashes.SHA256())
-        pair = KeyPair(self.directory / f"{name}.crt", self.directory / f"{name}.key")
+        into = directory if directory is not None else self.directory
+        pair = KeyPair(into / f"{name}.crt", into / f"{name}.key")
         pair.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         _write_key(pair.key, key)
         return pair

@@ -1,5 +1,9 @@
 """Fixtures of the Job controller's tests: an in-process informer and the controller
-running against the session's control plane, watching the test's namespace only."""
+running against the session's control plane, watching the test's namespace only.
+
+The informer and the controller run as their own identities (the cluster's
+``informer`` and ``controller-job`` kubeconfigs, with only the RBAC of ``deploy/rbac/``),
+as they do in a deployment; the tests' own setup and checks use the admin kubeconfig."""
 
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ MANAGED_BY = "steward.io/job-controller"
 
 @pytest.fixture
 def kube(cluster: LocalCluster) -> Iterator[KubeClient]:
-    """A raw JSON client with the admin kubeconfig."""
+    """A raw JSON client with the admin kubeconfig (the test's own reads and writes)."""
     api = KubeClient(load_access(str(cluster.kubeconfig)), user_agent="job-controller-test")
     try:
         yield api
@@ -35,7 +39,9 @@ def kube(cluster: LocalCluster) -> Iterator[KubeClient]:
 @pytest_asyncio.fixture
 async def informer(cluster: LocalCluster) -> AsyncIterator[str]:
     server = InformerServer(
-        InformerOptions(listen="127.0.0.1:0", kubeconfig=str(cluster.kubeconfig))
+        InformerOptions(
+            listen="127.0.0.1:0", kubeconfig=str(cluster.component_kubeconfig("informer"))
+        )
     )
     await server.start()
     try:
@@ -85,7 +91,11 @@ async def job_controllers(
     """Start Steward's Job controller (as often as needed) for the test's namespace,
     managing only Jobs that name it in spec.managedBy (upstream's job controller runs in
     the same cluster); every instance is stopped at the end."""
-    api = KubeClient(load_access(str(cluster.kubeconfig)), user_agent="steward-job", workers=8)
+    api = KubeClient(
+        load_access(str(cluster.component_kubeconfig("controller-job"))),
+        user_agent="steward-job",
+        workers=8,
+    )
     async with grpc.aio.insecure_channel(informer) as channel:
         starter = Starter(channel, api, namespace)
         try:

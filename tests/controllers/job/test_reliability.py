@@ -136,18 +136,18 @@ def tracked_pods(kube: KubeClient, ns: str) -> list[str]:
 def test_standby_finishes_a_burst_after_sigkill(
     cluster: LocalCluster, kube: KubeClient, namespace: str, processes: Processes
 ) -> None:
-    kubeconfig = str(cluster.kubeconfig)
+    informer_kubeconfig = cluster.component_kubeconfig("informer")
     informer = f"127.0.0.1:{free_port()}"
     processes.start(
         "informer",
-        [sys.executable, "-m", "steward.cli", "informer", f"--kubeconfig={kubeconfig}",
+        [sys.executable, "-m", "steward.cli", "informer", f"--kubeconfig={informer_kubeconfig}",
          f"--listen={informer}"],
     )  # fmt: skip
     wait_for(lambda: serving(informer), "the informer to serve", 60)
     manager = RunningManager(
         ManagerOptions(
             listen="127.0.0.1:0",
-            kubeconfig=kubeconfig,
+            kubeconfig=str(cluster.component_kubeconfig("manager")),
             namespace=namespace,
             timing=FAST,
             identity=f"manager-{uuid.uuid4().hex[:6]}",
@@ -158,7 +158,7 @@ def test_standby_finishes_a_burst_after_sigkill(
             sys.executable,
             "-m",
             "steward.controllers.job.main",
-            f"--kubeconfig={kubeconfig}",
+            f"--kubeconfig={cluster.component_kubeconfig('controller-job')}",
             f"--informer={informer}",
             f"--manager={manager.address}",
             f"--namespace={namespace}",
