@@ -1,0 +1,1 @@
+"""Steward's ReplicaSet controller."""
