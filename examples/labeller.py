@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import grpc
 
+from steward import grpc_tracing
 from steward.kube import ApiStatusError, KubeClient, NotFoundError, load_access
 from steward.runtime import Request, Result, TraceContext
 from steward.runtime.controller import Controller, ControllerBuilder, ControllerOptions
@@ -86,7 +87,7 @@ def build(
 
 async def _main(args: argparse.Namespace) -> None:
     api = KubeClient(load_access(args.kubeconfig), user_agent=NAME)
-    async with grpc.aio.insecure_channel(args.informer) as channel:
+    async with grpc_tracing.insecure_channel(args.informer) as channel:
         controller = build(channel, api, ControllerOptions(namespace=args.namespace))
         session = SessionOptions(controller=NAME, standby=args.standby)
         await controller.run(manager=args.manager, session=session if args.manager else None)

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from steward import grpc_tracing
 from steward.v1 import informer_pb2, manager_pb2, manager_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -289,7 +290,7 @@ class ManagerSession:
 
     async def _connect_once(self) -> _End:
         opts = self.options
-        async with grpc.aio.insecure_channel(self.target) as channel:
+        async with grpc_tracing.insecure_channel(self.target) as channel:
             stub = manager_pb2_grpc.ManagerServiceStub(channel)
             call = stub.Session()
             self._call = call

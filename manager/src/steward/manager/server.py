@@ -32,6 +32,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 
+from steward.grpc_tracing import ServerTracing
 from steward.kube import ApiError, ClusterAccess, KubeClient, load_access
 from steward.manager.election import LeaderElector
 from steward.manager.enablement import Enablement, InvalidNameError
@@ -112,6 +113,7 @@ class ManagerServer:
         self.service = ManagerService(self.registry, self._not_leader)
         self.metrics.register_gauges(self.registry.session_counts, self._leading)
         self.health = health.aio.HealthServicer()
+        self.tracing = ServerTracing()
         self.port = 0
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
@@ -147,7 +149,7 @@ class ManagerServer:
         Raises:
             RuntimeError: the address cannot be bound.
         """
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        server = grpc.aio.server(interceptors=[self.tracing], options=[("grpc.so_reuseport", 0)])
         manager_pb2_grpc.add_ManagerServiceServicer_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
@@ -162,6 +164,7 @@ class ManagerServer:
         self.port = server.add_insecure_port(f"{host}:{port}")
         if self.port == 0:
             raise RuntimeError(f"cannot listen on {self.options.listen}")
+        self.tracing.address = (host, self.port)
         await server.start()
         self._server = server
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)

@@ -20,6 +20,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 
+from steward.grpc_tracing import ServerTracing
 from steward.informer.apiclient import ApiClient
 from steward.informer.fanout import Fanout
 from steward.informer.metrics import InformerMetrics
@@ -95,6 +96,7 @@ class InformerServer:
             ),
         )
         self.health = health.aio.HealthServicer()
+        self.tracing = ServerTracing()
         self.port = 0
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
@@ -107,10 +109,11 @@ class InformerServer:
             RuntimeError: the address cannot be bound.
         """
         server = grpc.aio.server(
+            interceptors=[self.tracing],
             options=[
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         add_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -126,6 +129,7 @@ class InformerServer:
         self.port = server.add_insecure_port(f"{host}:{port}")
         if self.port == 0:
             raise RuntimeError(f"cannot listen on {self.options.listen}")
+        self.tracing.address = (host, self.port)
         await server.start()
         self._server = server
         for name in (SERVICE_NAME, ""):
@@ -176,7 +180,7 @@ environment (flags win):
   STEWARD_INFORMER_HISTORY_SIZE       --history-size
   STEWARD_INFORMER_SUBSCRIBER_BUFFER  --subscriber-buffer
   STEWARD_INFORMER_IDLE_GRACE         --idle-grace
-  OTEL_EXPORTER_OTLP_ENDPOINT         send a span per received event there (OTLP gRPC)
+  OTEL_EXPORTER_OTLP_ENDPOINT         send a span per received event and per call there (OTLP gRPC)
 """
 
 

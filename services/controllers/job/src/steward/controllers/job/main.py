@@ -15,8 +15,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-import grpc
-
+from steward import grpc_tracing
 from steward.controllers.job.controller import (
     MANAGED_BY,
     NAME,
@@ -61,7 +60,7 @@ async def run(args: argparse.Namespace) -> None:
     """Run the controller until cancelled."""
     api = KubeClient(load_access(args.kubeconfig), user_agent="steward-job-controller", workers=16)
     try:
-        async with grpc.aio.insecure_channel(args.informer) as channel:
+        async with grpc_tracing.insecure_channel(args.informer) as channel:
             controller = build(
                 channel,
                 api,
