@@ -13,8 +13,6 @@ import os
 import signal
 import subprocess
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,9 +21,9 @@ import grpc
 import pytest
 from kubernetes import client, config
 
-from steward.cluster import ClusterConfig, LocalCluster
-from steward.cluster.progress import Progress
+from steward.cluster import LocalCluster
 from steward.v1 import manager_pb2, manager_pb2_grpc
+from tests.tracing import jaeger
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -34,28 +32,9 @@ NAME = "coalesced"
 
 @pytest.fixture(scope="module")
 def steward_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    cfg = ClusterConfig(
-        name="steward-test-coalesce",
-        state_dir=Path(tmp_path_factory.mktemp("coalesce-cluster")),
-        nodes=1,
-        die_with_parent=True,
-        steward=True,
-    )
-    running = LocalCluster.up(cfg, progress=Progress(quiet=True))
-    try:
+    state = tmp_path_factory.mktemp("coalesce-cluster")
+    with jaeger.steward_cluster("steward-test-coalesce", state) as running:
         yield running
-    finally:
-        running.down(progress=Progress(quiet=True))
-
-
-def _jaeger(cluster: LocalCluster, path: str, **params: str) -> Any:
-    url = f"{cluster.jaeger_query_url}{path}?{urllib.parse.urlencode(params)}"
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return json.loads(resp.read())
-
-
-def _tags(span: dict[str, Any]) -> dict[str, Any]:
-    return {t["key"]: t["value"] for t in span.get("tags") or []}
 
 
 def _instances(cluster: LocalCluster) -> list[manager_pb2.InstanceInfo]:
@@ -79,7 +58,7 @@ def _wait(what: str, check: Any, timeout: float = 90, log: Path | None = None) -
 def _event_spans(cluster: LocalCluster, event: str) -> dict[str, dict[str, Any]]:
     """The informer's spans of ``event`` (ADDED, MODIFIED) on the Job, by resourceVersion."""
     tags = json.dumps({"k8s.object.name": NAME, "k8s.resource": "jobs.v1.batch"})
-    found = _jaeger(
+    found = jaeger.query(
         cluster,
         "/api/traces",
         service="steward-informer",
@@ -92,7 +71,7 @@ def _event_spans(cluster: LocalCluster, event: str) -> dict[str, dict[str, Any]]
     for trace in found or []:
         for span in trace["spans"]:
             if span["operationName"] == f"informer {event} jobs.v1.batch":
-                rv = str(_tags(span).get("k8s.resource_version", ""))
+                rv = str(jaeger.tags(span).get("k8s.resource_version", ""))
                 spans[rv] = span
     return spans
 
@@ -150,7 +129,7 @@ def test_coalesced_events_become_one_reconcile_with_links(
         os.kill(record.pid, signal.SIGTERM)
 
         def promoted_reconcile() -> dict[str, Any] | None:
-            trace = _jaeger(steward_cluster, f"/api/traces/{added_span['traceID']}")["data"][0]
+            trace = jaeger.query(steward_cluster, f"/api/traces/{added_span['traceID']}")["data"][0]
             for span in trace["spans"]:
                 refs = span.get("references") or []
                 parents = [r["spanID"] for r in refs if r["refType"] == "CHILD_OF"]
@@ -165,7 +144,7 @@ def test_coalesced_events_become_one_reconcile_with_links(
             return None
 
         reconcile = _wait("the promoted standby's reconcile span", promoted_reconcile, log=log)
-        attributes = _tags(reconcile)
+        attributes = jaeger.tags(reconcile)
         assert attributes["steward.key"] == f"default/{NAME}"
         # Every event of the key (the two patches, the active instance's own writes) is in
         # the one reconcile: the first as parent, each other one as a link.

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client, config
 
-from steward.cluster import ClusterConfig, LocalCluster
-from steward.cluster.progress import Progress
+from steward.cluster import LocalCluster
+from tests.tracing import jaeger
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -23,28 +20,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def steward_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A cluster as ``make up`` runs it: Steward's services exporting to its Jaeger."""
-    cfg = ClusterConfig(
-        name="steward-test-trace",
-        state_dir=Path(tmp_path_factory.mktemp("trace-cluster")),
-        nodes=1,
-        die_with_parent=True,
-        steward=True,
-    )
-    running = LocalCluster.up(cfg, progress=Progress(quiet=True))
-    try:
+    state = tmp_path_factory.mktemp("trace-cluster")
+    with jaeger.steward_cluster("steward-test-trace", state) as running:
         yield running
-    finally:
-        running.down(progress=Progress(quiet=True))
-
-
-def _jaeger(cluster: LocalCluster, path: str, **params: str) -> Any:
-    url = f"{cluster.jaeger_query_url}{path}?{urllib.parse.urlencode(params)}"
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return json.loads(resp.read())
-
-
-def _tags(span: dict[str, Any]) -> dict[str, Any]:
-    return {t["key"]: t["value"] for t in span.get("tags") or []}
 
 
 def test_a_job_reads_as_one_trace(steward_cluster: LocalCluster) -> None:
@@ -69,7 +47,7 @@ def test_a_job_reads_as_one_trace(steward_cluster: LocalCluster) -> None:
     missing = "no trace yet"
     while time.monotonic() < deadline:
         found = (
-            _jaeger(
+            jaeger.query(
                 steward_cluster,
                 "/api/traces",
                 service="steward-informer",
@@ -126,7 +104,7 @@ def _check_story(trace: dict[str, Any]) -> str:
             and s["operationName"] == "POST /api/v1/namespaces/{namespace}/pods"
         )
     )
-    if post is None or _tags(post).get("span.kind") != "client":
+    if post is None or jaeger.tags(post).get("span.kind") != "client":
         return "the client span of the pod's POST under the reconcile"
     beneath = [s for s in spans.values() if post in ancestors(s)]
     if not any(service[s["spanID"]] == "apiserver" for s in beneath):
