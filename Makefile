@@ -47,6 +47,14 @@ down: venv ## stop the local control plane and remove its state
 status: venv ## show the local control plane's components and nodes
 	$(STEWARD) cluster status
 
+.PHONY: images
+images: ## build Steward's container images (needs docker with its daemon, or podman)
+	deploy/images/build.sh
+
+.PHONY: render
+render: venv ## print the Kubernetes manifests of the local overlay (see steward deploy render --help)
+	$(STEWARD) deploy render --overlay local
+
 .PHONY: protos
 protos: venv ## regenerate the Python code of protos/ into src/steward/v1/
 	scripts/gen-protos.sh

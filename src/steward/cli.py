@@ -211,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     trace_cmd.add_argument("--traces", type=int, default=1, help="how many traces to print")
     _add_cluster_target(trace_cmd)
+    from steward import deploy
+
+    deploy.register(sub)
     return parser
 
 
@@ -399,6 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_controllers(args)
         if args.command == "trace":
             return _cmd_trace(args)
+        if args.command == "deploy":
+            from steward import deploy
+
+            return deploy.main(args)
     except ClusterError as err:
         print(f"steward: error: {err}", file=sys.stderr)
         return 1

@@ -1,7 +1,7 @@
 """A small raw JSON client of kube-apiserver, shared by every Steward service.
 
 It reads the API server's address and credentials from a kubeconfig or the in-cluster
-service account (``kubernetes.config`` is used for that alone) and speaks JSON with
+service account (``kubernetes.config`` reads kubeconfig files, nothing else) and speaks JSON with
 urllib3 and orjson: no kubernetes client model objects anywhere on a hot path.
 
 # Errors
@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -28,6 +31,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 _T = TypeVar("_T")
+
+log = logging.getLogger(__name__)
 
 _tracer = trace.get_tracer("steward.kube")
 _propagator = TraceContextTextMapPropagator()
@@ -91,11 +96,89 @@ class ClusterAccess:
     """Returns the Authorization header value (e.g. ``Bearer …``), refreshed as needed."""
 
 
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where the kubelet mounts a pod's service account token (``token``) and the cluster's
+CA bundle (``ca.crt``)."""
+
+
+class _TokenFile:
+    """The ``Authorization`` value from a projected service account token file, re-read
+    every ``reread_after`` seconds: the kubelet rotates the token in place (at 80 % of
+    its lifetime), so a long-running process must not keep the first one. A failed
+    re-read keeps the last token (the API server's 401 then says what is wrong)."""
+
+    def __init__(self, path: str, reread_after: float) -> None:
+        self.path = path
+        self.reread_after = reread_after
+        self._lock = threading.Lock()
+        self._value = self._read()
+        self._read_at = time.monotonic()
+
+    def _read(self) -> str:
+        with open(self.path, encoding="utf-8") as f:
+            token = f.read().strip()
+        if not token:
+            raise ApiError(f"the service account token file {self.path} is empty")
+        return f"Bearer {token}"
+
+    def __call__(self) -> str:
+        with self._lock:
+            if time.monotonic() - self._read_at >= self.reread_after:
+                self._read_at = time.monotonic()
+                try:
+                    self._value = self._read()
+                except (OSError, ApiError) as err:
+                    log.warning("keeping the previous service account token: %s", err)
+            return self._value
+
+
+def incluster_access(
+    environ: Mapping[str, str] | None = None,
+    directory: str | None = None,
+    *,
+    reread_after: float = 60.0,
+) -> ClusterAccess:
+    """The API server as a pod reaches it: ``https://$KUBERNETES_SERVICE_HOST:
+    $KUBERNETES_SERVICE_PORT``, verified with ``<directory>/ca.crt``, authenticated by the
+    bearer token in ``<directory>/token`` (``directory`` defaults to
+    :data:`SERVICE_ACCOUNT_DIR`; the token is re-read every ``reread_after`` seconds, as
+    client-go does, so rotated tokens are picked up).
+
+    Raises:
+        ApiError: the variables are unset or empty, or the token or CA file is missing or
+            empty; the message names what is missing.
+    """
+    env = os.environ if environ is None else environ
+    directory = SERVICE_ACCOUNT_DIR if directory is None else directory
+    host = env.get("KUBERNETES_SERVICE_HOST", "")
+    port = env.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        raise ApiError(
+            "no in-cluster configuration: KUBERNETES_SERVICE_HOST and "
+            "KUBERNETES_SERVICE_PORT must both be set (they are in a pod)"
+        )
+    ca_file = os.path.join(directory, "ca.crt")
+    try:
+        token = _TokenFile(os.path.join(directory, "token"), reread_after)
+        with open(ca_file, "rb") as f:
+            if not f.read().strip():
+                raise ApiError(f"the cluster CA file {ca_file} is empty")
+    except OSError as err:
+        raise ApiError(
+            f"no in-cluster configuration: cannot read the service account's "
+            f"{err.filename}: {err.strerror} (is automountServiceAccountToken off?)"
+        ) from err
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    return ClusterAccess(host=f"https://{host}:{port}", ca_file=ca_file, token=token)
+
+
 def load_access(kubeconfig: str | None = None, context: str | None = None) -> ClusterAccess:
     """Read the API server's address and credentials.
 
-    With ``kubeconfig``, from that file; otherwise in-cluster (service account) when
-    running in a pod, else from ``$KUBECONFIG`` or ``~/.kube/config``.
+    With ``kubeconfig``, from that file; otherwise in-cluster (service account, see
+    :func:`incluster_access`) when ``KUBERNETES_SERVICE_HOST`` is set, as in every pod,
+    else from ``$KUBECONFIG`` or ``~/.kube/config``.
 
     Raises:
         ApiError: no usable configuration was found; the message says where it looked.
@@ -110,9 +193,7 @@ def load_access(kubeconfig: str | None = None, context: str | None = None) -> Cl
                 config_file=kubeconfig, context=context, client_configuration=cfg
             )
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=cfg
-            )
+            return incluster_access()
         else:
             k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
                 context=context, client_configuration=cfg
@@ -122,7 +203,10 @@ def load_access(kubeconfig: str | None = None, context: str | None = None) -> Cl
         raise ApiError(f"cannot load the API server configuration from {where}: {err}") from err
 
     def token() -> str | None:
-        value: str | None = cfg.get_api_key_with_prefix("authorization")
+        # The kubeconfig loader stores a token (static, exec plugin, OIDC) under
+        # "BearerToken", already prefixed; "authorization" is the older key. Asked the
+        # way the kubernetes client asks, so its refresh hook runs first.
+        value: str | None = cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
         return value
 
     return ClusterAccess(

@@ -1,13 +1,18 @@
-"""What every Steward service process shares: addresses, the metrics endpoint, and serving
-until SIGTERM/SIGINT, then stopping."""
+"""What every Steward service process shares: addresses, the metrics endpoint, an HTTP
+health endpoint for processes without a gRPC server, and serving until SIGTERM/SIGINT,
+then stopping."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
+import threading
+import time
 from collections.abc import Awaitable, Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -70,3 +75,92 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+HEALTH_LISTEN_ENV = "STEWARD_HEALTH_LISTEN"
+"""The variable :func:`start_loop_health` reads its address from (e.g. ``0.0.0.0:8081``)."""
+
+
+class LoopHealth:
+    """``GET /healthz`` and ``/readyz`` over HTTP for a process whose work runs on one
+    asyncio event loop (a controller: it serves no gRPC health service of its own).
+
+    The loop stamps a heartbeat every ``interval`` seconds; both paths answer 200 ``ok``
+    while the last stamp is younger than ``stale_after`` seconds, else 503 naming how long
+    the loop has been stalled (blocked by a synchronous call, deadlocked, or stopped), so
+    a kubelet probe restarts a process that is alive but no longer working. The HTTP
+    server runs on its own daemon thread, so it answers however busy the loop is. Any
+    other path is 404.
+    """
+
+    def __init__(self, address: str, *, stale_after: float = 10.0, interval: float = 1.0) -> None:
+        self.stale_after = stale_after
+        self.interval = interval
+        self._beat = time.monotonic()
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        health = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.split("?", 1)[0] not in ("/healthz", "/readyz", "/livez"):
+                    code, body = 404, "not found\n"
+                else:
+                    code, body = health.check()
+                data = body.encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: object) -> None:
+                return  # probes every few seconds; not worth a log line each
+
+        host, port = split_address(address)
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self.port: int = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="health", daemon=True
+        )
+        self._thread.start()
+        self._stamp()
+        log.info("health on http://%s:%d/healthz", host, self.port)
+
+    def _stamp(self) -> None:
+        self._beat = time.monotonic()
+        self._timer = self._loop.call_later(self.interval, self._stamp)
+
+    def check(self) -> tuple[int, str]:
+        """(HTTP status, body) of a probe right now."""
+        stalled = time.monotonic() - self._beat
+        if stalled < self.stale_after:
+            return 200, "ok\n"
+        return 503, f"event loop stalled for {stalled:.1f}s\n"
+
+    def stop(self) -> None:
+        """Stop the heartbeat and the HTTP server (call from the loop's thread)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def start_loop_health(
+    address: str | None = None, *, stale_after: float = 10.0
+) -> LoopHealth | None:
+    """Serve :class:`LoopHealth` on ``address`` (default ``$STEWARD_HEALTH_LISTEN``); None,
+    and nothing served, when neither is set. Call it from the running event loop whose
+    liveness it reports; it serves until the process ends or :meth:`LoopHealth.stop`.
+
+    Raises:
+        ValueError: the address is not host:port.
+        OSError: it cannot be bound.
+    """
+    if address is None:
+        address = os.environ.get(HEALTH_LISTEN_ENV, "")
+    if not address:
+        return None
+    return LoopHealth(address, stale_after=stale_after)

@@ -25,6 +25,7 @@ from steward.controllers.job.controller import (
 from steward.kube import KubeClient, load_access
 from steward.runtime.controller import ControllerOptions
 from steward.runtime.session import SessionOptions
+from steward.serving import start_loop_health
 from steward.telemetry import configure_tracing
 
 
@@ -58,6 +59,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 async def run(args: argparse.Namespace) -> None:
     """Run the controller until cancelled."""
+    start_loop_health()  # /healthz and /readyz on $STEWARD_HEALTH_LISTEN, when set
     api = KubeClient(load_access(args.kubeconfig), user_agent="steward-job-controller", workers=16)
     try:
         async with grpc_tracing.insecure_channel(args.informer) as channel:

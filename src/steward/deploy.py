@@ -1,0 +1,182 @@
+"""``steward deploy``: Steward's Kubernetes manifests, rendered from ``deploy/`` with
+``kubectl kustomize``.
+
+``deploy/base`` holds every service as a Deployment under its own ServiceAccount, bound to
+its role of ``deploy/rbac``; ``deploy/overlays/local`` (one replica each, images
+``steward-<service>:dev``) and ``deploy/overlays/production`` (two replicas each,
+PodDisruptionBudgets, topology spread, standby controllers) adapt it, and the component
+``deploy/components/jaeger`` adds Jaeger all-in-one and points every service's OTLP
+exporter at it.
+
+# Errors
+:class:`DeployError` when kubectl is missing, the overlay is unknown, the checkout's
+``deploy/`` directory cannot be found, or kustomize fails (its message is included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+OVERLAYS = ("local", "production")
+"""The overlays under ``deploy/overlays/``."""
+
+JAEGER_COMPONENT = "components/jaeger"
+"""The component ``--with-jaeger`` adds, relative to ``deploy/``."""
+
+
+class DeployError(Exception):
+    """Rendering failed; the message says why and what to do."""
+
+
+def deploy_dir() -> Path:
+    """The checkout's ``deploy/`` directory (``$STEWARD_REPO`` overrides the checkout).
+
+    Raises:
+        DeployError: no checkout with ``deploy/base`` was found.
+    """
+    from steward.cluster import binaries
+    from steward.cluster.errors import ClusterError
+
+    try:
+        root = binaries.repo_root() / "deploy"
+    except ClusterError as err:
+        raise DeployError(str(err)) from err
+    if not (root / "base" / "kustomization.yaml").is_file():
+        raise DeployError(f"{root}/base/kustomization.yaml is missing; is this a Steward checkout?")
+    return root
+
+
+def find_kubectl() -> str:
+    """kubectl next to this Python (the project's ``.venv/bin/kubectl``), else on ``PATH``.
+
+    Raises:
+        DeployError: neither has one.
+    """
+    beside = Path(sys.executable).parent / "kubectl"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("kubectl")
+    if found is None:
+        raise DeployError(
+            "kubectl not found (it renders the manifests with its built-in kustomize): "
+            "run `make venv` to install it into .venv/bin, or put kubectl on PATH"
+        )
+    return found
+
+
+def render(
+    overlay: str = "local",
+    *,
+    with_jaeger: bool = False,
+    kubectl: str | None = None,
+    root: Path | None = None,
+) -> str:
+    """The manifests of ``deploy/overlays/<overlay>`` (plus the Jaeger component when
+    ``with_jaeger``) as one multi-document YAML string, ready for ``kubectl apply -f -``.
+
+    Raises:
+        DeployError: unknown overlay, no kubectl, no ``deploy/`` directory, or kustomize
+            failed (its error output is in the message).
+    """
+    if overlay not in OVERLAYS:
+        raise DeployError(f"unknown overlay {overlay!r}: expected one of {', '.join(OVERLAYS)}")
+    base = root if root is not None else deploy_dir()
+    tool = kubectl or find_kubectl()
+    target = base / "overlays" / overlay
+    with tempfile.TemporaryDirectory(prefix="steward-deploy-") as tmp:
+        if with_jaeger:
+            # kustomize takes relative paths only: a throw-away kustomization naming the
+            # overlay and the component from where it lies.
+            rel = Path(os.path.relpath(base, tmp))
+            (Path(tmp) / "kustomization.yaml").write_text(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+                "kind: Kustomization\n"
+                f"resources:\n  - {(rel / 'overlays' / overlay).as_posix()}\n"
+                f"components:\n  - {(rel / JAEGER_COMPONENT).as_posix()}\n"
+            )
+            target = Path(tmp)
+        try:
+            done = subprocess.run(
+                [tool, "kustomize", str(target)],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=120,
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise DeployError(f"cannot run {tool} kustomize: {err}") from err
+    if done.returncode != 0:
+        raise DeployError(
+            f"{tool} kustomize {target} failed (exit {done.returncode}): {done.stderr.strip()}"
+        )
+    return done.stdout
+
+
+_DESCRIPTION = """\
+Print Steward's Kubernetes manifests, rendered with `kubectl kustomize` from deploy/:
+a namespace `steward` enforcing the restricted Pod Security Standard; the informer, the
+manager and the Job controller as Deployments, each under its own ServiceAccount bound to
+exactly its role of deploy/rbac (the informer: list/watch cluster-wide; the manager:
+Leases in `steward` only; the Job controller: Jobs' status, pods, events); Services for
+the informer (50061) and the manager (50062, the leader only is ready); network policies
+(only controller pods reach the informer and the manager; egress to DNS and the API
+server only); gRPC and HTTP health probes, requests and limits, OTEL_* variables.
+
+overlays:
+  local        one replica each, images steward-<service>:dev (deploy/images/build.sh)
+  production   two replicas each (managers elect a leader, Job controllers stand by),
+               PodDisruptionBudgets, topology spread over nodes and zones
+"""
+
+_EPILOG = """\
+examples:
+  steward deploy render | kubectl apply --server-side -f -
+  steward deploy render --overlay production --with-jaeger > steward.yaml
+"""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``deploy`` (with ``render``) to the ``steward`` command's subcommands; run
+    the parsed command with :func:`main`."""
+    deploy = subparsers.add_parser(
+        "deploy",
+        help="render Steward's Kubernetes manifests (Deployments, RBAC, network policies)",
+        description="Steward as pods: manifests from deploy/ (see `steward deploy render "
+        "--help`). Images: deploy/images/build.sh.",
+    )
+    actions = deploy.add_subparsers(dest="deploy_action", required=True, metavar="ACTION")
+    render_cmd = actions.add_parser(
+        "render",
+        help="print the manifests of an overlay as YAML",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    render_cmd.add_argument(
+        "--overlay",
+        choices=OVERLAYS,
+        default="local",
+        help="which overlay of deploy/overlays/ (default: %(default)s)",
+    )
+    render_cmd.add_argument(
+        "--with-jaeger",
+        action="store_true",
+        help="add Jaeger all-in-one (deploy/components/jaeger) and send every service's "
+        "spans to it (OTEL_EXPORTER_OTLP_ENDPOINT)",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run a parsed ``steward deploy`` command: 0, or 1 with one error line on stderr."""
+    try:
+        sys.stdout.write(render(args.overlay, with_jaeger=args.with_jaeger))
+    except DeployError as err:
+        print(f"steward deploy: error: {err}", file=sys.stderr)
+        return 1
+    return 0

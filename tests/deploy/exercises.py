@@ -1,0 +1,184 @@
+"""One short piece of real work per service, as the deployed services would do it: each
+returns None when the work was done, else a sentence saying what did not happen.
+
+A ``give_up`` callable ends the wait early (it says the service logged a refusal, see
+:meth:`tests.deploy.harness.Process.forbidden`); without it each waits its deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from steward.cluster import LocalCluster
+from steward.v1 import informer_pb2, informer_pb2_grpc, manager_pb2, manager_pb2_grpc
+
+MANAGED_BY = "steward.io/job-controller"
+"""spec.managedBy of the Jobs Steward's Job controller runs (upstream's leaves them)."""
+
+GiveUp = Callable[[], bool]
+
+
+def _never() -> bool:
+    return False
+
+
+def _pod(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox:1.36", "command": ["true"]}],
+        },
+    }
+
+
+def watch_pods(
+    cluster: LocalCluster,
+    informer: str,
+    namespace: str,
+    *,
+    deadline: float = 45.0,
+    give_up: GiveUp = _never,
+) -> str | None:
+    """The informer at ``informer`` streams the pods of ``namespace``: a pod created
+    before comes in the snapshot (before INITIAL_EVENTS_END), one created after as ADDED."""
+    before, after = f"before-{uuid.uuid4().hex[:5]}", f"after-{uuid.uuid4().hex[:5]}"
+    cluster.api("POST", f"/api/v1/namespaces/{namespace}/pods", _pod(before), ok=(201,))
+    pods = informer_pb2.ResourceType(group="", version="v1", resource="pods")
+    request = informer_pb2.WatchRequest(
+        targets=[informer_pb2.WatchTarget(type=pods)], namespace=namespace, subscriber="deploy-test"
+    )
+    end = time.monotonic() + deadline
+    snapshot: set[str] = set()
+    synced = False
+    with grpc.insecure_channel(informer) as channel:
+        stream = informer_pb2_grpc.InformerServiceStub(channel).Watch(request, timeout=deadline)
+        try:
+            for response in stream:
+                for event in response.events:
+                    if event.type == informer_pb2.EVENT_TYPE_INITIAL_EVENTS_END:
+                        if before not in snapshot:
+                            return f"pod {before} missing from the snapshot ({sorted(snapshot)})"
+                        synced = True
+                        cluster.api(
+                            "POST", f"/api/v1/namespaces/{namespace}/pods", _pod(after), ok=(201,)
+                        )
+                    elif event.type == informer_pb2.EVENT_TYPE_ADDED:
+                        name = json.loads(event.object)["metadata"]["name"]
+                        if synced and name == after:
+                            return None
+                        snapshot.add(name)
+                if give_up() or time.monotonic() > end:
+                    break
+        except grpc.RpcError as err:
+            code = err.code() if isinstance(err, grpc.Call) else None
+            details = err.details() if isinstance(err, grpc.Call) else str(err)
+            return f"the Watch ended with {code}: {details}"
+        finally:
+            stream.cancel()
+    return "no INITIAL_EVENTS_END" if not synced else f"no ADDED event for pod {after}"
+
+
+def controller_holder(manager: str, name: str = "job") -> str:
+    """The instance the manager at ``manager`` names as the controller's holder ('' if
+    none, or the manager does not answer)."""
+    with grpc.insecure_channel(manager) as channel:
+        try:
+            reply = manager_pb2_grpc.ManagerServiceStub(channel).GetController(
+                manager_pb2.GetControllerRequest(name=name), timeout=2.0
+            )
+        except grpc.RpcError:
+            return ""
+    holder: str = reply.controller.holder
+    return holder
+
+
+def wait_registered(
+    manager: str, *, deadline: float = 60.0, give_up: GiveUp = _never
+) -> str | None:
+    """The manager at ``manager`` has an active instance of the Job controller."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end and not give_up():
+        if controller_holder(manager):
+            return None
+        time.sleep(0.25)
+    return "the manager names no active instance of the Job controller"
+
+
+def run_job(
+    cluster: LocalCluster,
+    namespace: str,
+    *,
+    deadline: float = 90.0,
+    give_up: GiveUp = _never,
+) -> str | None:
+    """A Job managed by Steward (``spec.managedBy``) runs to completion, after adopting an
+    orphan pod that matches its selector, and its SuccessfulCreate Event is recorded.
+
+    That uses every permission of the Job controller's role: the Job is read fresh before
+    adopting (jobs get), the orphan is patched (pods patch), a second pod is created
+    (pods create, with blockOwnerDeletion: jobs/finalizers update where the admission
+    plugin checks it), the status is written (jobs/status update), Events are posted.
+    """
+    uid = uuid.uuid4().hex[:6]
+    labels = {"steward-deploy-test": uid}
+    name = f"job-{uid}"
+    base = f"/api/v1/namespaces/{namespace}"
+    cluster.api("POST", f"{base}/pods", _pod(f"orphan-{uid}", labels), ok=(201,))
+    template = _pod("unused", labels)
+    del template["metadata"]["name"], template["apiVersion"], template["kind"]
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "managedBy": MANAGED_BY,
+            "manualSelector": True,
+            "selector": {"matchLabels": labels},
+            "parallelism": 1,
+            "completions": 2,
+            "backoffLimit": 0,
+            "template": template,
+        },
+    }
+    created = cluster.api("POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", job, ok=(201,))
+    job_uid = created["metadata"]["uid"]
+    end = time.monotonic() + deadline
+    missing = "nothing observed"
+    while time.monotonic() < end and not give_up():
+        missing = _job_missing(cluster, namespace, name, uid, job_uid)
+        if not missing:
+            return None
+        time.sleep(0.5)
+    return f"Job {namespace}/{name}: {missing}"
+
+
+def _job_missing(cluster: LocalCluster, namespace: str, name: str, uid: str, job_uid: str) -> str:
+    orphan = cluster.api("GET", f"/api/v1/namespaces/{namespace}/pods/orphan-{uid}")
+    refs = orphan["metadata"].get("ownerReferences") or []
+    if not any(r.get("uid") == job_uid and r.get("controller") for r in refs):
+        return "the orphan pod was not adopted"
+    job = cluster.api("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}")
+    status = job.get("status") or {}
+    complete = any(
+        c.get("type") == "Complete" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    if not complete or status.get("succeeded") != 2:
+        return f"not complete (status {status})"
+    events = cluster.api(
+        "GET",
+        f"/api/v1/namespaces/{namespace}/events?fieldSelector=involvedObject.name={name}",
+    )
+    reasons = {e.get("reason") for e in events.get("items") or []}
+    if "SuccessfulCreate" not in reasons:
+        return f"no SuccessfulCreate Event (reasons: {sorted(r for r in reasons if r)})"
+    return ""

@@ -1,0 +1,397 @@
+"""Running Steward's services exactly as the rendered manifests describe them, as local
+processes against the session cluster, under the identities the manifests grant.
+
+A Deployment's container becomes a process with the same command, arguments and
+environment; only what a pod gets from its surroundings is substituted: the downward API
+values (pod name, namespace, IP), listen and Service addresses (loopback and free ports),
+and the credentials (a kubeconfig holding a TokenRequest token of the container's
+ServiceAccount, named by ``KUBECONFIG``, where a pod would use its mounted token).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
+
+from steward import deploy
+from steward.cluster import LocalCluster
+from steward.serving import free_port
+
+Doc = dict[str, Any]
+
+NAMESPACE = "steward"
+"""The namespace the manifests put everything in."""
+
+VENV_BIN = Path(sys.executable).parent
+KUBECTL = str(VENV_BIN / "kubectl")
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding")
+
+# The image's environment (deploy/images/Dockerfile, stage runtime), PATH pointing at this
+# checkout's venv where the image has /opt/steward/venv/bin.
+IMAGE_ENV = {
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def render(overlay: str, *, with_jaeger: bool = False) -> list[Doc]:
+    """The overlay's manifests, parsed."""
+    text = deploy.render(overlay, with_jaeger=with_jaeger, kubectl=KUBECTL)
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def find(docs: Iterable[Doc], kind: str, name: str) -> Doc:
+    """The one document of ``kind`` named ``name``."""
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name}, found {len(found)}"
+    return found[0]
+
+
+def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> str:
+    """Run kubectl as cluster admin; fail the test with its output if it fails."""
+    done = subprocess.run(
+        [KUBECTL, f"--kubeconfig={cluster.kubeconfig}", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}\n{done.stdout}"
+    return done.stdout + done.stderr
+
+
+def apply(cluster: LocalCluster, docs: Iterable[Doc], *, dry_run: bool = False) -> str:
+    """``kubectl apply --server-side`` (``--dry-run=server`` if asked) of ``docs``."""
+    args = ["apply", "--server-side", "--force-conflicts", "--field-manager=steward-deploy-tests"]
+    if dry_run:
+        args.append("--dry-run=server")
+    return kubectl(cluster, *args, "-f", "-", stdin=yaml.safe_dump_all(list(docs)))
+
+
+def ensure_namespace(cluster: LocalCluster, name: str, labels: dict[str, str]) -> None:
+    """Create ``name`` with ``labels`` (or give an existing one those labels)."""
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+    apply(cluster, [body])
+
+
+def token(cluster: LocalCluster, namespace: str, service_account: str) -> str:
+    """A one-hour token of the ServiceAccount (TokenRequest API)."""
+    reply = cluster.api(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        },
+        ok=(201,),
+    )
+    value: str = reply["status"]["token"]
+    return value
+
+
+def write_kubeconfig(cluster: LocalCluster, path: Path, bearer: str) -> Path:
+    """A kubeconfig for the cluster's API server authenticating with ``bearer``."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {
+                    "server": cluster.state.server,
+                    "certificate-authority": str(cluster.state.directory / "pki" / "ca.crt"),
+                },
+            }
+        ],
+        "users": [{"name": "sa", "user": {"token": bearer}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa"}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def whoami(cluster: LocalCluster, kubeconfig: Path) -> str:
+    """The user name the API server sees for ``kubeconfig`` (SelfSubjectReview)."""
+    done = subprocess.run(
+        [KUBECTL, f"--kubeconfig={kubeconfig}", "auth", "whoami", "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    name: str = json.loads(done.stdout)["status"]["userInfo"]["username"]
+    return name
+
+
+def container(deployment: Doc) -> Doc:
+    """The Deployment's only container."""
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1, f"{deployment['metadata']['name']}: one container expected"
+    c: Doc = containers[0]
+    return c
+
+
+_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion: defined variables replaced, ``$$`` → ``$``,
+    references to undefined variables left as they are."""
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return _VAR.sub(one, value)
+
+
+@dataclass
+class Pod:
+    """What a pod would get from its surroundings."""
+
+    name: str
+    namespace: str = NAMESPACE
+    ip: str = "127.0.0.1"
+
+
+def field_ref(path: str, pod: Pod) -> str:
+    values = {
+        "metadata.name": pod.name,
+        "metadata.namespace": pod.namespace,
+        "status.podIP": pod.ip,
+    }
+    assert path in values, f"no local equivalent for the downward API field {path}"
+    return values[path]
+
+
+@dataclass
+class Process:
+    """One service started from its Deployment."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    ports: dict[int, int]
+    """Container port → local port."""
+    proc: subprocess.Popen[bytes] | None = None
+
+    def address(self, container_port: int) -> str:
+        return f"127.0.0.1:{self.ports[container_port]}"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.output().splitlines()[-lines:])
+
+    def forbidden(self) -> bool:
+        """Whether the process logged an API server refusal (403)."""
+        text = self.output()
+        return "HTTP 403" in text or "Forbidden" in text or " 403 " in text
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+
+@dataclass
+class Launcher:
+    """Starts containers of rendered Deployments as local processes."""
+
+    docs: list[Doc]
+    workdir: Path
+    endpoints: dict[str, str] = field(default_factory=dict)
+    """``service:port`` (as the manifests name a Service) → local ``host:port``."""
+
+    def prepare(self, deployment_name: str, kubeconfig: Path, pod: Pod | None = None) -> Process:
+        """The process for the Deployment's container: command, args and env as rendered,
+        with the substitutions described in the module docs."""
+        deployment = find(self.docs, "Deployment", deployment_name)
+        c = container(deployment)
+        pod = pod or Pod(name=f"{deployment_name}-{uuid.uuid4().hex[:5]}")
+        ports = {p["containerPort"]: free_port() for p in c.get("ports", [])}
+        env: dict[str, str] = {}
+        for entry in c.get("env", []):
+            if "value" in entry:
+                env[entry["name"]] = expand(entry["value"], env)
+            else:
+                ref = entry.get("valueFrom", {}).get("fieldRef")
+                assert ref, f"{deployment_name}: unsupported env source {entry}"
+                env[entry["name"]] = field_ref(ref["fieldPath"], pod)
+        env = {k: self._local(v, ports, pod) for k, v in env.items()}
+        argv = [
+            self._local(expand(a, env), ports, pod) for a in [*c["command"], *c.get("args", [])]
+        ]
+        path = f"{VENV_BIN}:/usr/bin:/bin"
+        exe = shutil.which(argv[0], path=path)
+        assert exe, f"{argv[0]} not found on {path}"
+        argv[0] = exe
+        home = self.workdir / pod.name
+        home.mkdir(parents=True, exist_ok=True)
+        full_env = {
+            **IMAGE_ENV,
+            "PATH": path,
+            "HOME": str(home),
+            "TMPDIR": str(home),
+            **env,
+            "KUBECONFIG": str(kubeconfig),
+        }
+        return Process(deployment_name, argv, full_env, self.workdir / f"{pod.name}.log", ports)
+
+    def _local(self, value: str, ports: dict[int, int], pod: Pod) -> str:
+        for port, local in ports.items():
+            for host in ("0.0.0.0", pod.ip):
+                value = value.replace(f"{host}:{port}", f"127.0.0.1:{local}")
+        for service, address in self.endpoints.items():
+            value = re.sub(rf"(?<![\w.-]){re.escape(service)}(?![\w])", address, value)
+        return value
+
+    def start(self, process: Process) -> Process:
+        with process.log.open("wb") as log:
+            process.proc = subprocess.Popen(
+                process.argv,
+                env=process.env,
+                cwd=process.env["HOME"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        return process
+
+    def expose(self, service_name: str, process: Process) -> None:
+        """Make ``<service_name>:<port>`` (as other manifests name it) reach ``process``."""
+        service = find(self.docs, "Service", service_name)
+        deployment = find(self.docs, "Deployment", process.name)
+        named = {p["name"]: p["containerPort"] for p in container(deployment).get("ports", [])}
+        for port in service["spec"]["ports"]:
+            target = port.get("targetPort", port["port"])
+            target = named[target] if isinstance(target, str) else target
+            self.endpoints[f"{service_name}:{port['port']}"] = process.address(target)
+
+
+def wait_for(
+    check: Callable[[], bool], what: str, process: Process | None = None, timeout: float = 90.0
+) -> None:
+    """Wait until ``check()`` holds; fail naming ``what`` (and the process's log tail)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if process is not None and not process.alive():
+            raise AssertionError(
+                f"{process.name} exited while waiting for {what}:\n{process.tail()}"
+            )
+        if time.monotonic() > deadline:
+            log = f"\n{process.name} log:\n{process.tail()}" if process is not None else ""
+            raise AssertionError(f"timed out waiting for {what}{log}")
+        time.sleep(0.2)
+
+
+def grpc_probe(deployment: Doc, kind: str) -> tuple[int, str]:
+    """(container port, service) of the container's gRPC ``kind`` probe."""
+    probe = container(deployment)[kind]["grpc"]
+    return int(probe["port"]), str(probe.get("service", ""))
+
+
+def grpc_serving(address: str, service: str) -> bool:
+    """Whether the standard health service at ``address`` says SERVING for ``service``."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=2.0
+            )
+        except grpc.RpcError:
+            return False
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def http_ok(url: str) -> bool:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2.0) as reply:
+            return bool(reply.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def identity(cluster: LocalCluster, docs: list[Doc], service_account: str, workdir: Path) -> Path:
+    """A kubeconfig authenticating as ``service_account`` of the manifests' namespace."""
+    path = workdir / f"{service_account}.kubeconfig"
+    return write_kubeconfig(cluster, path, token(cluster, NAMESPACE, service_account))
+
+
+def rbac_docs(docs: list[Doc]) -> list[Doc]:
+    """The namespace, ServiceAccounts, roles and bindings of the manifests."""
+    return [copy.deepcopy(d) for d in docs if d["kind"] in ("Namespace", *RBAC_KINDS)]
+
+
+def service_account_of(docs: list[Doc], deployment_name: str) -> str:
+    name: str = find(docs, "Deployment", deployment_name)["spec"]["template"]["spec"][
+        "serviceAccountName"
+    ]
+    return name
+
+
+def env_of(process: Process) -> dict[str, str]:
+    """The process's environment minus what the harness added (for comparisons)."""
+    added = {"PATH", "HOME", "TMPDIR", "KUBECONFIG", *IMAGE_ENV}
+    return {k: v for k, v in process.env.items() if k not in added}
+
+
+__all__ = [
+    "IMAGE_ENV",
+    "KUBECTL",
+    "NAMESPACE",
+    "Launcher",
+    "Pod",
+    "Process",
+    "apply",
+    "container",
+    "ensure_namespace",
+    "env_of",
+    "expand",
+    "find",
+    "grpc_probe",
+    "grpc_serving",
+    "http_ok",
+    "identity",
+    "kubectl",
+    "rbac_docs",
+    "render",
+    "service_account_of",
+    "token",
+    "wait_for",
+    "whoami",
+    "write_kubeconfig",
+]

@@ -1,0 +1,340 @@
+"""The rendered manifests: every overlay (with and without Jaeger) renders, passes a
+server-side dry run in a namespace enforcing the restricted Pod Security Standard, and
+each Deployment's pod spec is restricted, probed and bounded as Steward's services need."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from steward import deploy
+from steward.cluster import LocalCluster
+from tests.deploy.harness import (
+    KUBECTL,
+    NAMESPACE,
+    Doc,
+    apply,
+    container,
+    ensure_namespace,
+    find,
+    render,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIANTS = [
+    pytest.param(overlay, jaeger, id=f"{overlay}{'+jaeger' if jaeger else ''}")
+    for overlay in deploy.OVERLAYS
+    for jaeger in (False, True)
+]
+STEWARD = ("steward-informer", "steward-manager", "steward-controller-job")
+GRPC_SERVICES = {
+    "steward-informer": "steward.v1.InformerService",
+    "steward-manager": "steward.v1.ManagerService",
+}
+ALLOWED_VOLUMES = {
+    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+    "persistentVolumeClaim", "projected", "secret",
+}  # fmt: skip
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+
+
+def deployments(docs: list[Doc]) -> list[Doc]:
+    return [d for d in docs if d["kind"] == "Deployment"]
+
+
+def restricted_violations(name: str, spec: dict[str, Any]) -> list[str]:
+    """What in a pod spec breaks the restricted Pod Security Standard (latest)."""
+    bad: list[str] = []
+    pod_sc = spec.get("securityContext") or {}
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(key):
+            bad.append(f"{name}: {key}")
+    for volume in spec.get("volumes") or []:
+        kinds = set(volume) - {"name"}
+        if not kinds <= ALLOWED_VOLUMES:
+            bad.append(f"{name}: volume {volume['name']} of type {kinds}")
+    for c in [*(spec.get("initContainers") or []), *spec["containers"]]:
+        sc = c.get("securityContext") or {}
+        where = f"{name}/{c['name']}"
+        if sc.get("privileged"):
+            bad.append(f"{where}: privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            bad.append(f"{where}: allowPrivilegeEscalation is not false")
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []):
+            bad.append(f"{where}: capabilities do not drop ALL")
+        if set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
+            bad.append(f"{where}: adds capabilities {caps['add']}")
+        if not (sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot"))):
+            bad.append(f"{where}: runAsNonRoot is not true")
+        if sc.get("runAsUser", pod_sc.get("runAsUser")) == 0:
+            bad.append(f"{where}: runs as UID 0")
+        seccomp = (sc.get("seccompProfile") or pod_sc.get("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            bad.append(f"{where}: seccompProfile {seccomp}")
+        if any(p.get("hostPort") for p in c.get("ports") or []):
+            bad.append(f"{where}: hostPort")
+    return bad
+
+
+@pytest.mark.unit
+def test_the_base_deploys_the_roles_of_deploy_rbac_unchanged() -> None:
+    """deploy/rbac is the one source of the services' roles: the base renders each of its
+    ClusterRoles with the same rules, and no other."""
+    import yaml
+
+    listed = yaml.safe_load((ROOT / "deploy" / "rbac" / "kustomization.yaml").read_text())
+    wanted = {
+        doc["metadata"]["name"]: doc["rules"]
+        for name in listed["resources"]
+        for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac" / name).read_text())
+        if doc and doc.get("kind") == "ClusterRole"
+    }
+    rendered = {
+        doc["metadata"]["name"]: doc["rules"]
+        for doc in render("local")
+        if doc.get("kind") == "ClusterRole"
+    }
+    assert rendered == wanted
+    assert {"steward:informer", "steward:manager", "steward:controller:job"} <= set(rendered)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("overlay", "jaeger"), VARIANTS)
+def test_every_overlay_renders_everything_in_the_steward_namespace(
+    overlay: str, jaeger: bool
+) -> None:
+    docs = render(overlay, with_jaeger=jaeger)
+    for d in docs:
+        ns = d["metadata"].get("namespace")
+        if d["kind"] in CLUSTER_SCOPED:
+            assert ns is None, f"{d['kind']} {d['metadata']['name']} is cluster-scoped"
+        else:
+            assert ns == NAMESPACE, f"{d['kind']} {d['metadata']['name']} in {ns}"
+    assert (
+        find(docs, "Namespace", NAMESPACE)["metadata"]["labels"][
+            "pod-security.kubernetes.io/enforce"
+        ]
+        == "restricted"
+    )
+    names = {d["metadata"]["name"] for d in deployments(docs)}
+    assert names == set(STEWARD) | ({"steward-jaeger"} if jaeger else set())
+    for name in STEWARD:
+        sa = find(docs, "ServiceAccount", name)
+        assert (
+            find(docs, "Deployment", name)["spec"]["template"]["spec"]["serviceAccountName"]
+            == sa["metadata"]["name"]
+        )
+    for name in ("steward-informer", "steward-manager"):
+        find(docs, "Service", name)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("overlay", "jaeger"), VARIANTS)
+def test_pod_specs_are_restricted_probed_and_bounded(overlay: str, jaeger: bool) -> None:
+    for d in deployments(render(overlay, with_jaeger=jaeger)):
+        name = d["metadata"]["name"]
+        spec = d["spec"]["template"]["spec"]
+        assert restricted_violations(name, spec) == []
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, name
+            mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts") or []}
+            volumes = {v["name"]: v for v in spec.get("volumes") or []}
+            assert "emptyDir" in volumes[mounts["/tmp"]], f"{name}: /tmp is not an emptyDir"
+            for probe in ("livenessProbe", "readinessProbe"):
+                assert probe in c, f"{name}: no {probe}"
+            for kind in ("requests", "limits"):
+                assert set(c["resources"][kind]) >= {"cpu", "memory"}, f"{name}: {kind}"
+
+
+@pytest.mark.unit
+def test_probes_ask_what_each_service_serves() -> None:
+    from steward.informer.server import SERVICE_NAME as INFORMER_SERVICE
+    from steward.manager.server import SERVICE_NAME as MANAGER_SERVICE
+
+    assert {INFORMER_SERVICE, MANAGER_SERVICE} == set(GRPC_SERVICES.values())
+    docs = render("local")
+    for name, service in GRPC_SERVICES.items():
+        c = container(find(docs, "Deployment", name))
+        grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "grpc")
+        listen = next(a for a in c["args"] if a.startswith("--listen="))
+        assert listen == f"--listen=0.0.0.0:{grpc_port}"
+        assert c["livenessProbe"]["grpc"] == {"port": grpc_port, "service": ""}
+        assert c["readinessProbe"]["grpc"] == {"port": grpc_port, "service": service}
+    c = container(find(docs, "Deployment", "steward-controller-job"))
+    health_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "health")
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["STEWARD_HEALTH_LISTEN"] == f"0.0.0.0:{health_port}"
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert "--no-take-unmanaged" in c["args"]
+
+
+@pytest.mark.unit
+def test_services_are_named_for_tracing() -> None:
+    for name in STEWARD:
+        env = {e["name"]: e for e in container(find(render("local"), "Deployment", name))["env"]}
+        assert env["OTEL_SERVICE_NAME"]["value"] == name
+        assert "k8s.pod.name=$(POD_NAME)" in env["OTEL_RESOURCE_ATTRIBUTES"]["value"]
+        assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in env
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("overlay", deploy.OVERLAYS)
+def test_the_jaeger_component_wires_every_service(overlay: str) -> None:
+    docs = render(overlay, with_jaeger=True)
+    service = find(docs, "Service", "steward-jaeger")
+    assert 4317 in [p["port"] for p in service["spec"]["ports"]]
+    for name in STEWARD:
+        env = {e["name"]: e.get("value") for e in container(find(docs, "Deployment", name))["env"]}
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://steward-jaeger:4317"
+    egress = find(docs, "NetworkPolicy", "steward-egress-dns-apiserver")["spec"]["egress"]
+    assert any(4317 in [p["port"] for p in rule.get("ports", [])] for rule in egress)
+
+
+@pytest.mark.unit
+def test_only_controllers_reach_the_informer_and_the_manager() -> None:
+    docs = render("local")
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    deny = find(docs, "NetworkPolicy", "steward-default-deny")["spec"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    controller_labels = find(docs, "Deployment", "steward-controller-job")["spec"]["template"][
+        "metadata"
+    ]["labels"]
+    for name in ("steward-informer", "steward-manager"):
+        labels = find(docs, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
+        ingress = [
+            rule
+            for p in policies
+            if "Ingress" in p["spec"]["policyTypes"]
+            and p["spec"]["podSelector"].get("matchLabels", {}).items() <= labels.items()
+            and p["spec"]["podSelector"]
+            for rule in p["spec"].get("ingress", [])
+        ]
+        assert ingress, f"no ingress rule for {name}"
+        for rule in ingress:
+            for peer in rule["from"]:
+                assert set(peer) == {"podSelector"}, f"{name}: ingress from {peer}"
+                selector = peer["podSelector"]["matchLabels"]
+                assert selector == {"steward.io/role": "controller"}
+                assert selector.items() <= controller_labels.items()
+
+
+@pytest.mark.unit
+def test_production_runs_two_of_everything_with_budgets_and_spread() -> None:
+    docs = render("production")
+    for d in deployments(docs):
+        name = d["metadata"]["name"]
+        pod_labels = d["spec"]["template"]["metadata"]["labels"]
+        assert d["spec"]["replicas"] == 2, name
+        pdbs = [
+            p
+            for p in docs
+            if p["kind"] == "PodDisruptionBudget"
+            and p["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+        ]
+        assert len(pdbs) == 1, f"{name}: {len(pdbs)} PodDisruptionBudgets"
+        spread = d["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        assert {s["topologyKey"] for s in spread} == {
+            "kubernetes.io/hostname",
+            "topology.kubernetes.io/zone",
+        }
+        for s in spread:
+            assert s["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert "--standby" in container(find(docs, "Deployment", "steward-controller-job"))["args"]
+    assert (
+        "--standby"
+        not in container(find(render("local"), "Deployment", "steward-controller-job"))["args"]
+    )
+
+
+@pytest.mark.unit
+def test_images_match_the_deployments() -> None:
+    """Each Deployment's image is a target of deploy/images/Dockerfile whose entry point
+    is the Deployment's command, running as the pods' UID."""
+    dockerfile = (ROOT / "deploy" / "images" / "Dockerfile").read_text()
+    assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11\.\d+-slim-bookworm$", dockerfile, re.M)
+    assert "USER 65532:65532" in dockerfile
+    for d in deployments(render("local")):
+        c = container(d)
+        target = c["image"].split(":")[0].removeprefix("steward-")
+        stage = dockerfile.split(f"AS {target}\n", 1)
+        assert len(stage) == 2, f"no Dockerfile target {target}"
+        entry = re.search(r"^ENTRYPOINT (\[.*\])$", stage[1], re.M)
+        assert entry, f"target {target} has no ENTRYPOINT"
+        argv = json.loads(entry.group(1))
+        assert Path(argv[0]).name == c["command"][0]
+        assert argv[1:] == c["command"][1:]
+        assert d["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 65532
+
+
+@pytest.mark.unit
+def test_render_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="steward")
+    deploy.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["deploy", "render", "--overlay", "production", "--with-jaeger"])
+    assert (args.overlay, args.with_jaeger) == ("production", True)
+    assert deploy.main(args) == 0
+    out = capsys.readouterr().out
+    assert "kind: PodDisruptionBudget" in out and "steward-jaeger" in out
+    with pytest.raises(SystemExit):
+        parser.parse_args(["deploy", "render", "--help"])
+    help_text = capsys.readouterr().out
+    assert "--overlay {local,production}" in help_text and "--with-jaeger" in help_text
+    with pytest.raises(SystemExit):
+        parser.parse_args(["deploy", "render", "--overlay", "staging"])
+
+
+@pytest.mark.unit
+def test_render_errors_are_clear(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with pytest.raises(deploy.DeployError, match="unknown overlay 'staging'"):
+        deploy.render("staging", kubectl=KUBECTL)
+    with pytest.raises(deploy.DeployError, match="cannot run"):
+        deploy.render("local", kubectl=str(tmp_path / "no-kubectl"))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(deploy.DeployError, match="kubectl not found"):
+        deploy.find_kubectl()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("overlay", "jaeger"), VARIANTS)
+def test_server_side_dry_run_in_a_restricted_namespace(
+    cluster: LocalCluster, overlay: str, jaeger: bool
+) -> None:
+    docs = render(overlay, with_jaeger=jaeger)
+    labels = find(docs, "Namespace", NAMESPACE)["metadata"]["labels"]
+    ensure_namespace(cluster, NAMESPACE, labels)
+    output = apply(cluster, docs, dry_run=True)
+    assert "PodSecurity" not in output, output
+    assert "(server dry run)" in output
+
+    # Enforcement is on: a bare pod is refused, each Deployment's pod is admitted.
+    bare = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bare"},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
+    }
+    refused = cluster.api(
+        "POST", f"/api/v1/namespaces/{NAMESPACE}/pods?dryRun=All", bare, ok=(403,)
+    )
+    assert "violates PodSecurity" in refused.get("message", ""), refused
+    for d in deployments(docs):
+        template = d["spec"]["template"]
+        # The ServiceAccounts are not created by a dry run; PSS does not look at them.
+        spec = {k: v for k, v in template["spec"].items() if k != "serviceAccountName"}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": d["metadata"]["name"], "labels": template["metadata"]["labels"]},
+            "spec": spec,
+        }
+        cluster.api("POST", f"/api/v1/namespaces/{NAMESPACE}/pods?dryRun=All", pod, ok=(201,))

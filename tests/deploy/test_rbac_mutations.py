@@ -1,0 +1,398 @@
+"""Every rule of every role the manifests bind is needed: with any one rule removed, the
+service can no longer do its work.
+
+For each rule of each role bound to a service's ServiceAccount, a copy of the role without
+that rule is bound (by copies of the manifest's bindings) to a fresh ServiceAccount, and
+the service runs one short exercise under that identity, the other services at their full
+rights: the informer serves a watch of pods, the manager leads and registers the Job
+controller, the Job controller runs a Job to completion (adoption, pods, status, Events).
+The exercise must then fail: it did not finish, or the service was refused (403). A rule
+whose removal changes nothing fails the test, named, unless this cluster is known to make
+it redundant, which is checked, not assumed (see ``REDUNDANT_HERE``).
+
+First the same exercise runs with an unmutated copy of each role, which must succeed
+without any refusal; that is what makes a failure under a mutation meaningful.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from steward.cluster import LocalCluster
+from tests.deploy import exercises
+from tests.deploy.harness import (
+    KUBECTL,
+    NAMESPACE,
+    Doc,
+    Launcher,
+    Pod,
+    Process,
+    apply,
+    ensure_namespace,
+    find,
+    grpc_probe,
+    grpc_serving,
+    render,
+    service_account_of,
+    token,
+    wait_for,
+    write_kubeconfig,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+INFORMER, MANAGER, CONTROLLER = "steward-informer", "steward-manager", "steward-controller-job"
+
+
+@dataclass
+class Identity:
+    """A fresh ServiceAccount bound to (possibly mutated) copies of a service's roles."""
+
+    service_account: str
+    kubeconfig: Path
+    lease_namespace: str
+    objects: list[Doc]
+
+
+@dataclass
+class Site:
+    """The cluster, the rendered manifests and where processes start."""
+
+    cluster: LocalCluster
+    docs: list[Doc]
+    launcher: Launcher
+    workdir: Path
+
+    def namespace(self, prefix: str, labels: dict[str, str] | None = None) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        ensure_namespace(self.cluster, name, labels or {})
+        return name
+
+
+@dataclass
+class Bench(Site):
+    """A Site with an informer and a manager running at their full rights."""
+
+    informer: Process
+    manager: Process
+
+    def address(self, process: Process) -> str:
+        port, _ = grpc_probe(find(self.docs, "Deployment", process.name), "readinessProbe")
+        return process.address(port)
+
+
+def bindings_of(docs: list[Doc], service_account: str) -> list[Doc]:
+    return [
+        d
+        for d in docs
+        if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and any(
+            s.get("kind") == "ServiceAccount" and s["name"] == service_account
+            for s in d["subjects"]
+        )
+    ]
+
+
+def roles_of(docs: list[Doc], service_account: str) -> list[Doc]:
+    """The roles the manifests bind to ``service_account`` (each once)."""
+    roles: dict[str, Doc] = {}
+    for binding in bindings_of(docs, service_account):
+        ref = binding["roleRef"]
+        roles.setdefault(ref["name"], find(docs, ref["kind"], ref["name"]))
+    return list(roles.values())
+
+
+def identity_for(bench: Site, deployment: str, role: Doc | None, rule: int | None) -> Identity:
+    """A fresh ServiceAccount with copies of ``deployment``'s bindings; the copy of
+    ``role`` lacks rule number ``rule`` (no mutation when ``role`` is None). Bindings
+    that are RoleBindings go to a fresh namespace, where the manager (whose --namespace is
+    its pod's namespace) then keeps its Leases."""
+    tag = uuid.uuid4().hex[:6]
+    original_sa = service_account_of(bench.docs, deployment)
+    sa = f"{original_sa}-{tag}"
+    lease_ns = bench.namespace("leases")
+    objects: list[Doc] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": sa, "namespace": NAMESPACE},
+        }
+    ]
+    names: dict[str, str] = {}
+    for original in roles_of(bench.docs, original_sa):
+        doc = copy.deepcopy(original)
+        name = f"{original['metadata']['name']}:{tag}"
+        names[original["metadata"]["name"]] = name
+        doc["metadata"] = {"name": name}
+        if (
+            role is not None
+            and rule is not None
+            and original["metadata"]["name"] == role["metadata"]["name"]
+        ):
+            del doc["rules"][rule]
+        objects.append(doc)
+    for original in bindings_of(bench.docs, original_sa):
+        doc = copy.deepcopy(original)
+        doc["metadata"] = {"name": f"{original['metadata']['name']}-{tag}"}
+        if doc["kind"] == "RoleBinding":
+            doc["metadata"]["namespace"] = lease_ns
+        doc["roleRef"]["name"] = names[original["roleRef"]["name"]]
+        doc["subjects"] = [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+        objects.append(doc)
+    apply(bench.cluster, objects)
+    kubeconfig = write_kubeconfig(
+        bench.cluster, bench.workdir / f"{sa}.kubeconfig", token(bench.cluster, NAMESPACE, sa)
+    )
+    return Identity(sa, kubeconfig, lease_ns, objects)
+
+
+def remove(bench: Site, ident: Identity) -> None:
+    subprocess.run(
+        [
+            KUBECTL,
+            f"--kubeconfig={bench.cluster.kubeconfig}",
+            "delete",
+            "--ignore-not-found",
+            "--wait=false",
+            "-f",
+            "-",
+        ],
+        input=yaml.safe_dump_all(ident.objects),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def start(bench: Site, deployment: str, ident: Identity) -> Process:
+    pod = Pod(name=f"{deployment}-{ident.service_account[-6:]}", namespace=ident.lease_namespace)
+    return bench.launcher.start(bench.launcher.prepare(deployment, ident.kubeconfig, pod))
+
+
+# The exercises: None when the service did its work, else what went wrong. --------------
+def exercise_informer(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
+    informer = start(bench, INFORMER, ident)
+    try:
+        port, service = grpc_probe(find(bench.docs, "Deployment", INFORMER), "readinessProbe")
+        wait_for(lambda: grpc_serving(informer.address(port), service), "informer ready", informer)
+        ns = bench.namespace("watch")
+        return exercises.watch_pods(
+            bench.cluster, informer.address(port), ns, give_up=informer.forbidden
+        ), informer
+    finally:
+        informer.stop()
+
+
+def exercise_manager(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
+    manager = start(bench, MANAGER, ident)
+    controller: Process | None = None
+    try:
+        launcher = Launcher(bench.docs, bench.workdir, dict(bench.launcher.endpoints))
+        launcher.expose(MANAGER, manager)
+        port, service = grpc_probe(find(bench.docs, "Deployment", MANAGER), "readinessProbe")
+        end_ready = _until(lambda: grpc_serving(manager.address(port), service), manager)
+        if end_ready is not None:
+            return end_ready, manager
+        full = identity_for(bench, CONTROLLER, None, None)
+        try:
+            controller = launcher.start(launcher.prepare(CONTROLLER, full.kubeconfig))
+            return exercises.wait_registered(
+                manager.address(port), give_up=manager.forbidden
+            ), manager
+        finally:
+            if controller is not None:
+                controller.stop()
+            remove(bench, full)
+    finally:
+        manager.stop()
+
+
+def exercise_controller(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
+    controller = start(bench, CONTROLLER, ident)
+    try:
+        problem = exercises.wait_registered(
+            bench.address(bench.manager), give_up=controller.forbidden
+        )
+        if problem is None:
+            ns = bench.namespace("job")
+            problem = exercises.run_job(bench.cluster, ns, give_up=controller.forbidden)
+        return problem, controller
+    finally:
+        controller.stop()
+
+
+def _until(check: Callable[[], bool], process: Process, timeout: float = 60.0) -> str | None:
+    try:
+        wait_for(lambda: check() or process.forbidden(), "readiness", process, timeout)
+    except AssertionError as err:
+        return str(err)
+    return None if check() else "refused before it was ready"
+
+
+EXERCISES: dict[str, Callable[[Bench, Identity], tuple[str | None, Process]]] = {
+    INFORMER: exercise_informer,
+    MANAGER: exercise_manager,
+    CONTROLLER: exercise_controller,
+}
+
+
+# Rules this cluster makes redundant, each with the check that proves why. --------------
+def _discovery_granted_to_everyone(bench: Bench, ident: Identity, rule: dict[str, Any]) -> bool:
+    """Discovery URLs: the default ClusterRoleBinding system:discovery grants them to all
+    authenticated users, so the role's own rule only matters where that was trimmed."""
+    review = bench.cluster.api(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": f"system:serviceaccount:{NAMESPACE}:{ident.service_account}",
+                "groups": ["system:serviceaccounts", "system:authenticated"],
+                "nonResourceAttributes": {"path": "/apis", "verb": "get"},
+            },
+        },
+        ok=(201,),
+    )
+    status = review.get("status") or {}
+    return bool(status.get("allowed")) and "system:discovery" in status.get("reason", "")
+
+
+def _owner_references_not_enforced(bench: Bench, ident: Identity, rule: dict[str, Any]) -> bool:
+    """jobs/finalizers: only the OwnerReferencesPermissionEnforcement admission plugin
+    (off in the local control plane) checks it, when a pod says blockOwnerDeletion."""
+    ns = bench.namespace("ownerrefs")
+    job = bench.cluster.api(
+        "POST",
+        f"/apis/batch/v1/namespaces/{ns}/jobs",
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "owner"},
+            "spec": {
+                "managedBy": "steward.io/nobody",
+                "suspend": True,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": "busybox:1.36"}],
+                    }
+                },
+            },
+        },
+        ok=(201,),
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "owned",
+            "namespace": ns,
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": "owner",
+                    "uid": job["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
+    }
+    done = subprocess.run(
+        [KUBECTL, f"--kubeconfig={ident.kubeconfig}", "create", "--dry-run=server", "-f", "-"],
+        input=yaml.safe_dump(pod),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    return done.returncode == 0
+
+
+REDUNDANT_HERE: dict[tuple[str, str], Callable[[Bench, Identity, dict[str, Any]], bool]] = {
+    ("steward:informer", "nonResourceURLs"): _discovery_granted_to_everyone,
+    ("steward:controller:job", "jobs/finalizers"): _owner_references_not_enforced,
+}
+
+
+def _rule_key(role: Doc, rule: dict[str, Any]) -> tuple[str, str]:
+    what = "nonResourceURLs" if "nonResourceURLs" in rule else ",".join(rule["resources"])
+    return role["metadata"]["name"], what
+
+
+def _describe(role: Doc, index: int, rule: dict[str, Any]) -> str:
+    text = yaml.safe_dump(rule, default_flow_style=True).strip()
+    return f"{role['kind']} {role['metadata']['name']} rule {index} {text}"
+
+
+@pytest.fixture(scope="module")
+def bench(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
+    docs = render("local")
+    labels = find(docs, "Namespace", NAMESPACE)["metadata"]["labels"]
+    ensure_namespace(cluster, NAMESPACE, labels)
+    apply(cluster, [d for d in docs if d["kind"] in ("ClusterRole", "Role")])
+    workdir = tmp_path_factory.mktemp("mutations")
+    launcher = Launcher(docs, workdir)
+    partial = Site(cluster, docs, launcher, workdir)
+    informer = start(partial, INFORMER, identity_for(partial, INFORMER, None, None))
+    manager: Process | None = None
+    try:
+        port, service = grpc_probe(find(docs, "Deployment", INFORMER), "readinessProbe")
+        wait_for(lambda: grpc_serving(informer.address(port), service), "informer", informer)
+        launcher.expose(INFORMER, informer)
+        manager = start(partial, MANAGER, identity_for(partial, MANAGER, None, None))
+        mport, mservice = grpc_probe(find(docs, "Deployment", MANAGER), "readinessProbe")
+        wait_for(lambda: grpc_serving(manager.address(mport), mservice), "manager", manager)
+        launcher.expose(MANAGER, manager)
+        yield Bench(cluster, docs, launcher, workdir, informer, manager)
+    finally:
+        if manager is not None:
+            manager.stop()
+        informer.stop()
+
+
+@pytest.mark.parametrize("deployment", [INFORMER, MANAGER, CONTROLLER])
+def test_every_rule_of_the_services_roles_is_needed(bench: Bench, deployment: str) -> None:
+    ident = identity_for(bench, deployment, None, None)
+    problem, process = EXERCISES[deployment](bench, ident)
+    remove(bench, ident)
+    assert problem is None, f"the exercise fails with all rules: {problem}\n{process.tail()}"
+    assert not process.forbidden(), f"refused with all rules:\n{process.tail()}"
+
+    unneeded: list[str] = []
+    redundant: list[str] = []
+    needed: list[str] = []
+    roles = roles_of(bench.docs, service_account_of(bench.docs, deployment))
+    for role in roles:
+        for index, rule in enumerate(role["rules"]):
+            ident = identity_for(bench, deployment, role, index)
+            try:
+                problem, process = EXERCISES[deployment](bench, ident)
+                refused = process.forbidden()
+                if problem is not None or refused:
+                    why = "refused (403)" if refused else problem
+                    needed.append(f"{_describe(role, index, rule)}: {why}")
+                else:
+                    explain = REDUNDANT_HERE.get(_rule_key(role, rule))
+                    if explain is not None and explain(bench, ident, rule):
+                        redundant.append(_describe(role, index, rule))
+                    else:
+                        unneeded.append(_describe(role, index, rule))
+            finally:
+                remove(bench, ident)
+    print(f"\n{deployment}: needed: " + "".join(f"\n  {n}" for n in needed))
+    print(f"{deployment}: redundant on this cluster (checked): {redundant or 'none'}")
+    assert not unneeded, f"{deployment} works without these rules, so they are unneeded: {unneeded}"
