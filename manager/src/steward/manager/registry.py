@@ -21,7 +21,17 @@ Refusals raise :class:`RegistryError` with the gRPC status code to answer:
 INVALID_ARGUMENT (malformed names), NOT_FOUND (unknown controller), ALREADY_EXISTS
 (name held, the message names the holder), FAILED_PRECONDITION (disabled), UNAVAILABLE
 (the API server could not record a change; nothing changed), ABORTED (the stream no
-longer speaks for the lease holder).
+longer speaks for the lease holder), RESOURCE_EXHAUSTED (a controller has
+``max_standbys`` standbys already).
+
+# Limits
+What an instance sends is kept in memory, written to its Lease's annotations (which the
+API server caps at 256 KiB) and shown by ListControllers, so it is bounded: a
+registration's language and runtime version are at most :data:`MAX_INFO` characters, it
+names at most :data:`MAX_WATCHES` watched types whose fields are at most
+:data:`MAX_TYPE_FIELD` characters (else INVALID_ARGUMENT); a heartbeat's
+``status.last_error`` is kept up to :data:`MAX_LAST_ERROR` characters (the rest is cut);
+a controller has at most ``max_standbys`` standbys.
 """
 
 from __future__ import annotations
@@ -48,6 +58,16 @@ from steward.v1 import informer_pb2, manager_pb2
 log = logging.getLogger(__name__)
 
 _INSTANCE_ID = re.compile(r"^[\x21-\x7e]{1,253}$")
+
+MAX_INFO = 256
+"""Longest language or runtime_version a registration may carry."""
+MAX_WATCHES = 64
+"""Most watched types a registration may name."""
+MAX_TYPE_FIELD = 253
+"""Longest group, version or resource of a watched type."""
+MAX_LAST_ERROR = 4096
+"""Characters of a heartbeat's status.last_error the registry keeps."""
+DEFAULT_MAX_STANDBYS = 16
 
 
 @dataclass(frozen=True)
@@ -192,6 +212,33 @@ def validate_instance_id(instance_id: str) -> str:
     return instance_id
 
 
+def validate_registration(reg: manager_pb2.Registration) -> None:
+    """Check the sizes of what a registration carries (see the module docs' limits).
+
+    Raises:
+        RegistryError: INVALID_ARGUMENT naming the field and its limit.
+    """
+    for field_name, value in (("language", reg.language), ("runtime_version", reg.runtime_version)):
+        if len(value) > MAX_INFO:
+            raise RegistryError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"registration {field_name} is {len(value)} characters long; the most is "
+                f"{MAX_INFO}",
+            )
+    if len(reg.watches) > MAX_WATCHES:
+        raise RegistryError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"registration names {len(reg.watches)} watched types; the most is {MAX_WATCHES}",
+        )
+    for i, w in enumerate(reg.watches):
+        if max(len(w.group), len(w.version), len(w.resource)) > MAX_TYPE_FIELD:
+            raise RegistryError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"registration watches[{i}] has a group, version or resource longer than "
+                f"{MAX_TYPE_FIELD} characters",
+            )
+
+
 def checked_name(name: str) -> str:
     """:func:`validate_name`, raising :class:`RegistryError` (INVALID_ARGUMENT)."""
     try:
@@ -214,7 +261,10 @@ class Registry:
         timing: Timing,
         metrics: ManagerMetrics,
         leading: Callable[[], bool] = lambda: True,
+        max_standbys: int = DEFAULT_MAX_STANDBYS,
     ) -> None:
+        self.max_standbys = max_standbys
+        """Standbys one controller may have; one more is refused RESOURCE_EXHAUSTED."""
         self.store = store
         self.enablement = enablement
         self.timing = timing
@@ -287,6 +337,7 @@ class Registry:
         """
         name = checked_name(reg.controller)
         validate_instance_id(reg.instance_id)
+        validate_registration(reg)
         self._require_ready()
         decision = self.enablement.decide(name)
         if not decision.enabled:
@@ -329,6 +380,13 @@ class Registry:
                         f"controller {name!r} is held by instance {lease.holder!r} (epoch "
                         f"{lease.epoch}, {connected}, lease expires in "
                         f"{max(0.0, record.expiry - now):.1f}s); register with standby to wait",
+                    )
+                others = [s for s in record.standbys if s.instance_id != reg.instance_id]
+                if len(others) >= self.max_standbys:
+                    raise RegistryError(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"controller {name!r} has {len(others)} standbys already, the most "
+                        "the manager keeps (--max-standbys)",
                     )
                 self._add_standby(record, conn)
                 self._result(conn, manager_pb2.ROLE_STANDBY, lease.epoch, lease.holder)
@@ -449,6 +507,8 @@ class Registry:
             raise RegistryError(grpc.StatusCode.ABORTED, "this stream holds no registration")
         conn.last_heartbeat = time.time()
         conn.status.CopyFrom(beat.status)
+        if len(conn.status.last_error) > MAX_LAST_ERROR:
+            conn.status.last_error = conn.status.last_error[:MAX_LAST_ERROR] + "... (cut)"
         now = time.monotonic()
         self.metrics.heartbeats.labels(record.name).inc()
         if conn is record.active and record.lease.holder == conn.instance_id:

@@ -38,8 +38,8 @@ from steward.manager.election import LeaderElector
 from steward.manager.enablement import Enablement, InvalidNameError
 from steward.manager.leases import LeaseStore
 from steward.manager.metrics import ManagerMetrics
-from steward.manager.registry import Registry, Timing
-from steward.manager.service import ManagerService
+from steward.manager.registry import DEFAULT_MAX_STANDBYS, Registry, Timing
+from steward.manager.service import DEFAULT_MAX_SESSIONS_PER_PEER, ManagerService, add_to_server
 from steward.serving import (
     serve_until_signalled,
     split_address,
@@ -47,7 +47,7 @@ from steward.serving import (
     stop_metrics_server,
 )
 from steward.telemetry import configure_tracing
-from steward.v1 import manager_pb2, manager_pb2_grpc
+from steward.v1 import manager_pb2
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,10 @@ class ManagerOptions:
     """host:port to serve Prometheus metrics on over HTTP; None (the default) for none."""
     shutdown_grace: float = 5.0
     """Seconds unary calls in flight may take to finish on shutdown. Defaults to 5."""
+    max_sessions_per_peer: int = DEFAULT_MAX_SESSIONS_PER_PEER
+    """Sessions one client connection may hold at once. Defaults to 100."""
+    max_standbys: int = DEFAULT_MAX_STANDBYS
+    """Standby instances one controller may have. Defaults to 16."""
 
 
 class ManagerServer:
@@ -108,9 +112,16 @@ class ManagerServer:
         )
         self.elector: LeaderElector | None = None
         self.registry = Registry(
-            self.store, self.enablement, options.timing, self.metrics, self._leading
+            self.store,
+            self.enablement,
+            options.timing,
+            self.metrics,
+            self._leading,
+            max_standbys=options.max_standbys,
         )
-        self.service = ManagerService(self.registry, self._not_leader)
+        self.service = ManagerService(
+            self.registry, self._not_leader, max_sessions_per_peer=options.max_sessions_per_peer
+        )
         self.metrics.register_gauges(self.registry.session_counts, self._leading)
         self.health = health.aio.HealthServicer()
         self.tracing = ServerTracing()
@@ -150,7 +161,7 @@ class ManagerServer:
             RuntimeError: the address cannot be bound.
         """
         server = grpc.aio.server(interceptors=[self.tracing], options=[("grpc.so_reuseport", 0)])
-        manager_pb2_grpc.add_ManagerServiceServicer_to_server(self.service, server)
+        add_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (
@@ -254,12 +265,14 @@ answer UNAVAILABLE naming the leader). Health and reflection are on
 
 EPILOG = """\
 environment (flags win):
-  STEWARD_MANAGER_LISTEN               --listen
-  STEWARD_MANAGER_NAMESPACE            --namespace
-  STEWARD_MANAGER_CONTROLLERS          --controllers
-  STEWARD_MANAGER_DISABLED_BY_DEFAULT  --disabled-by-default
-  STEWARD_MANAGER_METRICS_LISTEN       --metrics-listen
-  KUBECONFIG                           --kubeconfig (in-cluster config is used in a pod)
+  STEWARD_MANAGER_LISTEN                 --listen
+  STEWARD_MANAGER_NAMESPACE              --namespace
+  STEWARD_MANAGER_CONTROLLERS            --controllers
+  STEWARD_MANAGER_DISABLED_BY_DEFAULT    --disabled-by-default
+  STEWARD_MANAGER_METRICS_LISTEN         --metrics-listen
+  STEWARD_MANAGER_MAX_SESSIONS_PER_PEER  --max-sessions-per-peer
+  STEWARD_MANAGER_MAX_STANDBYS           --max-standbys
+  KUBECONFIG                             --kubeconfig (in-cluster config is used in a pod)
 """
 
 
@@ -327,6 +340,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=env("STEWARD_MANAGER_METRICS_LISTEN"),
         help="serve Prometheus metrics over HTTP on host:port (default: off)",
     )
+    parser.add_argument(
+        "--max-sessions-per-peer",
+        type=int,
+        default=int(
+            env("STEWARD_MANAGER_MAX_SESSIONS_PER_PEER", str(DEFAULT_MAX_SESSIONS_PER_PEER))
+        ),
+        help="Sessions one client connection (usually: one client process) may hold at "
+        "once; one more is refused with "
+        "RESOURCE_EXHAUSTED (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-standbys",
+        type=int,
+        default=int(env("STEWARD_MANAGER_MAX_STANDBYS", str(DEFAULT_MAX_STANDBYS))),
+        help="standby instances one controller may have; one more is refused with "
+        "RESOURCE_EXHAUSTED (default: %(default)s)",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> ManagerOptions:
@@ -342,6 +372,12 @@ def options_from_args(args: argparse.Namespace) -> ManagerOptions:
         drain_timeout=args.drain_timeout,
     )
     timing.check()
+    for flag, value in (
+        ("--max-sessions-per-peer", args.max_sessions_per_peer),
+        ("--max-standbys", args.max_standbys),
+    ):
+        if value < 1:
+            raise ValueError(f"{flag} must be at least 1, got {value}")
     split_address(args.listen)
     if args.metrics_listen:
         split_address(args.metrics_listen)
@@ -355,6 +391,8 @@ def options_from_args(args: argparse.Namespace) -> ManagerOptions:
         disabled_by_default=[args.disabled_by_default],
         timing=timing,
         metrics_listen=args.metrics_listen,
+        max_sessions_per_peer=args.max_sessions_per_peer,
+        max_standbys=args.max_standbys,
     )
 
 

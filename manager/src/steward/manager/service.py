@@ -8,6 +8,17 @@ the registration timeout, ends with INVALID_ARGUMENT (DEADLINE_EXCEEDED for the 
 a holder whose stream breaks keeps its lease until it lapses. A replica that is not the
 leader answers every RPC with UNAVAILABLE naming the leader. An unexpected failure is
 logged and answered INTERNAL; it never stops the process.
+
+# Limits
+Bytes that are not a valid request message (truncated, corrupt, bad UTF-8) are
+INVALID_ARGUMENT, for a unary call and for any message of a Session alike; a message over
+gRPC's receive limit (4 MiB) is RESOURCE_EXHAUSTED before it reaches the service. A
+peer connection may hold at most ``max_sessions_per_peer`` Sessions at once; one more is
+RESOURCE_EXHAUSTED (a client process's channels to one address usually share one
+connection, so the limit is in effect per client process). Status messages keep at most
+the first kilobyte of what they echo, so a refusal always fits in the response's
+metadata. What a registration or heartbeat may carry is bounded by the registry
+(:mod:`steward.manager.registry`).
 """
 
 from __future__ import annotations
@@ -28,6 +39,32 @@ log = logging.getLogger(__name__)
 
 _Context = grpc.aio.ServicerContext[Any, Any]
 
+MAX_STATUS_MESSAGE = 1024
+"""Bytes of UTF-8 a status message keeps (the rest is cut, saying how long it was)."""
+DEFAULT_MAX_SESSIONS_PER_PEER = 100
+
+
+class MalformedRequest:
+    """What a request decodes to when its bytes are not a valid message (see
+    :func:`add_to_server`); the service answers INVALID_ARGUMENT with :attr:`message`."""
+
+    def __init__(self, message_type: str, error: Exception) -> None:
+        self.message = f"malformed {message_type}: {error}"
+
+
+def lenient(message_type: Any) -> Callable[[bytes], Any]:
+    """A request deserializer that returns a :class:`MalformedRequest` instead of raising
+    (gRPC would answer UNKNOWN, or break the Session, and log a traceback)."""
+    name = message_type.DESCRIPTOR.full_name
+
+    def decode(data: bytes) -> Any:
+        try:
+            return message_type.FromString(data)
+        except Exception as err:  # DecodeError and whatever else bad bytes provoke
+            return MalformedRequest(name, err)
+
+    return decode
+
 
 class ManagerService(pb_grpc.ManagerServiceServicer):
     """Serves :class:`Registry`; ``not_leader`` says who leads when this replica does not."""
@@ -37,10 +74,13 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
         registry: Registry,
         not_leader: Callable[[], str | None],
         registration_timeout: float = 30.0,
+        max_sessions_per_peer: int = DEFAULT_MAX_SESSIONS_PER_PEER,
     ) -> None:
         self.registry = registry
         self.not_leader = not_leader
         self.registration_timeout = registration_timeout
+        self.max_sessions_per_peer = max_sessions_per_peer
+        """Sessions one connection may hold at once; one more is RESOURCE_EXHAUSTED."""
         self.connections: set[Connection] = set()
 
     async def _check_leader(self, context: _Context) -> None:
@@ -49,11 +89,22 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
             await _abort(context, grpc.StatusCode.UNAVAILABLE, why)
 
     async def Session(
-        self, request_iterator: AsyncIterator[pb.SessionRequest], context: _Context
+        self,
+        request_iterator: AsyncIterator[pb.SessionRequest | MalformedRequest],
+        context: _Context,
     ) -> AsyncIterator[pb.SessionResponse]:
         """One instance's stream: a reader task feeds the registry, this loop writes."""
         await self._check_leader(context)
-        conn = Connection(peer=context.peer())
+        peer = context.peer() or "unknown"
+        held = sum(1 for c in self.connections if c.peer == peer)
+        if held >= self.max_sessions_per_peer:
+            await _abort(
+                context,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"this connection already holds {held} Sessions, the most the manager "
+                "allows (--max-sessions-per-peer)",
+            )
+        conn = Connection(peer=peer)
         self.connections.add(conn)
         reader = asyncio.get_running_loop().create_task(self._read(request_iterator, conn))
         try:
@@ -69,7 +120,9 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
             self.connections.discard(conn)
             self.registry.disconnected(conn)
 
-    async def _read(self, requests: AsyncIterator[pb.SessionRequest], conn: Connection) -> None:
+    async def _read(
+        self, requests: AsyncIterator[pb.SessionRequest | MalformedRequest], conn: Connection
+    ) -> None:
         try:
             try:
                 first = await asyncio.wait_for(anext(requests), self.registration_timeout)
@@ -82,6 +135,9 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
                     f"no registration within {self.registration_timeout:g}s",
                 )
                 return
+            if isinstance(first, MalformedRequest):
+                conn.close(grpc.StatusCode.INVALID_ARGUMENT, first.message)
+                return
             kind = first.WhichOneof("kind")
             if kind != "registration":
                 conn.close(
@@ -91,6 +147,9 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
                 return
             await self.registry.register(conn, first.registration)
             async for request in requests:
+                if isinstance(request, MalformedRequest):
+                    conn.close(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+                    return
                 kind = request.WhichOneof("kind")
                 if kind == "heartbeat":
                     ack = self.registry.heartbeat(conn, request.heartbeat)
@@ -120,7 +179,9 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
             log.exception("session of %s failed", conn.instance_id or conn.peer)
             conn.close(grpc.StatusCode.INTERNAL, f"internal error: {err}")
 
-    async def _unary(self, context: _Context, fn: Callable[[], Any]) -> Any:
+    async def _unary(self, context: _Context, fn: Callable[[], Any], request: Any) -> Any:
+        if isinstance(request, MalformedRequest):
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, request.message)
         await self._check_leader(context)
         try:
             result = fn()
@@ -137,28 +198,32 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
         self, request: pb.ListControllersRequest, context: _Context
     ) -> pb.ListControllersResponse:
         """Every known controller."""
-        found = await self._unary(context, self.registry.list_controllers)
+        found = await self._unary(context, self.registry.list_controllers, request)
         return pb.ListControllersResponse(controllers=found)
 
     async def GetController(
         self, request: pb.GetControllerRequest, context: _Context
     ) -> pb.GetControllerResponse:
         """One controller."""
-        found = await self._unary(context, lambda: self.registry.get(request.name))
+        found = await self._unary(context, lambda: self.registry.get(request.name), request)
         return pb.GetControllerResponse(controller=found)
 
     async def EnableController(
         self, request: pb.EnableControllerRequest, context: _Context
     ) -> pb.EnableControllerResponse:
         """Enable a controller at run time."""
-        found = await self._unary(context, lambda: self.registry.set_enabled(request.name, True))
+        found = await self._unary(
+            context, lambda: self.registry.set_enabled(request.name, True), request
+        )
         return pb.EnableControllerResponse(controller=found)
 
     async def DisableController(
         self, request: pb.DisableControllerRequest, context: _Context
     ) -> pb.DisableControllerResponse:
         """Disable a controller at run time: DRAIN then STOP its active instance."""
-        found = await self._unary(context, lambda: self.registry.set_enabled(request.name, False))
+        found = await self._unary(
+            context, lambda: self.registry.set_enabled(request.name, False), request
+        )
         return pb.DisableControllerResponse(controller=found)
 
     def close_all(self, code: grpc.StatusCode, message: str) -> None:
@@ -169,5 +234,44 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
 
 
 async def _abort(context: _Context, code: grpc.StatusCode, message: str) -> NoReturn:
-    await context.abort(code, message)
+    await context.abort(code, bounded_message(message))
     raise AssertionError("unreachable")  # pragma: no cover - abort raises
+
+
+def bounded_message(message: str, limit: int = MAX_STATUS_MESSAGE) -> str:
+    """``message`` cut to ``limit`` bytes of UTF-8, saying how long it was: a status
+    message travels in the response's metadata, which clients cap (8 KiB by default)."""
+    encoded = message.encode("utf-8", "replace")
+    if len(encoded) <= limit:
+        return message
+    kept = encoded[:limit].decode("utf-8", "ignore")
+    return f"{kept}... (cut; {len(message)} characters in all)"
+
+
+def add_to_server(service: ManagerService, server: grpc.aio.Server) -> None:
+    """Register ``service`` like the generated ``add_ManagerServiceServicer_to_server``,
+    except that undecodable requests reach it as :class:`MalformedRequest`."""
+    methods = pb.DESCRIPTOR.services_by_name["ManagerService"].methods_by_name
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        "Session": grpc.stream_stream_rpc_method_handler(
+            service.Session,
+            request_deserializer=lenient(pb.SessionRequest),
+            response_serializer=pb.SessionResponse.SerializeToString,
+        )
+    }
+    unary: dict[str, tuple[Callable[..., Any], Any]] = {
+        "ListControllers": (service.ListControllers, pb.ListControllersRequest),
+        "GetController": (service.GetController, pb.GetControllerRequest),
+        "EnableController": (service.EnableController, pb.EnableControllerRequest),
+        "DisableController": (service.DisableController, pb.DisableControllerRequest),
+    }
+    for method, (behaviour, request_type) in unary.items():
+        response_type = methods[method].output_type.full_name.rsplit(".", 1)[-1]
+        handlers[method] = grpc.unary_unary_rpc_method_handler(
+            behaviour,
+            request_deserializer=lenient(request_type),
+            response_serializer=getattr(pb, response_type).SerializeToString,
+        )
+    assert set(handlers) == set(methods), "every RPC of the service is registered"
+    name = pb.DESCRIPTOR.services_by_name["ManagerService"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))

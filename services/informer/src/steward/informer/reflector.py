@@ -11,6 +11,17 @@ anyone needs it, and stops it a grace period after the last user left.
   vanished meanwhile are delivered as DELETED, changed ones as ADDED or MODIFIED.
 - Any other failure: retry after an exponential backoff from 800 ms to 30 s (with
   jitter), reset once a request succeeds. Subscribers' streams stay open meanwhile.
+
+# Odd objects
+Custom resources may hold anything the API server accepts, e.g. a spec nested 10,000
+levels deep, which is beyond orjson (it decodes 1,024 levels and encodes 254). Such an
+object costs a slower decoding, never the type: a LIST page orjson refuses is decoded
+again by :mod:`steward.deepjson`'s slow decoder, and an object orjson cannot encode by
+its slow encoder; a
+WATCH event it cannot decode ends the watch, and the reflector lists again (with the slow
+decoder) to get past it, logging a warning that says so. An object whose metadata cannot
+be read at all is left out of the cache with a warning naming it, and every other object
+of the type is still served.
 """
 
 from __future__ import annotations
@@ -23,13 +34,15 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from steward.deepjson import dumps, loads_deep
 from steward.informer import wire
-from steward.informer.apiclient import ApiClient, ResourceInfo
+from steward.informer.apiclient import ApiClient, ListPage, ResourceInfo
 from steward.informer.fanout import Fanout, encode_event
 from steward.informer.metrics import InformerMetrics
 from steward.informer.store import (
@@ -152,6 +165,17 @@ class Reflector:
                 self.metrics.errors.labels(self._resource, "gone").inc()
                 need_list = True
             except ApiError as err:
+                if isinstance(err.__cause__, orjson.JSONDecodeError):
+                    # An event orjson cannot decode (see "Odd objects"): watching again
+                    # from the same version would meet it again; a relist gets past it.
+                    log.warning(
+                        "%s: a watch event could not be decoded (%s); listing again",
+                        self._resource,
+                        err.__cause__,
+                    )
+                    self.metrics.errors.labels(self._resource, "undecodable").inc()
+                    need_list = True
+                    continue
                 self._failed(
                     err, "unavailable" if isinstance(err, ApiUnavailableError) else "status"
                 )
@@ -187,13 +211,24 @@ class Reflector:
                 # The continue token expired mid-list: start the list again.
                 items, continue_token = [], ""
                 continue
+            except (ApiStatusError, orjson.JSONEncodeError) as err:
+                if not isinstance(err, orjson.JSONEncodeError) and not isinstance(
+                    err.__cause__, orjson.JSONDecodeError
+                ):
+                    raise
+                log.warning(
+                    "%s: a LIST page is beyond orjson (%s); decoding it the slow way",
+                    self._resource,
+                    err.__cause__ or err,
+                )
+                page = await self.client.run(self._list_page_deep, continue_token)
             items.extend(page.items)
             resource_version = page.resource_version
             continue_token = page.continue_token
             if not continue_token:
                 break
         rv = parse_resource_version(resource_version, "list resource version")
-        objects = [StoredObject(raw, obj) for raw, obj in items]
+        objects = [o for o in (self._stored(raw, obj) for raw, obj in items) if o is not None]
         relist = self.synced.is_set()
         events = self.store.replace(objects, rv)
         if relist:
@@ -205,6 +240,41 @@ class Reflector:
         self.last_error = None
         self.synced.set()
         self.attempted.set()
+
+    def _list_page_deep(self, continue_token: str) -> ListPage:
+        """:meth:`ApiClient.list_page` with the slow codec, for a page orjson refuses."""
+        query = {"limit": str(self.options.page_size)}
+        if continue_token:
+            query["continue"] = continue_token
+        doc = loads_deep(self.client.get_raw(f"{self.info.path()}?{urlencode(query)}"))
+        if not isinstance(doc, dict):
+            raise ApiStatusError(200, f"a LIST answer that is not an object: {type(doc)}")
+        meta = doc.get("metadata") or {}
+        api_version = doc.get("apiVersion") or self.info.api_version
+        items: list[tuple[bytes, dict[str, Any]]] = []
+        for item in doc.get("items") or ():
+            if isinstance(item, dict) and "kind" not in item:
+                item = {"apiVersion": api_version, "kind": self.info.kind, **item}
+            items.append((b"", item))
+        return ListPage(items, str(meta.get("resourceVersion") or ""), meta.get("continue") or "")
+
+    def _stored(self, raw: bytes, obj: Any) -> StoredObject | None:
+        """``obj`` as a StoredObject (encoding it when ``raw`` is empty); None, with a
+        warning naming it, when its metadata cannot be read."""
+        try:
+            return StoredObject(raw or dumps(obj), obj)
+        except (TypeError, ValueError, AttributeError) as err:
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            meta = meta if isinstance(meta, dict) else {}
+            log.warning(
+                "%s: leaving out object %r in namespace %r that cannot be read: %s",
+                self._resource,
+                meta.get("name"),
+                meta.get("namespace"),
+                err,
+            )
+            self.metrics.errors.labels(self._resource, "malformed_object").inc()
+            return None
 
     # WATCH --------------------------------------------------------------------------------
     async def _watch(self, backoff: _Backoff) -> None:
@@ -277,8 +347,14 @@ class Reflector:
                 log.warning("%s: ignoring watch event of type %r", self._resource, type_)
                 continue
             counter.labels(self._resource, type_).inc()
-            stored = StoredObject(orjson.dumps(obj), obj)
-            rv = parse_resource_version(stored.resource_version, "object resource version")
+            stored = self._stored(b"", obj)
+            if stored is None:
+                continue
+            try:
+                rv = parse_resource_version(stored.resource_version, "object resource version")
+            except ValueError as err:
+                log.warning("%s: leaving out %r: %s", self._resource, stored, err)
+                continue
             annotations = (obj.get("metadata") or {}).get("annotations") or {}
             traceparent, tracestate = _start_span(
                 stored, self._resource, type_ or "", annotations.get("traceparent")

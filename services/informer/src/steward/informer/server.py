@@ -25,7 +25,13 @@ from steward.informer.apiclient import ApiClient
 from steward.informer.fanout import Fanout
 from steward.informer.metrics import InformerMetrics
 from steward.informer.reflector import ReflectorOptions, Reflectors
-from steward.informer.service import InformerService, ServiceOptions, add_to_server
+from steward.informer.service import (
+    DEFAULT_MAX_SELECTOR_LENGTH,
+    DEFAULT_MAX_STREAMS_PER_PEER,
+    InformerService,
+    ServiceOptions,
+    add_to_server,
+)
 from steward.kube import ApiError, ClusterAccess, load_access
 from steward.serving import (
     serve_until_signalled,
@@ -62,6 +68,10 @@ class InformerOptions:
     """Default events per WatchResponse. Defaults to 256."""
     shutdown_grace: float = 5.0
     """Seconds unary calls in flight may take to finish on shutdown. Defaults to 5."""
+    max_selector_length: int = DEFAULT_MAX_SELECTOR_LENGTH
+    """Longest label or field selector a request may carry (characters). Defaults to 4096."""
+    max_watch_streams_per_peer: int = DEFAULT_MAX_STREAMS_PER_PEER
+    """Watch streams one client connection may hold open at once. Defaults to 100."""
 
 
 class InformerServer:
@@ -93,6 +103,8 @@ class InformerServer:
             ServiceOptions(
                 subscriber_buffer=options.subscriber_buffer,
                 default_batch=options.max_batch_size,
+                max_selector_length=options.max_selector_length,
+                max_streams_per_peer=options.max_watch_streams_per_peer,
             ),
         )
         self.health = health.aio.HealthServicer()
@@ -174,13 +186,16 @@ NOT_SERVING, streams end cleanly, and the server stops.
 
 EPILOG = """\
 environment (flags win):
-  STEWARD_INFORMER_LISTEN             --listen
-  KUBECONFIG                          --kubeconfig (in-cluster config is used in a pod)
-  STEWARD_INFORMER_METRICS_LISTEN     --metrics-listen
-  STEWARD_INFORMER_HISTORY_SIZE       --history-size
-  STEWARD_INFORMER_SUBSCRIBER_BUFFER  --subscriber-buffer
-  STEWARD_INFORMER_IDLE_GRACE         --idle-grace
-  OTEL_EXPORTER_OTLP_ENDPOINT         send a span per received event and per call there (OTLP gRPC)
+  STEWARD_INFORMER_LISTEN                      --listen
+  KUBECONFIG                                   --kubeconfig (in-cluster config is used in a pod)
+  STEWARD_INFORMER_METRICS_LISTEN              --metrics-listen
+  STEWARD_INFORMER_HISTORY_SIZE                --history-size
+  STEWARD_INFORMER_SUBSCRIBER_BUFFER           --subscriber-buffer
+  STEWARD_INFORMER_IDLE_GRACE                  --idle-grace
+  STEWARD_INFORMER_MAX_SELECTOR_LENGTH         --max-selector-length
+  STEWARD_INFORMER_MAX_WATCH_STREAMS_PER_PEER  --max-watch-streams-per-peer
+  OTEL_EXPORTER_OTLP_ENDPOINT                  send a span per received event and per call
+                                               there (OTLP gRPC)
 """
 
 
@@ -223,6 +238,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds a resource type nobody watches any more keeps being watched "
         "(default: %(default)s)",
     )
+    parser.add_argument(
+        "--max-selector-length",
+        type=int,
+        default=int(env("STEWARD_INFORMER_MAX_SELECTOR_LENGTH", str(DEFAULT_MAX_SELECTOR_LENGTH))),
+        help="longest label or field selector a Watch or List may carry, in characters; "
+        "a longer one is refused with INVALID_ARGUMENT (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-watch-streams-per-peer",
+        type=int,
+        default=int(
+            env("STEWARD_INFORMER_MAX_WATCH_STREAMS_PER_PEER", str(DEFAULT_MAX_STREAMS_PER_PEER))
+        ),
+        help="Watch streams one client connection (usually: one client process) may hold "
+        "open at once; one more is "
+        "refused with RESOURCE_EXHAUSTED (one Watch can name several types) "
+        "(default: %(default)s)",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> InformerOptions:
@@ -234,6 +267,8 @@ def options_from_args(args: argparse.Namespace) -> InformerOptions:
     for flag, value in (
         ("--history-size", args.history_size),
         ("--subscriber-buffer", args.subscriber_buffer),
+        ("--max-selector-length", args.max_selector_length),
+        ("--max-watch-streams-per-peer", args.max_watch_streams_per_peer),
     ):
         if value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
@@ -249,6 +284,8 @@ def options_from_args(args: argparse.Namespace) -> InformerOptions:
         history_size=args.history_size,
         subscriber_buffer=args.subscriber_buffer,
         idle_grace=args.idle_grace,
+        max_selector_length=args.max_selector_length,
+        max_watch_streams_per_peer=args.max_watch_streams_per_peer,
     )
 
 

@@ -8,6 +8,21 @@ the informer is ``PERMISSION_DENIED``. List and Get answer ``UNAVAILABLE`` when 
 is not cached yet and the API server cannot be reached; a Watch stream instead stays
 open and catches up once the API server is back. An unexpected failure in a request is
 logged and answered ``INTERNAL``; it never stops the process.
+
+# Limits
+Bad input costs only the call that carries it. Bytes that are not a valid request message
+(truncated, corrupt, bad UTF-8) are ``INVALID_ARGUMENT``; a request over gRPC's receive
+limit (4 MiB) is ``RESOURCE_EXHAUSTED`` before it reaches the service. Also
+``INVALID_ARGUMENT``: a group that is not a DNS subdomain, a version or resource that is
+not a DNS label (lower case), a namespace, name or subscriber longer than 253 characters,
+more than :data:`MAX_TARGETS` targets, and a label or field selector longer than
+``ServiceOptions.max_selector_length`` (which bounds a selector's number of terms and the
+cost of matching it). A peer connection may hold at most
+``ServiceOptions.max_streams_per_peer`` Watch streams at once; one more is
+``RESOURCE_EXHAUSTED``. (A client process's channels to one address usually share one
+connection, so the limit is in effect per client process.) Status messages quote at most
+the first kilobyte of what they echo, so a refusal always fits in the response's
+metadata.
 """
 
 from __future__ import annotations
@@ -18,7 +33,8 @@ import binascii
 import bisect
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Awaitable
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
@@ -45,6 +61,18 @@ DEFAULT_BATCH = 256
 MAX_BATCH = 10_000
 DEFAULT_PAGE = 500
 MAX_PAGE = 5000
+MAX_TARGETS = 64
+"""Resource types one Watch may name."""
+MAX_NAME = 253
+"""Longest namespace, object name or subscriber a request may carry (Kubernetes' longest
+name)."""
+MAX_STATUS_MESSAGE = 1024
+"""Bytes of UTF-8 a status message keeps (the rest is cut, saying how long it was)."""
+DEFAULT_MAX_SELECTOR_LENGTH = 4096
+DEFAULT_MAX_STREAMS_PER_PEER = 100
+
+_GROUP_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 @dataclass
@@ -58,6 +86,12 @@ class ServiceOptions:
     """Events per WatchResponse when the request does not say. Defaults to 256."""
     sync_timeout: float = 30.0
     """How long List and Get wait for a type's first LIST. Defaults to 30 s."""
+    max_selector_length: int = DEFAULT_MAX_SELECTOR_LENGTH
+    """Longest label or field selector a request may carry, in characters; longer ones
+    are INVALID_ARGUMENT. Defaults to 4096."""
+    max_streams_per_peer: int = DEFAULT_MAX_STREAMS_PER_PEER
+    """Watch streams one connection may hold open at once; one more is
+    RESOURCE_EXHAUSTED. Defaults to 100."""
 
 
 class _RequestError(Exception):
@@ -65,6 +99,36 @@ class _RequestError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class MalformedRequest:
+    """What a request decodes to when its bytes are not a valid message (see
+    :func:`add_to_server`); the handler answers INVALID_ARGUMENT with :attr:`message`."""
+
+    def __init__(self, message_type: str, error: Exception) -> None:
+        self.message = f"malformed {message_type}: {error}"
+
+
+def lenient(message_type: Any) -> Callable[[bytes], Any]:
+    """A request deserializer that returns a :class:`MalformedRequest` instead of raising
+    (gRPC would answer UNKNOWN and log a traceback for every bad message)."""
+    name = message_type.DESCRIPTOR.full_name
+
+    def decode(data: bytes) -> Any:
+        try:
+            return message_type.FromString(data)
+        except Exception as err:  # DecodeError and whatever else bad bytes provoke
+            return MalformedRequest(name, err)
+
+    return decode
+
+
+def _check_length(value: str, field: str, limit: int = MAX_NAME) -> None:
+    if len(value) > limit:
+        raise _RequestError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{field} is {len(value)} characters long; the longest allowed is {limit}",
+        )
 
 
 def _type_label(rtype: pb.ResourceType) -> str:
@@ -91,6 +155,8 @@ class InformerService(pb_grpc.InformerServiceServicer):
         self.fanout = fanout
         self.metrics = metrics
         self.options = options or ServiceOptions()
+        self._streams: dict[str, int] = {}
+        """Open Watch streams per peer (connection)."""
 
     # Validation -----------------------------------------------------------------------
     async def _resolve(self, rtype: pb.ResourceType) -> ResourceInfo:
@@ -99,6 +165,20 @@ class InformerService(pb_grpc.InformerServiceServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"resource type {_type_label(rtype)} is incomplete: version and resource "
                 "are required (group is empty for the core group)",
+            )
+        if not (
+            (not rtype.group or (len(rtype.group) <= MAX_NAME and _GROUP_RE.match(rtype.group)))
+            and len(rtype.version) <= 63
+            and _LABEL_RE.match(rtype.version)
+            and len(rtype.resource) <= 63
+            and _LABEL_RE.match(rtype.resource)
+        ):
+            raise _RequestError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"resource type {_type_label(rtype)} is malformed: the group is a DNS "
+                "subdomain (empty for the core group), the version and the resource are "
+                "lower-case DNS labels (e.g. group 'apps', version 'v1', resource "
+                "'deployments')",
             )
         name = ResourceTypeName(rtype.group, rtype.version, rtype.resource)
         try:
@@ -115,8 +195,19 @@ class InformerService(pb_grpc.InformerServiceServicer):
         except ApiStatusError as err:
             raise _status_to_request_error(err, f"looking up {_type_label(rtype)}") from err
 
-    @staticmethod
-    def _filter(namespace: str, label_selector: str, field_selector: str) -> Filter:
+    def _filter(self, namespace: str, label_selector: str, field_selector: str) -> Filter:
+        _check_length(namespace, "namespace")
+        limit = self.options.max_selector_length
+        for field, selector in (
+            ("label_selector", label_selector),
+            ("field_selector", field_selector),
+        ):
+            if len(selector) > limit:
+                raise _RequestError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"{field} is {len(selector)} characters long; the informer accepts "
+                    f"selectors of at most {limit} characters (--max-selector-length)",
+                )
         try:
             return parse_filter(namespace, label_selector, field_selector)
         except ValueError as err:
@@ -154,23 +245,42 @@ class InformerService(pb_grpc.InformerServiceServicer):
             raise
         except Exception as err:
             log.exception("request failed")
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {err}")
+            await _abort(context, _RequestError(grpc.StatusCode.INTERNAL, f"internal error: {err}"))
         raise AssertionError("unreachable")  # pragma: no cover - abort raises
+
+    async def _well_formed(self, request: Any, context: _Context) -> None:
+        if isinstance(request, MalformedRequest):
+            await _abort(context, _RequestError(grpc.StatusCode.INVALID_ARGUMENT, request.message))
 
     # Watch -------------------------------------------------------------------------------
     # Encoded responses instead of messages (see add_to_server), hence the override.
     async def Watch(  # type: ignore[override]
-        self, request: pb.WatchRequest, context: _Context
+        self, request: pb.WatchRequest | MalformedRequest, context: _Context
     ) -> AsyncIterator[bytes]:
         """Snapshot or replay, then changes, per type; see the proto for the contract.
 
         Yields encoded WatchResponse messages (see wire.py): register it with
         :func:`add_to_server`, which sends them as they are.
         """
+        await self._well_formed(request, context)
+        assert isinstance(request, pb.WatchRequest)
         targets, flt = await self._guard(context, self._watch_targets(request))
         max_batch = request.max_batch_size or self.options.default_batch
         max_batch = min(max_batch, MAX_BATCH)
-        subscriber = request.subscriber or context.peer() or "anonymous"
+        peer = context.peer() or "unknown"
+        subscriber = request.subscriber or peer
+        open_streams = self._streams.get(peer, 0)
+        if open_streams >= self.options.max_streams_per_peer:
+            await _abort(
+                context,
+                _RequestError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"this connection already holds {open_streams} Watch streams, the most "
+                    f"the informer allows (--max-watch-streams-per-peer): one Watch takes "
+                    "several targets, or close streams first",
+                ),
+            )
+        self._streams[peer] = open_streams + 1
         acquired: list[Reflector] = []
         sub: Subscription | None = None
         try:
@@ -208,6 +318,9 @@ class InformerService(pb_grpc.InformerServiceServicer):
                 self.metrics.sent_events.inc(len(batch))
                 yield b"".join(batch)
         finally:
+            remaining = self._streams.pop(peer, 1) - 1
+            if remaining > 0:
+                self._streams[peer] = remaining
             if sub is not None:
                 self.fanout.remove(sub)
             for reflector in acquired:
@@ -220,6 +333,13 @@ class InformerService(pb_grpc.InformerServiceServicer):
             raise _RequestError(
                 grpc.StatusCode.INVALID_ARGUMENT, "targets is empty: name at least one type"
             )
+        if len(request.targets) > MAX_TARGETS:
+            raise _RequestError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"targets names {len(request.targets)} types; one Watch takes at most "
+                f"{MAX_TARGETS}",
+            )
+        _check_length(request.subscriber, "subscriber")
         flt = self._filter(request.namespace, request.label_selector, request.field_selector)
         resumes: list[int | None] = []
         for i, target in enumerate(request.targets):
@@ -248,8 +368,12 @@ class InformerService(pb_grpc.InformerServiceServicer):
         return result, flt
 
     # List ----------------------------------------------------------------------------------
-    async def List(self, request: pb.ListRequest, context: _Context) -> pb.ListResponse:
+    async def List(
+        self, request: pb.ListRequest | MalformedRequest, context: _Context
+    ) -> pb.ListResponse:
         """One page of cached objects, ordered by namespace and name."""
+        await self._well_formed(request, context)
+        assert isinstance(request, pb.ListRequest)
         return await self._guard(context, self._list(request))
 
     async def _list(self, request: pb.ListRequest) -> pb.ListResponse:
@@ -285,13 +409,19 @@ class InformerService(pb_grpc.InformerServiceServicer):
         )
 
     # Get -----------------------------------------------------------------------------------
-    async def Get(self, request: pb.GetRequest, context: _Context) -> pb.GetResponse:
+    async def Get(
+        self, request: pb.GetRequest | MalformedRequest, context: _Context
+    ) -> pb.GetResponse:
         """One cached object by namespace and name."""
+        await self._well_formed(request, context)
+        assert isinstance(request, pb.GetRequest)
         return await self._guard(context, self._get(request))
 
     async def _get(self, request: pb.GetRequest) -> pb.GetResponse:
         if not request.name:
             raise _RequestError(grpc.StatusCode.INVALID_ARGUMENT, "name is required")
+        _check_length(request.name, "name")
+        _check_length(request.namespace, "namespace")
         info = await self._resolve(request.type)
         if info.namespaced and not request.namespace:
             raise _RequestError(
@@ -321,8 +451,18 @@ class InformerService(pb_grpc.InformerServiceServicer):
 
 # Helpers ---------------------------------------------------------------------------------
 async def _abort(context: _Context, err: _RequestError) -> NoReturn:
-    await context.abort(err.code, err.message)
+    await context.abort(err.code, bounded_message(err.message))
     raise AssertionError("unreachable")  # pragma: no cover - abort raises
+
+
+def bounded_message(message: str, limit: int = MAX_STATUS_MESSAGE) -> str:
+    """``message`` cut to ``limit`` bytes of UTF-8, saying how long it was: a status
+    message travels in the response's metadata, which clients cap (8 KiB by default)."""
+    encoded = message.encode("utf-8", "replace")
+    if len(encoded) <= limit:
+        return message
+    kept = encoded[:limit].decode("utf-8", "ignore")
+    return f"{kept}... (cut; {len(message)} characters in all)"
 
 
 def _status_to_request_error(err: ApiStatusError, doing: str) -> _RequestError:
@@ -379,21 +519,22 @@ def _raw(message: bytes) -> bytes:
 
 def add_to_server(service: InformerService, server: grpc.aio.Server) -> None:
     """Register ``service`` like the generated ``add_InformerServiceServicer_to_server``,
-    except that Watch responses are sent as the encoded bytes the service yields."""
+    except that Watch responses are sent as the encoded bytes the service yields and
+    undecodable requests reach the handlers as :class:`MalformedRequest`."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
         "Watch": grpc.unary_stream_rpc_method_handler(
             service.Watch,
-            request_deserializer=pb.WatchRequest.FromString,
+            request_deserializer=lenient(pb.WatchRequest),
             response_serializer=_raw,
         ),
         "List": grpc.unary_unary_rpc_method_handler(
             service.List,
-            request_deserializer=pb.ListRequest.FromString,
+            request_deserializer=lenient(pb.ListRequest),
             response_serializer=pb.ListResponse.SerializeToString,
         ),
         "Get": grpc.unary_unary_rpc_method_handler(
             service.Get,
-            request_deserializer=pb.GetRequest.FromString,
+            request_deserializer=lenient(pb.GetRequest),
             response_serializer=pb.GetResponse.SerializeToString,
         ),
     }
