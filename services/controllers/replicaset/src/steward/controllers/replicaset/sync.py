@@ -1,0 +1,229 @@
+"""The ReplicaSet controller's decisions as pure functions: which pods match, how many to
+create or delete, the pods it creates, the status it writes and when to look again.
+
+Nothing here talks to the API server; :mod:`.controller` feeds these the mirror's objects
+and performs the writes.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from steward.controllers.replicaset.ranking import is_ready, parse_time, ready_condition
+
+BURST_REPLICAS = 500
+"""Most pods one sync creates or deletes (upstream's burstReplicas)."""
+REPLICA_FAILURE = "ReplicaFailure"
+"""The condition set while pods cannot be created or deleted."""
+
+
+def format_time(when: datetime) -> str:
+    """A timestamp the way the API server writes it (seconds, UTC, "Z")."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    """Whether ``labels`` match a label selector (matchLabels and matchExpressions). A
+    missing or empty selector matches nothing (a ReplicaSet with one must not take every
+    pod); an unknown operator matches nothing."""
+    if not selector:
+        return False
+    match_labels = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    if not match_labels and not expressions:
+        return False
+    for key, value in match_labels.items():
+        if labels.get(key) != value:
+            return False
+    for expr in expressions:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In":
+            ok = key in labels and labels[key] in values
+        elif op == "NotIn":
+            ok = key not in labels or labels[key] not in values
+        elif op == "Exists":
+            ok = key in labels
+        elif op == "DoesNotExist":
+            ok = key not in labels
+        else:
+            return False
+        if not ok:
+            return False
+    return True
+
+
+def slow_start_batches(count: int, initial: int = 1) -> list[int]:
+    """Batch sizes for ``count`` creations: 1, 2, 4, … (each at most what remains)."""
+    sizes: list[int] = []
+    remaining, size = count, min(count, initial)
+    while size > 0:
+        sizes.append(size)
+        remaining -= size
+        size = min(2 * size, remaining)
+    return sizes
+
+
+def replicas(rs: dict[str, Any]) -> int:
+    """``spec.replicas`` (1 when unset, the API's default)."""
+    value = (rs.get("spec") or {}).get("replicas")
+    return 1 if value is None else int(value)
+
+
+def min_ready_seconds(rs: dict[str, Any]) -> int:
+    return int((rs.get("spec") or {}).get("minReadySeconds") or 0)
+
+
+def scale_diff(rs: dict[str, Any], active: int) -> int:
+    """Pods to create (> 0) or delete (< 0) now, at most :data:`BURST_REPLICAS` either way."""
+    diff = replicas(rs) - active
+    return max(-BURST_REPLICAS, min(BURST_REPLICAS, diff))
+
+
+def controller_ref(rs: dict[str, Any]) -> dict[str, Any]:
+    """The owner reference naming the ReplicaSet as controller of a pod."""
+    meta = rs["metadata"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def pod_from_template(rs: dict[str, Any]) -> dict[str, Any]:
+    """A new pod of the ReplicaSet: the template's labels, annotations, finalizers and
+    spec, ``generateName`` ``<name>-``, the ReplicaSet as controlling owner."""
+    template = (rs.get("spec") or {}).get("template") or {}
+    tmeta = template.get("metadata") or {}
+    name = rs["metadata"]["name"]
+    # As upstream: the dash only while the prefix is a valid generateName.
+    prefix = f"{name}-" if len(name) < 253 else name
+    meta: dict[str, Any] = {
+        "generateName": prefix,
+        "labels": dict(tmeta.get("labels") or {}),
+        "annotations": dict(tmeta.get("annotations") or {}),
+        "ownerReferences": [controller_ref(rs)],
+    }
+    if tmeta.get("finalizers"):
+        meta["finalizers"] = list(tmeta["finalizers"])
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": copy.deepcopy(template.get("spec") or {}),
+    }
+
+
+def is_available(pod: dict[str, Any], min_ready: int, now: datetime) -> bool:
+    """Ready for at least ``min_ready`` seconds (just ready when 0)."""
+    if not is_ready(pod):
+        return False
+    if min_ready == 0:
+        return True
+    since = parse_time((ready_condition(pod) or {}).get("lastTransitionTime"))
+    return since is not None and since + timedelta(seconds=min_ready) <= now
+
+
+def template_labels_match(rs: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether the pod carries every label of the ReplicaSet's template."""
+    tlabels = (((rs.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
+        "labels"
+    ) or {}
+    return all(labels.get(k) == v for k, v in tlabels.items())
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed creation or deletion of this sync: which, and the API server's message."""
+
+    creating: bool
+    message: str
+
+
+def calculate_status(
+    rs: dict[str, Any],
+    active: list[dict[str, Any]],
+    terminating: list[dict[str, Any]],
+    failure: Failure | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """The status the ReplicaSet should have (``observedGeneration`` is set by the
+    writer). The ``ReplicaFailure`` condition is added on a failure (reason FailedCreate
+    or FailedDelete, the error as message) unless present, and removed when a sync
+    succeeds."""
+    status = copy.deepcopy(rs.get("status") or {})
+    min_ready = min_ready_seconds(rs)
+    fully = ready = available = 0
+    for pod in active:
+        if template_labels_match(rs, (pod.get("metadata") or {}).get("labels") or {}):
+            fully += 1
+        if is_ready(pod):
+            ready += 1
+            if is_available(pod, min_ready, now):
+                available += 1
+    conditions = list(status.get("conditions") or [])
+    current = next((c for c in conditions if c.get("type") == REPLICA_FAILURE), None)
+    if failure is not None and current is None:
+        diff = len(active) - replicas(rs)
+        reason = "FailedCreate" if diff < 0 else "FailedDelete" if diff > 0 else ""
+        conditions.append(
+            {
+                "type": REPLICA_FAILURE,
+                "status": "True",
+                "lastTransitionTime": format_time(now),
+                "reason": reason,
+                "message": failure.message,
+            }
+        )
+    elif failure is None and current is not None:
+        conditions = [c for c in conditions if c.get("type") != REPLICA_FAILURE]
+    if conditions:
+        status["conditions"] = conditions
+    else:
+        status.pop("conditions", None)
+    status["replicas"] = len(active)
+    status["fullyLabeledReplicas"] = fully
+    status["readyReplicas"] = ready
+    status["availableReplicas"] = available
+    status["terminatingReplicas"] = len(terminating)
+    return status
+
+
+_COUNTS = ("replicas", "fullyLabeledReplicas", "readyReplicas", "availableReplicas")
+
+
+def status_current(rs: dict[str, Any], status: dict[str, Any]) -> bool:
+    """Whether writing ``status`` would change nothing: the same counts and conditions,
+    and the generation already observed."""
+    old = rs.get("status") or {}
+    meta = rs.get("metadata") or {}
+    return (
+        all(int(old.get(k) or 0) == int(status.get(k) or 0) for k in _COUNTS)
+        and old.get("terminatingReplicas") == status.get("terminatingReplicas")
+        and int(meta.get("generation") or 0) == int(old.get("observedGeneration") or 0)
+        and (old.get("conditions") or []) == (status.get("conditions") or [])
+    )
+
+
+def next_check(rs: dict[str, Any], active: list[dict[str, Any]], now: datetime) -> float | None:
+    """Seconds until the next ready pod becomes available (minReadySeconds), so that the
+    status counts it; None when no pod is waiting for that. Never negative."""
+    min_ready = min_ready_seconds(rs)
+    if min_ready <= 0:
+        return None
+    waits = []
+    for pod in active:
+        if not is_ready(pod) or is_available(pod, min_ready, now):
+            continue
+        since = parse_time((ready_condition(pod) or {}).get("lastTransitionTime"))
+        if since is None:
+            continue
+        waits.append((since + timedelta(seconds=min_ready) - now).total_seconds())
+    if not waits:
+        return None
+    return max(0.0, min(waits))

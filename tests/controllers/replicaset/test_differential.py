@@ -1,0 +1,224 @@
+"""The same ReplicaSet scenarios under upstream's controller (the session ``cluster``)
+and under Steward's (``rs_cluster``): the same final status and the same pods, counted
+by who controls them and whether they are being deleted."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from steward.kube import KubeClient
+from tests.controllers.replicaset.conftest import (
+    LABELS,
+    Starter,
+    controller_of,
+    create_rs,
+    eventually,
+    get_rs,
+    list_pods,
+    pod_body,
+    rs_body,
+    stable,
+    update_pod,
+    update_rs,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+UNSCHEDULABLE = {"nodeSelector": {"steward.io/no-such-node": "true"}}
+HOLD = "steward.io/test-hold"
+_GENERATED = re.compile(r"\brs-[a-z0-9]{5}\b")
+
+
+def comparable(kube: KubeClient, ns: str) -> dict[str, Any]:
+    """What must be identical: the status (conditions by type, status, reason and message,
+    generated pod names masked), whether the generation was observed, and the pods by
+    controller (the ReplicaSet, another, none) and deletion state."""
+    rs = get_rs(kube, ns, "rs")
+    st = rs.get("status") or {}
+    pods = []
+    for pod in list_pods(kube, ns, ""):
+        ref = controller_of(pod)
+        owner = "none" if ref is None else ref["name"] if ref["kind"] == "ReplicaSet" else "other"
+        pods.append((owner, bool(pod["metadata"].get("deletionTimestamp"))))
+    return {
+        "replicas": st.get("replicas", 0),
+        "fullyLabeledReplicas": st.get("fullyLabeledReplicas", 0),
+        "readyReplicas": st.get("readyReplicas", 0),
+        "availableReplicas": st.get("availableReplicas", 0),
+        "terminatingReplicas": st.get("terminatingReplicas"),
+        "generationObserved": st.get("observedGeneration") == rs["metadata"]["generation"],
+        "conditions": [
+            (c["type"], c["status"], c.get("reason"), _GENERATED.sub("rs-*", c.get("message", "")))
+            for c in st.get("conditions") or ()
+        ],
+        "pods": sorted(pods),
+    }
+
+
+Step = Callable[[KubeClient, str], Awaitable[None]]
+
+
+@dataclass
+class Scenario:
+    steps: Step
+    """What the test does in the namespace (the controller is running)."""
+    done: Callable[[KubeClient, str], bool]
+    """When the end state is reached."""
+
+
+def _rs_stable(kube: KubeClient, ns: str) -> bool:
+    return stable(get_rs(kube, ns, "rs"))
+
+
+async def _until(kube: KubeClient, ns: str, check: Callable[[KubeClient, str], bool]) -> None:
+    await eventually(lambda: check(kube, ns), f"{check.__name__} in {ns}")
+
+
+def _running(kube: KubeClient, ns: str) -> bool:
+    rs = get_rs(kube, ns, "rs")
+    pods = list_pods(kube, ns)
+    return stable(rs) and all(p["status"].get("phase") == "Running" for p in pods)
+
+
+def _set_replicas(rs: dict[str, Any], replicas: int) -> None:
+    rs["spec"]["replicas"] = replicas
+
+
+async def _scale_up_and_down(kube: KubeClient, ns: str) -> None:
+    create_rs(kube, ns, rs_body("rs", 3))
+    await _until(kube, ns, _rs_stable)
+    for replicas in (5, 1):
+        update_rs(kube, ns, "rs", functools.partial(_set_replicas, replicas=replicas))
+        await _until(kube, ns, _rs_stable)
+
+
+async def _adopt_orphans(kube: KubeClient, ns: str) -> None:
+    for i in range(3):
+        kube.request("POST", f"/api/v1/namespaces/{ns}/pods", pod_body(f"orphan-{i}"))
+    create_rs(kube, ns, rs_body("rs", 2))
+
+
+def _two_owned(kube: KubeClient, ns: str) -> bool:
+    pods = list_pods(kube, ns)
+    return _rs_stable(kube, ns) and len(pods) == 2 and all(controller_of(p) for p in pods)
+
+
+async def _release_on_label_change(kube: KubeClient, ns: str) -> None:
+    create_rs(kube, ns, rs_body("rs", 2))
+    await _until(kube, ns, _running)
+    name = list_pods(kube, ns)[0]["metadata"]["name"]
+    update_pod(kube, ns, name, lambda p: p["metadata"].__setitem__("labels", {"foo": "baz"}))
+
+
+def _released_and_replaced(kube: KubeClient, ns: str) -> bool:
+    released = list_pods(kube, ns, "foo=baz")
+    return (
+        _running(kube, ns)
+        and len(list_pods(kube, ns)) == 2
+        and len(released) == 1
+        and controller_of(released[0]) is None
+    )
+
+
+async def _quota(kube: KubeClient, ns: str) -> None:
+    quota = {"metadata": {"name": "quota"}, "spec": {"hard": {"pods": "2"}}}
+    kube.request("POST", f"/api/v1/namespaces/{ns}/resourcequotas", quota)
+    await eventually(
+        lambda: (
+            kube.request("GET", f"/api/v1/namespaces/{ns}/resourcequotas/quota")
+            .get("status", {})
+            .get("hard")
+        ),
+        "the quota counted",
+    )
+    create_rs(kube, ns, rs_body("rs", 3))
+
+
+def _failing(kube: KubeClient, ns: str) -> bool:
+    st = get_rs(kube, ns, "rs").get("status") or {}
+    conds = [c["type"] for c in st.get("conditions") or ()]
+    return st.get("replicas") == 2 and conds == ["ReplicaFailure"]
+
+
+async def _min_ready(kube: KubeClient, ns: str) -> None:
+    create_rs(kube, ns, rs_body("rs", 2, minReadySeconds=3))
+
+
+def _available(kube: KubeClient, ns: str) -> bool:
+    return (get_rs(kube, ns, "rs").get("status") or {}).get("availableReplicas") == 2
+
+
+async def _terminating(kube: KubeClient, ns: str) -> None:
+    create_rs(
+        kube, ns, rs_body("rs", 3, pod_spec=UNSCHEDULABLE, template_meta={"finalizers": [HOLD]})
+    )
+    await _until(kube, ns, _rs_stable)
+    name = list_pods(kube, ns)[0]["metadata"]["name"]
+    kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
+
+
+def _one_terminating(kube: KubeClient, ns: str) -> bool:
+    st = get_rs(kube, ns, "rs").get("status") or {}
+    return _rs_stable(kube, ns) and st.get("terminatingReplicas") == 1
+
+
+async def _fully_labeled(kube: KubeClient, ns: str) -> None:
+    create_rs(kube, ns, rs_body("rs", 2))
+    await _until(kube, ns, _running)
+    extra = {**LABELS, "extra": "yes"}
+    update_rs(
+        kube, ns, "rs", lambda r: r["spec"]["template"]["metadata"].__setitem__("labels", extra)
+    )
+    name = list_pods(kube, ns)[0]["metadata"]["name"]
+    update_pod(kube, ns, name, lambda p: p["metadata"].__setitem__("labels", dict(extra)))
+
+
+def _one_fully_labeled(kube: KubeClient, ns: str) -> bool:
+    st = get_rs(kube, ns, "rs").get("status") or {}
+    return _rs_stable(kube, ns) and st.get("fullyLabeledReplicas") == 1
+
+
+SCENARIOS = {
+    "scale-up-and-down": Scenario(_scale_up_and_down, _running),
+    "adopt-orphans-delete-extra": Scenario(_adopt_orphans, _two_owned),
+    "release-on-label-change": Scenario(_release_on_label_change, _released_and_replaced),
+    "replica-failure-quota": Scenario(_quota, _failing),
+    "min-ready-seconds": Scenario(_min_ready, _available),
+    "terminating-replicas": Scenario(_terminating, _one_terminating),
+    "fully-labeled": Scenario(_fully_labeled, _one_fully_labeled),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+async def test_same_final_state(
+    name: str,
+    upstream_kube: KubeClient,
+    upstream_namespace: str,
+    rs_kube: KubeClient,
+    rs_namespace: str,
+    rs_controllers: Starter,
+) -> None:
+    scenario = SCENARIOS[name]
+    rs_controllers.start()
+    sides = {"upstream": (upstream_kube, upstream_namespace), "steward": (rs_kube, rs_namespace)}
+    await asyncio.gather(*(scenario.steps(kube, ns) for kube, ns in sides.values()))
+    for kube, ns in sides.values():
+        await eventually(functools.partial(scenario.done, kube, ns), f"{name} done in {ns}")
+    # Both reached the end state; each may still write its last status: compare until
+    # they agree, and fail with the difference if they never do.
+    deadline = time.monotonic() + 30
+    while True:
+        upstream = await asyncio.to_thread(comparable, *sides["upstream"])
+        steward = await asyncio.to_thread(comparable, *sides["steward"])
+        if steward == upstream or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    assert steward == upstream
