@@ -158,6 +158,7 @@ def test_down_leaves_no_process_alive(tmp_path: Path) -> None:
         "informer",
         "manager",
         "job-controller",
+        "replicaset-controller",
     }
     job_controller = next(r for r in records if r.name == "job-controller")
     assert "steward.controllers.job.main" in job_controller.argv
@@ -206,9 +207,10 @@ def test_steward_job_controller_completes_a_plain_job(tmp_path: Path) -> None:
     )
     running = LocalCluster.up(cfg, progress=Progress(quiet=True))
     try:
-        assert running.state.controllers == "*,-job"  # upstream's Job controller is off
+        # Upstream's Job and ReplicaSet controllers are off: Steward's run instead.
+        assert running.state.controllers == "*,-job,-replicaset"
         kcm = next(r for r in running.iter_processes() if r.name == "kube-controller-manager")
-        assert "--controllers=*,-job" in kcm.argv
+        assert "--controllers=*,-job,-replicaset" in kcm.argv
         api = k8s_config.new_client_from_config(config_file=str(running.kubeconfig))
         batch = client.BatchV1Api(api)
         job = client.V1Job(  # no spec.managedBy: what `kubectl apply` of a plain Job makes
@@ -247,6 +249,36 @@ def test_steward_job_controller_completes_a_plain_job(tmp_path: Path) -> None:
         assert _eventually(completed_by, what="the Completed Event") == {
             "steward.io/job-controller"
         }
+
+        # A ReplicaSet's pods are made by Steward's controller: they carry the traceparent
+        # of the reconcile that created them (upstream's would not).
+        apps = client.AppsV1Api(api)
+        labels = {"app": "plain-rs"}
+        apps.create_namespaced_replica_set(
+            "default",
+            client.V1ReplicaSet(
+                metadata=client.V1ObjectMeta(name="plain-rs"),
+                spec=client.V1ReplicaSetSpec(
+                    replicas=2,
+                    selector=client.V1LabelSelector(match_labels=labels),
+                    template=client.V1PodTemplateSpec(
+                        metadata=client.V1ObjectMeta(labels=labels),
+                        spec=client.V1PodSpec(
+                            containers=[client.V1Container(name="web", image="nginx:1.27")]
+                        ),
+                    ),
+                ),
+            ),
+        )
+
+        def ready() -> int | None:
+            status = apps.read_namespaced_replica_set_status("plain-rs", "default").status
+            return status.ready_replicas if status.ready_replicas == 2 else None
+
+        _eventually(ready, what="ReplicaSet 'plain-rs' to have 2 ready replicas")
+        pods = client.CoreV1Api(api).list_namespaced_pod("default", label_selector="app=plain-rs")
+        assert len(pods.items) == 2
+        assert all("traceparent" in (p.metadata.annotations or {}) for p in pods.items)
         api.close()
     finally:
         running.down(progress=Progress(quiet=True))

@@ -82,7 +82,7 @@ def test_kubectl_whoami_names_the_component_in_system_monitoring(
 
 
 def test_unknown_component_has_no_kubeconfig(cluster: LocalCluster) -> None:
-    with pytest.raises(ValueError, match="known: informer, manager, controller-job"):
+    with pytest.raises(ValueError, match="known: informer, manager, controller-job, controller-replicaset"):
         cluster.component_kubeconfig("job-controller")
 
 
@@ -193,6 +193,14 @@ EXPECTED_WRITES = {
     "controller-job": {
         ("batch", "jobs/status", "update"),
         ("batch", "jobs/finalizers", "update"),
+        ("", "pods", "create"),
+        ("", "pods", "patch"),
+        ("", "pods", "delete"),
+        ("", "events", "create"),
+    },
+    "controller-replicaset": {
+        ("apps", "replicasets/status", "update"),
+        ("apps", "replicasets/finalizers", "update"),
         ("", "pods", "create"),
         ("", "pods", "patch"),
         ("", "pods", "delete"),

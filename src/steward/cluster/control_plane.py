@@ -75,10 +75,14 @@ COMPONENTS = (
 )
 """Every component, in start order (stopped in reverse); Steward's own services follow."""
 
+STEWARD_CONTROLLERS = ("job", "replicaset")
+"""Steward's controllers that ``make up`` runs (``steward.controllers.<name>.main``), each
+in place of upstream's controller of the same name in kube-controller-manager."""
+
 STEWARD_IDENTITIES = {
     "informer": "steward:informer",
     "manager": "steward:manager",
-    "controller-job": "steward:controller:job",
+    **{f"controller-{name}": f"steward:controller:{name}" for name in STEWARD_CONTROLLERS},
 }
 """Steward's components and the user each authenticates as. The key names the RBAC file
 (``deploy/rbac/<key>.yaml``) and the kubeconfig (``<state dir>/<key>.kubeconfig``)."""
@@ -150,10 +154,10 @@ class ClusterConfig:
 
     def kcm_controllers(self) -> str:
         """kube-controller-manager's ``--controllers``: :attr:`controllers`, except that
-        with :attr:`steward` and the default ``*`` upstream's Job controller is switched
-        off (``*,-job``), leaving Jobs to Steward's."""
+        with :attr:`steward` and the default ``*`` upstream's controllers that Steward runs
+        itself (:data:`STEWARD_CONTROLLERS`) are switched off (``*,-job,-replicaset``)."""
         if self.steward and self.controllers == "*":
-            return "*,-job"
+            return ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
         return self.controllers
 
 
@@ -741,18 +745,24 @@ class LocalCluster:
             self._launch(name, argv, config, traced=True)
             address = st.informer_address if name == "informer" else st.manager_address
             self._wait_grpc_health(name, address, timeout, out)
-        unmanaged = not _upstream_runs(st.controllers, "job")
-        job = [
-            sys.executable,
-            "-m",
-            "steward.controllers.job.main",
-            kubeconfig("controller-job"),
-            f"--informer={st.informer_address}",
-            f"--manager={st.manager_address}",
-            "--take-unmanaged" if unmanaged else "--no-take-unmanaged",
-        ]
-        self._launch("job-controller", job, config, traced=True)
-        self._wait_active("job-controller", "job", timeout, out)
+        for name in STEWARD_CONTROLLERS:
+            upstream = _upstream_runs(st.controllers, name)
+            argv = [
+                sys.executable,
+                "-m",
+                f"steward.controllers.{name}.main",
+                kubeconfig(f"controller-{name}"),
+                f"--informer={st.informer_address}",
+                f"--manager={st.manager_address}",
+            ]
+            if name == "job":
+                # Jobs name their controller (spec.managedBy): Steward's takes those
+                # naming none only when upstream's is off.
+                argv.append("--no-take-unmanaged" if upstream else "--take-unmanaged")
+            elif upstream:
+                continue  # no spec.managedBy: two controllers would fight over each object
+            self._launch(f"{name}-controller", argv, config, traced=True)
+            self._wait_active(f"{name}-controller", name, timeout, out)
 
     def _wait_active(self, name: str, controller: str, timeout: float, out: Progress) -> None:
         """Wait until the manager names an instance of ``controller`` as its holder."""
