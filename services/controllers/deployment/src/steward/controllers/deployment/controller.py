@@ -1,0 +1,812 @@
+"""The Deployment controller service: Deployments, their ReplicaSets and (for Recreate)
+their pods from the mirror, :mod:`.rollout`'s arithmetic, and the writes to the API
+server (ReplicaSets, Deployment status, Events), step by step as upstream's
+``syncDeployment``: claim ReplicaSets, paused conditions, scaling events, then the
+RollingUpdate or Recreate rollout, cleanup by ``revisionHistoryLimit`` and the status.
+
+# Errors
+Every write is checked. ReplicaSets are updated with their resource version and
+Deployment status with the Deployment's, so a write from a stale mirror fails with a
+conflict; the sync then ends with a rate-limited requeue and the next one starts from
+fresh state. While the mirror has not yet shown a write of this controller (a created
+ReplicaSet, a newer resource version) the Deployment's sync waits: that write's own
+event brings it back. Events are best effort: a failure to record one is logged.
+
+# Rollback
+``kubectl rollout undo`` re-applies an old template; the ReplicaSet with that template
+becomes the new one again and its revision is raised, as upstream does. The long-gone
+``spec.rollbackTo`` (extensions/v1beta1) and its annotation are not supported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+
+from steward.controllers.deployment import rollout as ro
+from steward.controllers.deployment.hashing import pod_template_hash
+from steward.controllers.deployment.rollout import Obj, meta, replicas
+from steward.kube import ApiError, ConflictError, KubeClient, NotFoundError
+from steward.runtime import Request, Result, TraceContext
+from steward.runtime.controller import Controller, ControllerBuilder, ControllerOptions
+from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorObject, resource_type
+from steward.runtime.tracing import outgoing_headers
+
+log = logging.getLogger(__name__)
+
+NAME = "deployment"
+"""The controller's name with the manager (as in kube-controller-manager's --controllers)."""
+DEPLOYMENTS = resource_type("apps", "v1", "deployments")
+REPLICASETS = resource_type("apps", "v1", "replicasets")
+PODS = resource_type("", "v1", "pods")
+_DEPLOYMENTS_KEY = ("apps", "v1", "deployments")
+_RS_KEY = ("apps", "v1", "replicasets")
+_MAX_NAME = 253
+EXPECTATION_TTL = 60.0
+"""Seconds after which an unseen ReplicaSet creation no longer holds its Deployment's sync."""
+
+
+def selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    """Whether ``labels`` match a label selector; a missing or empty one matches nothing
+    (as for a Deployment), an unknown operator matches nothing."""
+    if not selector:
+        return False
+    match_labels = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    if not match_labels and not expressions:
+        return False
+    if any(labels.get(k) != v for k, v in match_labels.items()):
+        return False
+    for expr in expressions:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In":
+            ok = key in labels and labels[key] in values
+        elif op == "NotIn":
+            ok = key not in labels or labels[key] not in values
+        elif op == "Exists":
+            ok = key in labels
+        elif op == "DoesNotExist":
+            ok = key not in labels
+        else:
+            return False
+        if not ok:
+            return False
+    return True
+
+
+def rs_name(deployment: str, pod_hash: str) -> str:
+    """``<deployment>-<hash>``, the Deployment's name cut so the result is a valid name."""
+    room = _MAX_NAME - 1 - len(pod_hash)
+    if len(deployment) > room > 0:
+        deployment = deployment[:room]
+    return f"{deployment}-{pod_hash}"
+
+
+def _is_deployment_ref(ref: Any) -> bool:
+    return bool(ref.kind == "Deployment" and ref.api_version.startswith("apps/"))
+
+
+class Stale(Exception):
+    """The mirror does not show this controller's last write yet: wait for its event."""
+
+
+class DeploymentReconciler:
+    """Reconciles one Deployment by key; see the module docs."""
+
+    def __init__(
+        self,
+        mirror: Mirror,
+        api: KubeClient,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.mirror = mirror
+        self.api = api
+        self.clock = clock
+        self._events: set[asyncio.Task[None]] = set()
+        self._superseded: dict[tuple[str, str, str], str] = {}
+        """(kind, namespace, name) → the resource version our last write replaced: while
+        the mirror still shows it, it is behind our own write."""
+        self._created: dict[tuple[str, str], dict[str, float]] = {}
+        """Per Deployment, ReplicaSets it created that the mirror has not shown yet (by
+        name, with when); an entry older than :data:`EXPECTATION_TTL` is ignored, so a
+        lost event never wedges a Deployment."""
+        mirror.add_handler(self.observe)
+
+    def observe(self, change: Change) -> None:
+        """Forget expectations once the mirror shows the objects they wait for."""
+        obj = change.obj
+        if obj.type != _RS_KEY:
+            return
+        if change.kind is ChangeKind.DELETED:
+            self._superseded.pop(("ReplicaSet", obj.namespace, obj.name), None)
+            return
+        ref = obj.controller_owner()
+        if ref is not None and _is_deployment_ref(ref):
+            pending = self._created.get((obj.namespace, ref.name))
+            if pending:
+                pending.pop(obj.name, None)
+
+    def awaiting_creation(self, ns: str, name: str) -> bool:
+        """Whether a ReplicaSet this Deployment's sync created is not in the mirror yet."""
+        pending = self._created.get((ns, name))
+        if not pending:
+            return False
+        now = time.monotonic()
+        for rs, since in list(pending.items()):
+            if now - since > EXPECTATION_TTL:
+                del pending[rs]
+        return bool(pending)
+
+    # Mapping from other types ----------------------------------------------------------------
+    def deployments_of_rs(self, obj: MirrorObject) -> Iterable[Request]:
+        """The Deployment controlling a ReplicaSet; for an orphan, every Deployment whose
+        selector matches it (one of them may adopt it)."""
+        ref = obj.controller_owner()
+        if ref is not None:
+            return [Request(obj.namespace, ref.name)] if _is_deployment_ref(ref) else []
+        labels = dict(obj.meta.labels)
+        if not labels:
+            return []
+        return [
+            Request(d.namespace, d.name)
+            for d in self.mirror.objects(DEPLOYMENTS, obj.namespace)
+            if selector_matches((d.object.get("spec") or {}).get("selector"), labels)
+        ]
+
+    def deployment_of_pod(self, obj: MirrorObject) -> Iterable[Request]:
+        """The Deployment of the ReplicaSet controlling a pod (Recreate waits for old pods
+        to be gone)."""
+        ref = obj.controller_owner()
+        if ref is None or ref.kind != "ReplicaSet":
+            return []
+        rs = self.mirror.get(REPLICASETS, obj.namespace, ref.name)
+        if rs is None:
+            return []
+        owner = rs.controller_owner()
+        if owner is None or not _is_deployment_ref(owner):
+            return []
+        return [Request(obj.namespace, owner.name)]
+
+    # Reconcile ---------------------------------------------------------------------------------
+    async def reconcile(self, request: Request, contexts: Sequence[TraceContext]) -> Result:
+        """Sync one Deployment (see the module docs for what happens on errors)."""
+        ns, name = request.namespace, request.name
+        obj = self.mirror.get(DEPLOYMENTS, ns, name)
+        if obj is None:
+            self._created.pop((ns, name), None)
+            self._superseded.pop(("Deployment", ns, name), None)
+            return Result()
+        if self._superseded.get(("Deployment", ns, name)) == obj.resource_version:
+            return Result()
+        self._superseded.pop(("Deployment", ns, name), None)
+        if self.awaiting_creation(ns, name):
+            return Result()  # a ReplicaSet we created is on its way to the mirror
+        sync = _Sync(self, copy.deepcopy(obj.object))
+        try:
+            await sync.run()
+        except Stale:
+            return Result()
+        except ConflictError:
+            return Result(requeue=True)
+        if sync.requeue_after is not None:
+            return Result(requeue_after=sync.requeue_after)
+        return Result()
+
+    def rs_list(self, ns: str) -> list[Obj]:
+        return [o.object for o in self.mirror.objects(REPLICASETS, ns)]
+
+    def stale_rs(self, rs: Obj) -> bool:
+        m = meta(rs)
+        return self._superseded.get(("ReplicaSet", m["namespace"], m["name"])) == m.get(
+            "resourceVersion"
+        )
+
+    def superseded(self, kind: str, before: Obj, after: Obj) -> None:
+        m = meta(before)
+        key = (kind, m["namespace"], m["name"])
+        if meta(after).get("resourceVersion") != m.get("resourceVersion"):
+            self._superseded[key] = str(m.get("resourceVersion", ""))
+
+    def event(self, d: Obj, etype: str, reason: str, message: str) -> None:
+        """Record an Event on the Deployment in the background (best effort)."""
+        m = meta(d)
+        stamp = ro.format_time(self.clock())
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{m['name']}.", "namespace": m["namespace"]},
+            "involvedObject": {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": m["name"],
+                "namespace": m["namespace"],
+                "uid": m.get("uid", ""),
+                "resourceVersion": m.get("resourceVersion", ""),
+            },
+            "reason": reason,
+            "message": message,
+            "type": etype,
+            "source": {"component": "deployment-controller"},
+            "reportingComponent": "steward.io/deployment-controller",
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+
+        async def send() -> None:
+            try:
+                await self.api.arequest("POST", f"/api/v1/namespaces/{m['namespace']}/events", body)
+            except ApiError as err:
+                log.debug(
+                    "event %s on %s/%s not recorded: %s", reason, m["namespace"], m["name"], err
+                )
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
+
+
+class _Sync:
+    """One sync of one Deployment (``d`` is a private copy, changed as upstream's is)."""
+
+    def __init__(self, rec: DeploymentReconciler, d: Obj) -> None:
+        self.rec = rec
+        self.api = rec.api
+        self.d = d
+        self.ns: str = meta(d)["namespace"]
+        self.name: str = meta(d)["name"]
+        self.now = rec.clock()
+        self.requeue_after: float | None = None
+
+    @property
+    def spec(self) -> Obj:
+        return self.d.setdefault("spec", {})  # type: ignore[no-any-return]
+
+    @property
+    def status(self) -> Obj:
+        return self.d.setdefault("status", {})  # type: ignore[no-any-return]
+
+    async def run(self) -> None:
+        d = self.d
+        selector = self.spec.get("selector")
+        if not selector or (
+            not selector.get("matchLabels") and not selector.get("matchExpressions")
+        ):
+            self.rec.event(
+                d,
+                "Warning",
+                "SelectingAll",
+                "This deployment is selecting all pods. A non-empty selector is required.",
+            )
+            if int(self.status.get("observedGeneration") or 0) < int(
+                meta(d).get("generation") or 0
+            ):
+                self.status["observedGeneration"] = meta(d).get("generation")
+                await self.update_status()
+            return
+        rs_list = await self.claim()
+        if any(self.rec.stale_rs(rs) for rs in rs_list):
+            raise Stale
+        if meta(d).get("deletionTimestamp"):
+            new, old = await self.new_and_old(rs_list, create=False)
+            await self.sync_status([*old, new], new)
+            return
+        await self.check_paused_conditions()
+        if self.spec.get("paused"):
+            await self.sync(rs_list)
+            return
+        if await self.is_scaling_event(rs_list):
+            await self.sync(rs_list)
+            return
+        if ro.strategy_type(d) == "Recreate":
+            await self.rollout_recreate(rs_list)
+        else:
+            await self.rollout_rolling(rs_list)
+
+    # Claiming ReplicaSets ------------------------------------------------------------------------
+    async def claim(self) -> list[Obj]:
+        """The ReplicaSets this Deployment controls and that match its selector; orphans
+        that match are adopted, controlled ones that no longer match are released."""
+        uid = meta(self.d).get("uid")
+        selector = self.spec.get("selector")
+        deleting = bool(meta(self.d).get("deletionTimestamp"))
+        owned: list[Obj] = []
+        orphans: list[Obj] = []
+        for rs in self.rec.rs_list(self.ns):
+            rmeta = meta(rs)
+            ref = next((r for r in rmeta.get("ownerReferences") or () if r.get("controller")), None)
+            matches = selector_matches(selector, rmeta.get("labels") or {})
+            if ref is not None:
+                if ref.get("uid") != uid:
+                    continue
+                if matches:
+                    owned.append(rs)
+                elif not deleting and not rmeta.get("deletionTimestamp"):
+                    await self.release(rs)
+            elif matches and not deleting and not rmeta.get("deletionTimestamp"):
+                orphans.append(rs)
+        if orphans and await self.can_adopt():
+            for rs in orphans:
+                adopted = await self.adopt(rs)
+                if adopted is not None:
+                    owned.append(adopted)
+        return owned
+
+    async def can_adopt(self) -> bool:
+        try:
+            fresh = await self.api.arequest(
+                "GET", f"/apis/apps/v1/namespaces/{self.ns}/deployments/{self.name}"
+            )
+        except NotFoundError:
+            return False
+        fm = fresh.get("metadata") or {}
+        return bool(fm.get("uid") == meta(self.d).get("uid") and not fm.get("deletionTimestamp"))
+
+    def _owner_ref(self) -> Obj:
+        m = meta(self.d)
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": m["name"],
+            "uid": m["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    async def adopt(self, rs: Obj) -> Obj | None:
+        rmeta = meta(rs)
+        patch = {
+            "metadata": {
+                "ownerReferences": [*(rmeta.get("ownerReferences") or ()), self._owner_ref()],
+                "resourceVersion": rmeta.get("resourceVersion"),
+            }
+        }
+        try:
+            return await self.api.arequest(
+                "PATCH",
+                f"/apis/apps/v1/namespaces/{self.ns}/replicasets/{rmeta['name']}",
+                patch,
+                content_type="application/merge-patch+json",
+            )
+        except (NotFoundError, ConflictError):
+            return None
+
+    async def release(self, rs: Obj) -> None:
+        rmeta = meta(rs)
+        uid = meta(self.d).get("uid")
+        patch = {
+            "metadata": {
+                "ownerReferences": [
+                    r for r in rmeta.get("ownerReferences") or () if r.get("uid") != uid
+                ],
+                "resourceVersion": rmeta.get("resourceVersion"),
+            }
+        }
+        with contextlib.suppress(NotFoundError, ConflictError):
+            await self.api.arequest(
+                "PATCH",
+                f"/apis/apps/v1/namespaces/{self.ns}/replicasets/{rmeta['name']}",
+                patch,
+                content_type="application/merge-patch+json",
+            )
+
+    # Writes ------------------------------------------------------------------------------
+    async def update_status(self) -> None:
+        before = self.d
+        written = await self.api.arequest(
+            "PUT",
+            f"/apis/apps/v1/namespaces/{self.ns}/deployments/{self.name}/status",
+            self.d,
+        )
+        self.rec.superseded("Deployment", before, written)
+        # Later steps continue from what the API server stored (a new resource version).
+        self.d = copy.deepcopy(written)
+
+    async def update_rs(self, rs: Obj) -> Obj:
+        context = outgoing_headers()
+        if context:
+            meta(rs).setdefault("annotations", {}).update(context)
+        written = await self.api.arequest(
+            "PUT",
+            f"/apis/apps/v1/namespaces/{self.ns}/replicasets/{meta(rs)['name']}",
+            rs,
+        )
+        self.rec.superseded("ReplicaSet", rs, written)
+        return written
+
+    async def scale_rs(self, rs: Obj, size: int, force: bool = False) -> tuple[bool, Obj]:
+        """Set a ReplicaSet's size and its desired/max-replicas annotations."""
+        if not force and replicas(rs) == size:
+            return False, rs
+        want, most = replicas(self.d), replicas(self.d) + ro.max_surge(self.d)
+        size_changes = replicas(rs) != size
+        if not size_changes and not ro.replicas_annotations_need_update(rs, want, most):
+            return False, rs
+        before = replicas(rs)
+        changed = copy.deepcopy(rs)
+        changed.setdefault("spec", {})["replicas"] = size
+        ro.set_replicas_annotations(changed, want, most)
+        written = await self.update_rs(changed)
+        if size_changes:
+            way = "up" if before < size else "down"
+            self.rec.event(
+                self.d,
+                "Normal",
+                "ScalingReplicaSet",
+                f"Scaled {way} replica set {meta(written)['name']} from {before} to {size}",
+            )
+        return size_changes, written
+
+    # The new ReplicaSet --------------------------------------------------------------------
+    async def new_and_old(
+        self, rs_list: list[Obj], *, create: bool
+    ) -> tuple[Obj | None, list[Obj]]:
+        old = ro.find_old(self.d, rs_list)
+        new = await self.new_rs(rs_list, old, create)
+        return new, old
+
+    async def new_rs(self, rs_list: list[Obj], old: list[Obj], create: bool) -> Obj | None:
+        d = self.d
+        existing = ro.find_new(d, rs_list)
+        new_revision = ro.max_revision(old) + 1
+        if existing is not None:
+            rs = copy.deepcopy(existing)
+            changed = ro.set_new_rs_annotations(d, rs, new_revision, exists=True)
+            min_ready = int(self.spec.get("minReadySeconds") or 0)
+            if changed or int(rs["spec"].get("minReadySeconds") or 0) != min_ready:
+                rs["spec"]["minReadySeconds"] = min_ready
+                return await self.update_rs(rs)
+            needs = ro.set_deployment_revision(d, ro.annotations_of(rs).get(ro.REVISION, ""))
+            if (
+                ro.progress_deadline(d) is not None
+                and ro.get_condition(self.status, "Progressing") is None
+            ):
+                ro.set_condition(
+                    self.status,
+                    ro.new_condition(
+                        "Progressing",
+                        "True",
+                        ro.FOUND_NEW_RS,
+                        f'Found new replica set "{meta(rs)["name"]}"',
+                        self.now,
+                    ),
+                )
+                needs = True
+            if needs:
+                await self.update_status()
+            return rs
+        if not create:
+            return None
+        tmpl = copy.deepcopy(self.spec.get("template") or {})
+        pod_hash = pod_template_hash(tmpl, self.status.get("collisionCount"))
+        tmeta = tmpl.setdefault("metadata", {})
+        tmeta["labels"] = {**(tmeta.get("labels") or {}), ro.HASH_LABEL: pod_hash}
+        selector = copy.deepcopy(self.spec.get("selector") or {})
+        selector["matchLabels"] = {**(selector.get("matchLabels") or {}), ro.HASH_LABEL: pod_hash}
+        name = rs_name(self.name, pod_hash)
+        body: Obj = {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": name,
+                "namespace": self.ns,
+                "ownerReferences": [self._owner_ref()],
+                "labels": dict(tmeta["labels"]),
+            },
+            "spec": {
+                "replicas": 0,
+                "minReadySeconds": int(self.spec.get("minReadySeconds") or 0),
+                "selector": selector,
+                "template": tmpl,
+            },
+        }
+        count = ro.new_rs_new_replicas(d, [*old, body], body)
+        body["spec"]["replicas"] = count
+        ro.set_new_rs_annotations(d, body, new_revision, exists=False)
+        context = outgoing_headers()
+        if context:
+            body["metadata"]["annotations"].update(context)
+        already = False
+        pending = self.rec._created.setdefault((self.ns, self.name), {})
+        pending[name] = time.monotonic()
+        try:
+            created = await self.api.arequest(
+                "POST", f"/apis/apps/v1/namespaces/{self.ns}/replicasets", body
+            )
+        except ConflictError:
+            pending.pop(name, None)
+            already = True
+            try:
+                found = await self.api.arequest(
+                    "GET", f"/apis/apps/v1/namespaces/{self.ns}/replicasets/{name}"
+                )
+            except NotFoundError:
+                raise ConflictError(409, f"replica set {name} went away") from None
+            ref = next(
+                (r for r in meta(found).get("ownerReferences") or () if r.get("controller")), None
+            )
+            if not (
+                ref is not None
+                and ref.get("uid") == meta(d).get("uid")
+                and ro.equal_ignore_hash(self.spec.get("template") or {}, ro.template(found))
+            ):
+                self.status["collisionCount"] = int(self.status.get("collisionCount") or 0) + 1
+                await self.update_status()
+                raise ConflictError(409, f"hash collision on replica set {name}") from None
+            created = found
+        except ApiError as err:
+            pending.pop(name, None)
+            if "being terminated" in str(err):
+                raise
+            msg = f'Failed to create new replica set "{name}": {err}'
+            if ro.progress_deadline(d) is not None:
+                ro.set_condition(
+                    self.status,
+                    ro.new_condition("Progressing", "False", ro.FAILED_RS_CREATE, msg, self.now),
+                )
+                with contextlib.suppress(ApiError):
+                    await self.update_status()
+            self.rec.event(d, "Warning", ro.FAILED_RS_CREATE, msg)
+            raise
+        if not already and count > 0:
+            self.rec.event(
+                d, "Normal", "ScalingReplicaSet", f"Scaled up replica set {name} from 0 to {count}"
+            )
+        needs = ro.set_deployment_revision(self.d, str(new_revision))
+        if not already and ro.progress_deadline(self.d) is not None:
+            ro.set_condition(
+                self.status,
+                ro.new_condition(
+                    "Progressing",
+                    "True",
+                    ro.NEW_RS_CREATED,
+                    f'Created new replica set "{name}"',
+                    self.now,
+                ),
+            )
+            needs = True
+        if needs:
+            await self.update_status()
+        return created
+
+    # Paused and scaling --------------------------------------------------------------------------
+    async def check_paused_conditions(self) -> None:
+        if ro.progress_deadline(self.d) is None:
+            return
+        cond = ro.get_condition(self.status, "Progressing")
+        if cond is not None and cond.get("reason") == ro.TIMED_OUT:
+            return
+        paused_cond = cond is not None and cond.get("reason") == ro.PAUSED
+        paused = bool(self.spec.get("paused"))
+        if paused and not paused_cond:
+            ro.set_condition(
+                self.status,
+                ro.new_condition(
+                    "Progressing", "Unknown", ro.PAUSED, "Deployment is paused", self.now
+                ),
+            )
+        elif not paused and paused_cond:
+            ro.set_condition(
+                self.status,
+                ro.new_condition(
+                    "Progressing", "Unknown", ro.RESUMED, "Deployment is resumed", self.now
+                ),
+            )
+        else:
+            return
+        await self.update_status()
+
+    async def is_scaling_event(self, rs_list: list[Obj]) -> bool:
+        new, old = await self.new_and_old(rs_list, create=False)
+        for rs in ro.active([*old, new]):
+            desired = ro._annotation_int(rs, ro.DESIRED_REPLICAS)
+            if desired is not None and desired != replicas(self.d):
+                return True
+        return False
+
+    async def sync(self, rs_list: list[Obj]) -> None:
+        """Scale (proportionally when needed), clean up when paused, write the status."""
+        new, old = await self.new_and_old(rs_list, create=False)
+        await self.scale(new, old)
+        if self.spec.get("paused"):
+            await self.cleanup(old)
+        await self.sync_status([*old, new], new)
+
+    async def scale(self, new: Obj | None, old: list[Obj]) -> None:
+        target = ro.find_active_or_latest(new, old)
+        if target is not None:
+            if replicas(target) != replicas(self.d):
+                await self.scale_rs(target, replicas(self.d))
+            return
+        if ro.is_saturated(self.d, new):
+            for rs in ro.active(old):
+                await self.scale_rs(rs, 0)
+            return
+        if ro.is_rolling(self.d):
+            for rs, size in ro.proportional_sizes(self.d, ro.active([*old, new])):
+                await self.scale_rs(rs, size, force=True)
+
+    async def cleanup(self, old: list[Obj]) -> None:
+        limit = ro.history_limit(self.d)
+        if limit is None:
+            return
+        alive = [rs for rs in old if not meta(rs).get("deletionTimestamp")]
+        diff = len(alive) - limit
+        if diff <= 0:
+            return
+        for rs in sorted(alive, key=ro.by_revision)[:diff]:
+            rm = meta(rs)
+            if (
+                ro.status_int(rs, "replicas") != 0
+                or replicas(rs) != 0
+                or int(rm.get("generation") or 0) > ro.status_int(rs, "observedGeneration")
+            ):
+                continue
+            with contextlib.suppress(NotFoundError):
+                await self.api.arequest(
+                    "DELETE", f"/apis/apps/v1/namespaces/{self.ns}/replicasets/{rm['name']}"
+                )
+
+    async def sync_status(self, all_rss: Sequence[Obj | None], new: Obj | None) -> None:
+        status = ro.calculate_status(all_rss, new, self.d, self.now)
+        if ro.status_equal(self.status, status):
+            return
+        self.d["status"] = status
+        await self.update_status()
+
+    async def rollout_status(self, all_rss: Sequence[Obj | None], new: Obj | None) -> None:
+        status, requeue = ro.rollout_status(all_rss, new, self.d, self.now)
+        if ro.status_equal(self.status, status):
+            self.requeue_after = requeue
+            return
+        self.d["status"] = status
+        await self.update_status()
+
+    # Rollouts -------------------------------------------------------------------------------------
+    async def rollout_rolling(self, rs_list: list[Obj]) -> None:
+        new, old = await self.new_and_old(rs_list, create=True)
+        assert new is not None
+        all_rss: list[Obj] = [*old, new]
+        if await self.reconcile_new(all_rss, new):
+            await self.rollout_status(all_rss, new)
+            return
+        if await self.reconcile_old(all_rss, ro.active(old), new):
+            await self.rollout_status(all_rss, new)
+            return
+        if ro.deployment_complete(self.d, self.status):
+            await self.cleanup(old)
+        await self.rollout_status(all_rss, new)
+
+    async def reconcile_new(self, all_rss: list[Obj], new: Obj) -> bool:
+        want = replicas(self.d)
+        if replicas(new) == want:
+            return False
+        if replicas(new) > want:
+            scaled, _ = await self.scale_rs(new, want)
+            return scaled
+        scaled, _ = await self.scale_rs(new, ro.new_rs_new_replicas(self.d, all_rss, new))
+        return scaled
+
+    async def reconcile_old(self, all_rss: list[Obj], old: list[Obj], new: Obj) -> bool:
+        if sum(replicas(rs) for rs in old) == 0:
+            return False
+        all_pods = sum(replicas(rs) for rs in all_rss)
+        min_available = replicas(self.d) - ro.max_unavailable(self.d)
+        new_unavailable = replicas(new) - ro.status_int(new, "availableReplicas")
+        max_scaled_down = all_pods - min_available - new_unavailable
+        if max_scaled_down <= 0:
+            return False
+        try:
+            old, cleaned = await self.cleanup_unhealthy(old, max_scaled_down)
+            scaled = await self.scale_down_old([*old, new], old)
+        except ConflictError:
+            raise
+        except ApiError as err:
+            log.info("%s/%s: scaling down old replica sets: %s", self.ns, self.name, err)
+            return False
+        return cleaned + scaled > 0
+
+    async def cleanup_unhealthy(self, old: list[Obj], most: int) -> tuple[list[Obj], int]:
+        old = sorted(old, key=ro.by_creation)
+        total = 0
+        for i, rs in enumerate(old):
+            if total >= most:
+                break
+            size, available = replicas(rs), ro.status_int(rs, "availableReplicas")
+            if size == 0 or size == available:
+                continue
+            down = min(most - total, size - available)
+            _, old[i] = await self.scale_rs(rs, size - down)
+            total += down
+        return old, total
+
+    async def scale_down_old(self, all_rss: list[Obj], old: list[Obj]) -> int:
+        min_available = replicas(self.d) - ro.max_unavailable(self.d)
+        available = sum(ro.status_int(rs, "availableReplicas") for rs in all_rss)
+        if available <= min_available:
+            return 0
+        total, goal = 0, available - min_available
+        for rs in sorted(old, key=ro.by_creation):
+            if total >= goal:
+                break
+            if replicas(rs) == 0:
+                continue
+            down = min(replicas(rs), goal - total)
+            await self.scale_rs(rs, replicas(rs) - down)
+            total += down
+        return total
+
+    async def rollout_recreate(self, rs_list: list[Obj]) -> None:
+        new, old = await self.new_and_old(rs_list, create=False)
+        all_rss: list[Obj | None] = [*old, new]
+        scaled = False
+        for rs in ro.active(old):
+            changed, _ = await self.scale_rs(rs, 0)
+            scaled = scaled or changed
+        if scaled:
+            await self.rollout_status(all_rss, new)
+            return
+        if self.old_pods_running(new, old):
+            await self.rollout_status(all_rss, new)
+            return
+        if new is None:
+            new, old = await self.new_and_old(rs_list, create=True)
+            all_rss = [*old, new]
+        assert new is not None
+        await self.scale_rs(new, replicas(self.d))
+        if ro.deployment_complete(self.d, self.status):
+            await self.cleanup(old)
+        await self.rollout_status(all_rss, new)
+
+    def old_pods_running(self, new: Obj | None, old: list[Obj]) -> bool:
+        if sum(ro.status_int(rs, "replicas") for rs in old) > 0:
+            return True
+        new_uid = meta(new).get("uid") if new is not None else None
+        for rs in old:
+            uid = meta(rs).get("uid")
+            if not uid or uid == new_uid:
+                continue
+            for pod in self.rec.mirror.by_index(PODS, "owner", uid):
+                ref = pod.controller_owner()
+                if ref is None or ref.uid != uid:
+                    continue
+                if (pod.object.get("status") or {}).get("phase") not in ("Failed", "Succeeded"):
+                    return True
+        return False
+
+
+def _pod_deleted(change: Change) -> bool:
+    return change.kind is ChangeKind.DELETED
+
+
+def build(
+    channel: grpc.aio.Channel,
+    api: KubeClient,
+    options: ControllerOptions | None = None,
+    name: str = NAME,
+) -> Controller:
+    """The Deployment controller, wired: Deployments are the primary type; a ReplicaSet
+    change enqueues its Deployment (or, for an orphan, every Deployment selecting it); a
+    pod's deletion enqueues the Deployment of its ReplicaSet."""
+    holder: list[DeploymentReconciler] = []
+
+    def factory(mirror: Mirror) -> DeploymentReconciler:
+        holder.append(DeploymentReconciler(mirror, api))
+        return holder[0]
+
+    return (
+        ControllerBuilder(name)
+        .for_(DEPLOYMENTS, kind="Deployment")
+        .watches(REPLICASETS, lambda o: holder[0].deployments_of_rs(o))
+        .watches(PODS, lambda o: holder[0].deployment_of_pod(o), _pod_deleted)
+        .with_options(options or ControllerOptions(max_concurrent_reconciles=5))
+        .complete(channel, factory)
+    )

@@ -1,0 +1,235 @@
+"""The same Deployments under upstream's deployment controller (the session's cluster)
+and under Steward's (its own cluster): the same ReplicaSets — names, that is the
+pod-template-hash, sizes, revisions — and the same final status."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from steward.controllers.deployment.hashing import pod_template_hash
+from steward.kube import KubeClient
+from tests.controllers.deployment.conftest import (
+    Running,
+    create,
+    deployment_body,
+    eventually,
+    fresh_namespace,
+    get,
+    patch,
+    replica_sets,
+    wait_rolled_out,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+UNSCHEDULABLE = {"nodeSelector": {"steward.io/no-such-node": "true"}}
+
+RICH_POD: dict[str, Any] = {
+    "containers": [
+        {
+            "name": "main",
+            "image": "busybox:1",
+            "args": ["sleep", "3600"],
+            "env": [{"name": "A", "value": "1"}],
+            "ports": [{"containerPort": 8080, "name": "http"}],
+            "resources": {
+                "limits": {"cpu": "500m", "memory": "128Mi"},
+                "requests": {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "1G"},
+            },
+            "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 5},
+            "livenessProbe": {"tcpSocket": {"port": 8080}},
+        }
+    ],
+    "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}],
+    "terminationGracePeriodSeconds": 5,
+}
+
+
+def comparable_status(d: dict[str, Any]) -> dict[str, Any]:
+    st = d.get("status") or {}
+    return {
+        "observedGeneration": st.get("observedGeneration", 0) >= d["metadata"]["generation"],
+        **{
+            k: st.get(k, 0)
+            for k in (
+                "replicas",
+                "updatedReplicas",
+                "readyReplicas",
+                "availableReplicas",
+                "unavailableReplicas",
+            )
+        },
+        "collisionCount": st.get("collisionCount"),
+        "conditions": sorted(
+            (c["type"], c["status"], c.get("reason"), c.get("message"))
+            for c in st.get("conditions") or ()
+        ),
+        "revision": d["metadata"].get("annotations", {}).get("deployment.kubernetes.io/revision"),
+    }
+
+
+def comparable_rss(rss: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    keys = (
+        "deployment.kubernetes.io/revision",
+        "deployment.kubernetes.io/revision-history",
+        "deployment.kubernetes.io/desired-replicas",
+        "deployment.kubernetes.io/max-replicas",
+    )
+    return [
+        (
+            rs["metadata"]["name"],
+            rs["spec"]["replicas"],
+            rs["metadata"]["labels"].get("pod-template-hash"),
+            *(rs["metadata"].get("annotations", {}).get(k) for k in keys),
+        )
+        for rs in rss
+    ]
+
+
+def set_pod(api: KubeClient, ns: str, name: str, image: str, **extra: Any) -> None:
+    patch(
+        api,
+        ns,
+        name,
+        {
+            "spec": {
+                "template": {"spec": {"containers": [{"name": "main", "image": image}], **extra}}
+            }
+        },
+    )
+
+
+Scenario = Callable[[KubeClient, str], Awaitable[None]]
+
+
+async def new_rich(api: KubeClient, ns: str) -> None:
+    # The pods must become ready on kwok's nodes: no readiness probe, no resources or
+    # volumes (test_hash_equals_upstream covers those in the hash).
+    drop = ("readinessProbe", "resources")
+    container = {k: v for k, v in RICH_POD["containers"][0].items() if k not in drop}
+    create(api, ns, deployment_body("rich", 3, pod_spec={"containers": [container]}))
+    await wait_rolled_out(api, ns, "rich")
+
+
+async def rolling(api: KubeClient, ns: str) -> None:
+    create(
+        api,
+        ns,
+        deployment_body(
+            "rich", 5, strategy={"rollingUpdate": {"maxSurge": "40%", "maxUnavailable": "20%"}}
+        ),
+    )
+    await wait_rolled_out(api, ns, "rich")
+    set_pod(api, ns, "rich", "busybox:2")
+    await asyncio.sleep(1)
+    await wait_rolled_out(api, ns, "rich")
+
+
+async def recreate(api: KubeClient, ns: str) -> None:
+    create(api, ns, deployment_body("rich", 2, strategy={"type": "Recreate"}))
+    await wait_rolled_out(api, ns, "rich")
+    set_pod(api, ns, "rich", "busybox:2")
+    await asyncio.sleep(1)
+    await wait_rolled_out(api, ns, "rich")
+
+
+async def proportional(api: KubeClient, ns: str) -> None:
+    create(
+        api,
+        ns,
+        deployment_body(
+            "rich", 10, strategy={"rollingUpdate": {"maxSurge": 3, "maxUnavailable": 2}}
+        ),
+    )
+    await wait_rolled_out(api, ns, "rich")
+    set_pod(api, ns, "rich", "busybox:2", **UNSCHEDULABLE)
+
+    def stuck() -> bool:
+        return sorted(rs["spec"]["replicas"] for rs in replica_sets(api, ns)) == [5, 8]
+
+    await eventually(stuck, "the rollout stuck")
+    patch(api, ns, "rich", {"spec": {"replicas": 20}})
+
+    def spread() -> bool:
+        d = get(api, ns, "rich")
+        return bool(
+            sum(rs["spec"]["replicas"] for rs in replica_sets(api, ns)) == 23
+            and d["status"].get("observedGeneration") == d["metadata"]["generation"]
+            and d["status"].get("replicas") == 23
+        )
+
+    await eventually(spread, "the scale spread")
+
+
+async def rollback(api: KubeClient, ns: str) -> None:
+    create(api, ns, deployment_body("rich", 2, revisionHistoryLimit=5))
+    await wait_rolled_out(api, ns, "rich")
+    for image in ("busybox:2", "busybox:3", "busybox:1"):
+        set_pod(api, ns, "rich", image)
+        await asyncio.sleep(1)
+        await wait_rolled_out(api, ns, "rich")
+
+
+async def history(api: KubeClient, ns: str) -> None:
+    create(api, ns, deployment_body("rich", 1, revisionHistoryLimit=1))
+    await wait_rolled_out(api, ns, "rich")
+    for image in ("busybox:2", "busybox:3"):
+        set_pod(api, ns, "rich", image)
+        await asyncio.sleep(1)
+        await wait_rolled_out(api, ns, "rich")
+
+    def cleaned() -> bool:
+        return len(replica_sets(api, ns)) == 2
+
+    await eventually(cleaned, "cleanup")
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [new_rich, rolling, recreate, proportional, rollback, history],
+    ids=["new", "rolling", "recreate", "proportional", "rollback", "history"],
+)
+async def test_same_replica_sets_and_status(
+    kube: KubeClient,
+    skube: KubeClient,
+    sns: str,
+    deployment_controller: Running,
+    request: pytest.FixtureRequest,
+    scenario: Scenario,
+) -> None:
+    ns = fresh_namespace(kube, request)
+    try:
+        await asyncio.gather(scenario(kube, ns), scenario(skube, sns))
+        await asyncio.sleep(2)  # let both settle before the final reads
+        upstream_d, steward_d = get(kube, ns, "rich"), get(skube, sns, "rich")
+        assert comparable_rss(replica_sets(skube, sns)) == comparable_rss(replica_sets(kube, ns))
+        assert comparable_status(steward_d) == comparable_status(upstream_d)
+    finally:
+        kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+
+
+async def test_hash_equals_upstream(kube: KubeClient, request: pytest.FixtureRequest) -> None:
+    """Upstream's controller named the ReplicaSet of a template with quantities, named
+    ports, probes and volumes: the hash computed here from the same Deployment is its."""
+    ns = fresh_namespace(kube, request)
+    try:
+        create(kube, ns, deployment_body("rich", 1, pod_spec={k: v for k, v in RICH_POD.items()}))
+
+        def named() -> list[dict[str, Any]] | None:
+            return replica_sets(kube, ns) or None
+
+        (rs,) = await eventually(named, "upstream's ReplicaSet")
+        d = get(kube, ns, "rich")
+        assert rs["metadata"]["labels"]["pod-template-hash"] == pod_template_hash(
+            d["spec"]["template"]
+        )
+        # With a collision count, as after a hash collision.
+        assert pod_template_hash(d["spec"]["template"], 1) != pod_template_hash(
+            d["spec"]["template"]
+        )
+    finally:
+        kube.request("DELETE", f"/api/v1/namespaces/{ns}")
