@@ -214,7 +214,7 @@ class StewardJob:
             ],
             logs / "bench-informer.log",
         )
-        prof = ["-m", "cProfile", "-o", profile] if profile else []
+        prof = ["-m", "cProfile", "-o", f"{profile}.{namespace}"] if profile else []
         self._start(
             [
                 py,
@@ -394,7 +394,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=8, help="creating threads (default 8)")
     parser.add_argument("--workers", type=int, default=5, help="Steward's --workers (default 5)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per phase")
-    parser.add_argument("--profile", default="", help="cProfile Steward's controller into this")
+    parser.add_argument(
+        "--profile", default="", help="cProfile Steward's controller into PROFILE.<namespace>"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "job.json")
     return run(parser.parse_args())
 

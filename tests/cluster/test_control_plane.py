@@ -159,6 +159,7 @@ def test_down_leaves_no_process_alive(tmp_path: Path) -> None:
         "manager",
         "job-controller",
         "replicaset-controller",
+        "deployment-controller",
     }
     job_controller = next(r for r in records if r.name == "job-controller")
     assert "steward.controllers.job.main" in job_controller.argv
@@ -207,10 +208,10 @@ def test_steward_job_controller_completes_a_plain_job(tmp_path: Path) -> None:
     )
     running = LocalCluster.up(cfg, progress=Progress(quiet=True))
     try:
-        # Upstream's Job and ReplicaSet controllers are off: Steward's run instead.
-        assert running.state.controllers == "*,-job,-replicaset"
+        # Upstream's Job, ReplicaSet and Deployment controllers are off: Steward's run.
+        assert running.state.controllers == "*,-job,-replicaset,-deployment"
         kcm = next(r for r in running.iter_processes() if r.name == "kube-controller-manager")
-        assert "--controllers=*,-job,-replicaset" in kcm.argv
+        assert "--controllers=*,-job,-replicaset,-deployment" in kcm.argv
         api = k8s_config.new_client_from_config(config_file=str(running.kubeconfig))
         batch = client.BatchV1Api(api)
         job = client.V1Job(  # no spec.managedBy: what `kubectl apply` of a plain Job makes

@@ -82,7 +82,7 @@ def test_kubectl_whoami_names_the_component_in_system_monitoring(
 
 
 def test_unknown_component_has_no_kubeconfig(cluster: LocalCluster) -> None:
-    with pytest.raises(ValueError, match="known: informer, manager, controller-job, controller-replicaset"):
+    with pytest.raises(ValueError, match="known: informer, manager, controller-job"):
         cluster.component_kubeconfig("job-controller")
 
 
@@ -196,6 +196,15 @@ EXPECTED_WRITES = {
         ("", "pods", "create"),
         ("", "pods", "patch"),
         ("", "pods", "delete"),
+        ("", "events", "create"),
+    },
+    "controller-deployment": {
+        ("apps", "deployments/status", "update"),
+        ("apps", "deployments/finalizers", "update"),
+        ("apps", "replicasets", "create"),
+        ("apps", "replicasets", "update"),
+        ("apps", "replicasets", "patch"),
+        ("apps", "replicasets", "delete"),
         ("", "events", "create"),
     },
     "controller-replicaset": {

@@ -35,3 +35,42 @@ def query(cluster: LocalCluster, path: str, **params: str) -> Any:
 def tags(span: dict[str, Any]) -> dict[str, Any]:
     """A Jaeger span's tags as a dict."""
     return {t["key"]: t["value"] for t in span.get("tags") or []}
+
+
+class Tree:
+    """One Jaeger trace as a tree of spans, for checking a story piece by piece."""
+
+    def __init__(self, trace: dict[str, Any]) -> None:
+        self.spans: dict[str, dict[str, Any]] = {s["spanID"]: s for s in trace["spans"]}
+        self._service: dict[str, str] = {
+            s["spanID"]: trace["processes"][s["processID"]]["serviceName"]
+            for s in self.spans.values()
+        }
+
+    def service(self, span: dict[str, Any]) -> str:
+        return self._service[span["spanID"]]
+
+    def parent(self, span: dict[str, Any]) -> dict[str, Any] | None:
+        for ref in span.get("references") or []:
+            if ref["refType"] == "CHILD_OF" and ref["spanID"] in self.spans:
+                return self.spans[ref["spanID"]]
+        return None
+
+    def ancestors(self, span: dict[str, Any]) -> list[dict[str, Any]]:
+        chain = []
+        current = self.parent(span)
+        while current is not None:
+            chain.append(current)
+            current = self.parent(current)
+        return chain
+
+    def find(self, operation: str, *, under: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Spans named ``operation``, only those below ``under`` when given."""
+        return [
+            s
+            for s in self.spans.values()
+            if s["operationName"] == operation and (under is None or under in self.ancestors(s))
+        ]
+
+    def below(self, span: dict[str, Any]) -> list[dict[str, Any]]:
+        return [s for s in self.spans.values() if span in self.ancestors(s)]

@@ -120,3 +120,83 @@ def _check_story(trace: dict[str, Any]) -> str:
     if not all(reconcile in ancestors(s) for s in pod_events):
         return "the pod's events under the reconcile"
     return ""
+
+
+def test_a_rollout_reads_as_one_trace(steward_cluster: LocalCluster) -> None:
+    """Deployment reconcile → ReplicaSet write → ReplicaSet reconcile → Pod writes, with
+    kube-apiserver's spans beneath each write: one trace, across two controllers."""
+    api = config.new_client_from_config(config_file=str(steward_cluster.kubeconfig))
+    labels = {"app": "traced-web"}
+    client.AppsV1Api(api).create_namespaced_deployment(
+        "default",
+        client.V1Deployment(
+            metadata=client.V1ObjectMeta(name="traced-web"),
+            spec=client.V1DeploymentSpec(
+                replicas=2,
+                selector=client.V1LabelSelector(match_labels=labels),
+                template=client.V1PodTemplateSpec(
+                    metadata=client.V1ObjectMeta(labels=labels),
+                    spec=client.V1PodSpec(
+                        containers=[client.V1Container(name="web", image="nginx:1.27")]
+                    ),
+                ),
+            ),
+        ),
+    )
+    api.close()
+    tags = json.dumps({"k8s.object.name": "traced-web", "k8s.resource": "deployments.v1.apps"})
+    deadline = time.monotonic() + 90
+    missing = "no trace yet"
+    while time.monotonic() < deadline:
+        found = jaeger.query(
+            steward_cluster,
+            "/api/traces",
+            service="steward-informer",
+            tags=tags,
+            lookback="1h",
+            limit="50",
+        )["data"]
+        for trace in found or []:
+            missing = _check_rollout(jaeger.Tree(trace))
+            if not missing:
+                return
+        time.sleep(1)
+    pytest.fail(f"no trace tells the rollout's whole story: {missing}")
+
+
+def _check_rollout(tree: jaeger.Tree) -> str:
+    """What the trace lacks of the rollout's story (empty when it is all there)."""
+    events = tree.find("informer ADDED deployments.v1.apps")
+    if not events:
+        return "the informer's ADDED span of the Deployment"
+    reconciles = [
+        s
+        for s in tree.find("reconcile deployment")
+        if tree.parent(s) is events[0] and tree.service(s) == "steward-controller-deployment"
+    ]
+    if not reconciles:
+        return "the deployment controller's reconcile span under the event"
+    post_rs = tree.find(
+        "POST /apis/apps/v1/namespaces/{namespace}/replicasets", under=reconciles[0]
+    )
+    if not post_rs:
+        return "the POST of the ReplicaSet under the Deployment's reconcile"
+    if not any(tree.service(s) == "apiserver" for s in tree.below(post_rs[0])):
+        return "kube-apiserver spans beneath the ReplicaSet's POST"
+    rs_reconciles = [
+        s
+        for s in tree.find("reconcile replicaset", under=reconciles[0])
+        if tree.service(s) == "steward-controller-replicaset"
+    ]
+    if not rs_reconciles:
+        return "the replicaset controller's reconcile, continuing the Deployment's trace"
+    post_pods = [
+        p
+        for r in rs_reconciles
+        for p in tree.find("POST /api/v1/namespaces/{namespace}/pods", under=r)
+    ]
+    if len(post_pods) < 2:
+        return "the POSTs of both pods under the ReplicaSet's reconciles"
+    if not all(any(tree.service(s) == "apiserver" for s in tree.below(p)) for p in post_pods):
+        return "kube-apiserver spans beneath each pod's POST"
+    return ""

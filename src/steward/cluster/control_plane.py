@@ -75,7 +75,7 @@ COMPONENTS = (
 )
 """Every component, in start order (stopped in reverse); Steward's own services follow."""
 
-STEWARD_CONTROLLERS = ("job", "replicaset")
+STEWARD_CONTROLLERS = ("job", "replicaset", "deployment")
 """Steward's controllers that ``make up`` runs (``steward.controllers.<name>.main``), each
 in place of upstream's controller of the same name in kube-controller-manager."""
 
@@ -155,7 +155,7 @@ class ClusterConfig:
     def kcm_controllers(self) -> str:
         """kube-controller-manager's ``--controllers``: :attr:`controllers`, except that
         with :attr:`steward` and the default ``*`` upstream's controllers that Steward runs
-        itself (:data:`STEWARD_CONTROLLERS`) are switched off (``*,-job,-replicaset``)."""
+        itself (:data:`STEWARD_CONTROLLERS`) are switched off (``*,-job,-replicaset,-deployment``)."""
         if self.steward and self.controllers == "*":
             return ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
         return self.controllers
