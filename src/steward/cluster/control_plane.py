@@ -155,7 +155,8 @@ class ClusterConfig:
     def kcm_controllers(self) -> str:
         """kube-controller-manager's ``--controllers``: :attr:`controllers`, except that
         with :attr:`steward` and the default ``*`` upstream's controllers that Steward runs
-        itself (:data:`STEWARD_CONTROLLERS`) are switched off (``*,-job,-replicaset,-deployment``)."""
+        itself (:data:`STEWARD_CONTROLLERS`) are switched off
+        (``*,-job,-replicaset,-deployment``)."""
         if self.steward and self.controllers == "*":
             return ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
         return self.controllers
@@ -613,6 +614,11 @@ class LocalCluster:
                 f"--cluster-signing-key-file={ca.pair.key}",
                 "--use-service-account-credentials=true",
                 "--leader-elect=false",
+                # kwok renews the simulated nodes' Leases; on a loaded two-core machine a
+                # renewal can be late by more than the default 50 s, and the node
+                # lifecycle controller would then mark every node and pod not ready (kwok
+                # never readies a running pod again). Simulated nodes do not fail.
+                "--node-monitor-grace-period=5m",
                 "--v=1",
             ],
             config,
