@@ -371,7 +371,11 @@ def _end_server(span: Span, context: _Context, err: BaseException | None) -> Non
     code = context.code()
     details = context.details()
     if code is None or code == grpc.StatusCode.OK:
-        if err is None:
+        cancelled = getattr(context, "cancelled", None)
+        if err is None and callable(cancelled) and cancelled():
+            # The client went away; a handler that then returns normally did not succeed.
+            code, details = grpc.StatusCode.CANCELLED, "cancelled by the client"
+        elif err is None:
             code = grpc.StatusCode.OK
         elif isinstance(err, (asyncio.CancelledError, GeneratorExit)):
             code, details = grpc.StatusCode.CANCELLED, "the call ended before the handler"
