@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build Steward's images (deploy/images/Dockerfile, one target per service) with docker,
 # else podman. Usage: deploy/images/build.sh [TAG]   (default tag: dev; $STEWARD_IMAGE_TAG)
-# Images: ${STEWARD_IMAGE_PREFIX:-steward}-{informer,manager,controller-job}:TAG
+# Images: ${STEWARD_IMAGE_PREFIX:-steward}-{informer,manager,controller-job,
+#   controller-replicaset,controller-deployment}:TAG
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -21,7 +22,7 @@ if [[ -z "$engine" ]]; then
   exit 1
 fi
 
-for target in informer manager controller-job; do
+for target in informer manager controller-job controller-replicaset controller-deployment; do
   image="${prefix}-${target}:${tag}"
   echo "building ${image} with ${engine}" >&2
   DOCKER_BUILDKIT=1 "$engine" build \

@@ -121,16 +121,22 @@ def render(
 _DESCRIPTION = """\
 Print Steward's Kubernetes manifests, rendered with `kubectl kustomize` from deploy/:
 a namespace `steward` enforcing the restricted Pod Security Standard; the informer, the
-manager and the Job controller as Deployments, each under its own ServiceAccount bound to
-exactly its role of deploy/rbac (the informer: list/watch cluster-wide; the manager:
-Leases in `steward` only; the Job controller: Jobs' status, pods, events); Services for
-the informer (50061) and the manager (50062, the leader only is ready); network policies
+manager and the Job, ReplicaSet and Deployment controllers as Deployments, each under its
+own ServiceAccount bound to exactly its role of deploy/rbac (the informer: list/watch
+cluster-wide; the manager: Leases in `steward` only; the Job controller: Jobs' status,
+pods, events; the ReplicaSet controller: ReplicaSets' status, pods, events; the
+Deployment controller: Deployments' status, ReplicaSets, events); Services for the
+informer (50061) and the manager (50062, the leader only is ready); network policies
 (only controller pods reach the informer and the manager; egress to DNS and the API
 server only); gRPC and HTTP health probes, requests and limits, OTEL_* variables.
 
+The ReplicaSet and Deployment controllers take every ReplicaSet and Deployment (these
+have no spec.managedBy): apply them only where kube-controller-manager runs without its
+own (--controllers=*,-replicaset,-deployment), or delete those two Deployments.
+
 overlays:
   local        one replica each, images steward-<service>:dev (deploy/images/build.sh)
-  production   two replicas each (managers elect a leader, Job controllers stand by),
+  production   two replicas each (managers elect a leader, controllers stand by),
                PodDisruptionBudgets, topology spread over nodes and zones
 """
 

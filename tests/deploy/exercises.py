@@ -28,13 +28,13 @@ def _never() -> bool:
     return False
 
 
-def _pod(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+def _pod(name: str, labels: dict[str, str] | None = None, restart: str = "Never") -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": labels or {}},
         "spec": {
-            "restartPolicy": "Never",
+            "restartPolicy": restart,
             "containers": [{"name": "main", "image": "busybox:1.36", "command": ["true"]}],
         },
     }
@@ -102,15 +102,15 @@ def controller_holder(manager: str, name: str = "job") -> str:
 
 
 def wait_registered(
-    manager: str, *, deadline: float = 60.0, give_up: GiveUp = _never
+    manager: str, name: str = "job", *, deadline: float = 60.0, give_up: GiveUp = _never
 ) -> str | None:
-    """The manager at ``manager`` has an active instance of the Job controller."""
+    """The manager at ``manager`` has an active instance of the controller ``name``."""
     end = time.monotonic() + deadline
     while time.monotonic() < end and not give_up():
-        if controller_holder(manager):
+        if controller_holder(manager, name):
             return None
         time.sleep(0.25)
-    return "the manager names no active instance of the Job controller"
+    return f"the manager names no active instance of the {name} controller"
 
 
 def run_job(
@@ -181,4 +181,110 @@ def _job_missing(cluster: LocalCluster, namespace: str, name: str, uid: str, job
     reasons = {e.get("reason") for e in events.get("items") or []}
     if "SuccessfulCreate" not in reasons:
         return f"no SuccessfulCreate Event (reasons: {sorted(r for r in reasons if r)})"
+    return ""
+
+
+def run_replicaset(
+    cluster: LocalCluster,
+    namespace: str,
+    *,
+    deadline: float = 120.0,
+    give_up: GiveUp = _never,
+) -> str | None:
+    """A ReplicaSet of two adopts an orphan pod that matches its selector, creates the
+    second pod, reports both ready; scaled to one, it deletes a pod and reports one ready.
+    Its SuccessfulCreate and SuccessfulDelete Events are recorded.
+
+    That uses every permission of the ReplicaSet controller's role: the ReplicaSet is read
+    fresh before adopting (replicasets get), the orphan is patched (pods patch), a pod is
+    created (pods create, with blockOwnerDeletion: replicasets/finalizers update where the
+    admission plugin checks it) and one deleted (pods delete), the status is written
+    (replicasets/status update), Events are posted.
+    """
+    uid = uuid.uuid4().hex[:6]
+    labels = {"steward-deploy-test": uid}
+    name = f"rs-{uid}"
+    cluster.api(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods",
+        _pod(f"orphan-{uid}", labels, restart="Always"),
+        ok=(201,),
+    )
+    template = _pod("unused", labels, restart="Always")
+    del template["metadata"]["name"], template["apiVersion"], template["kind"]
+    path = f"/apis/apps/v1/namespaces/{namespace}/replicasets"
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name},
+        "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": template},
+    }
+    created = cluster.api("POST", path, body, ok=(201,))
+    rs_uid = created["metadata"]["uid"]
+    end = time.monotonic() + deadline
+    missing = "nothing observed"
+    while time.monotonic() < end and not give_up():
+        missing = _replicaset_missing(cluster, namespace, name, uid, rs_uid, 2, "SuccessfulCreate")
+        if not missing:
+            break
+        time.sleep(0.5)
+    if missing:
+        return f"ReplicaSet {namespace}/{name} at 2 replicas: {missing}"
+    scale = {
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"replicas": 1},
+    }
+    cluster.api("PUT", f"{path}/{name}/scale", scale)
+    while time.monotonic() < end and not give_up():
+        missing = _replicaset_missing(cluster, namespace, name, uid, rs_uid, 1, "SuccessfulDelete")
+        if not missing:
+            return None
+        time.sleep(0.5)
+    return f"ReplicaSet {namespace}/{name} scaled to 1: {missing}"
+
+
+def _replicaset_missing(
+    cluster: LocalCluster,
+    namespace: str,
+    name: str,
+    uid: str,
+    rs_uid: str,
+    replicas: int,
+    reason: str,
+) -> str:
+    # Scaling down may delete the adopted orphan: it must be there (and adopted) before.
+    orphan = cluster.api("GET", f"/api/v1/namespaces/{namespace}/pods/orphan-{uid}", ok=(200, 404))
+    refs = (orphan.get("metadata") or {}).get("ownerReferences") or []
+    gone = orphan.get("kind") != "Pod"
+    if (gone and reason == "SuccessfulCreate") or (
+        not gone and not any(r.get("uid") == rs_uid and r.get("controller") for r in refs)
+    ):
+        return "the orphan pod was not adopted"
+    rs = cluster.api("GET", f"/apis/apps/v1/namespaces/{namespace}/replicasets/{name}")
+    status = rs.get("status") or {}
+    generation = rs["metadata"].get("generation", 0)
+    if (
+        status.get("observedGeneration", 0) < generation
+        or status.get("replicas", 0) != replicas
+        or status.get("readyReplicas", 0) != replicas
+    ):
+        return f"status {status} (generation {generation})"
+    selector = f"steward-deploy-test={uid}"
+    pods = cluster.api("GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector={selector}")
+    active = [
+        p["metadata"]["name"]
+        for p in pods.get("items") or []
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+    if len(active) != replicas:
+        return f"{len(active)} active pods {sorted(active)}"
+    events = cluster.api(
+        "GET",
+        f"/api/v1/namespaces/{namespace}/events?fieldSelector=involvedObject.name={name}",
+    )
+    reasons = {e.get("reason") for e in events.get("items") or []}
+    if reason not in reasons:
+        return f"no {reason} Event (reasons: {sorted(r for r in reasons if r)})"
     return ""

@@ -29,7 +29,7 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
 from steward import deploy
-from steward.cluster import LocalCluster
+from steward.cluster import ClusterError, LocalCluster
 from steward.serving import free_port
 
 Doc = dict[str, Any]
@@ -85,9 +85,32 @@ def apply(cluster: LocalCluster, docs: Iterable[Doc], *, dry_run: bool = False) 
 
 
 def ensure_namespace(cluster: LocalCluster, name: str, labels: dict[str, str]) -> None:
-    """Create ``name`` with ``labels`` (or give an existing one those labels)."""
+    """Create ``name`` with ``labels`` (or give an existing one those labels); return once
+    pods can be created in it."""
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
     apply(cluster, [body])
+    wait_default_service_account(cluster, name)
+
+
+def wait_default_service_account(cluster: LocalCluster, namespace: str) -> None:
+    """Wait until the namespace's default ServiceAccount exists: the API server refuses
+    pods (even dry runs) until the service account controller has made it."""
+    deadline = time.monotonic() + 120
+    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
+    while cluster.api("GET", path, ok=(200, 404)).get("kind") != "ServiceAccount":
+        if time.monotonic() > deadline:
+            raise ClusterError(f"namespace {namespace}: no default ServiceAccount after 120 s")
+        time.sleep(0.2)
+
+
+def new_namespace(cluster: LocalCluster, prefix: str) -> str:
+    """A fresh namespace of ``cluster``, once pods can be created in it (its default
+    ServiceAccount exists)."""
+    name = f"{prefix[:40].rstrip('-')}-{uuid.uuid4().hex[:6]}"
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    cluster.api("POST", "/api/v1/namespaces", body, ok=(201,))
+    wait_default_service_account(cluster, name)
+    return name
 
 
 def token(cluster: LocalCluster, namespace: str, service_account: str) -> str:
@@ -387,10 +410,12 @@ __all__ = [
     "http_ok",
     "identity",
     "kubectl",
+    "new_namespace",
     "rbac_docs",
     "render",
     "service_account_of",
     "token",
+    "wait_default_service_account",
     "wait_for",
     "whoami",
     "write_kubeconfig",

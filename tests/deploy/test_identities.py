@@ -1,12 +1,17 @@
 """The services work with exactly the identities the manifests grant.
 
 The local overlay's namespace, ServiceAccounts, roles and bindings are applied for real to
-the session cluster; each service then runs as a local process with its container's
+``apps_cluster`` (tests/deploy/conftest.py: upstream's ReplicaSet and Deployment
+controllers off); each service then runs as a local process with its container's
 command, arguments and environment (see tests/deploy/harness.py for the substitutions)
 and a token of its own ServiceAccount, and does its job: the informer serves a watch of
-pods, the manager registers the Job controller, and a Job runs to completion under
-Steward's Job controller (``spec.managedBy``, ``--no-take-unmanaged`` from the manifest:
-the session cluster runs upstream's Job controller too).
+pods, the manager registers the controllers, a Job runs to completion under Steward's Job
+controller (``spec.managedBy``, ``--no-take-unmanaged`` from the manifest: upstream's Job
+controller runs too), and a ReplicaSet adopts, creates and deletes pods and reports them
+ready under Steward's ReplicaSet controller.
+
+The Deployment controller's manifest is covered by rendering and the server-side dry run
+(tests/deploy/test_manifests.py) only.
 """
 
 from __future__ import annotations
@@ -43,7 +48,10 @@ from tests.deploy.harness import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
-INFORMER, MANAGER, CONTROLLER = "steward-informer", "steward-manager", "steward-controller-job"
+INFORMER, MANAGER = "steward-informer", "steward-manager"
+JOB, REPLICASET = "steward-controller-job", "steward-controller-replicaset"
+CONTROLLERS = {JOB: "job", REPLICASET: "replicaset"}
+"""The controllers' Deployments run here, and the name each registers with the manager."""
 
 
 @dataclass
@@ -72,7 +80,8 @@ def start_ready(launcher: Launcher, name: str, kubeconfig: Path, docs: list[Doc]
 
 
 @pytest.fixture(scope="module")
-def stack(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(apps_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    cluster = apps_cluster
     docs = render("local")
     labels = find(docs, "Namespace", NAMESPACE)["metadata"]["labels"]
     ensure_namespace(cluster, NAMESPACE, labels)
@@ -81,7 +90,7 @@ def stack(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> It
     launcher = Launcher(docs, workdir)
     kubeconfigs = {
         name: identity(cluster, docs, service_account_of(docs, name), workdir)
-        for name in (INFORMER, MANAGER, CONTROLLER)
+        for name in (INFORMER, MANAGER, *CONTROLLERS)
     }
     processes: dict[str, Process] = {}
     try:
@@ -89,19 +98,22 @@ def stack(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> It
         launcher.expose(INFORMER, processes[INFORMER])
         processes[MANAGER] = start_ready(launcher, MANAGER, kubeconfigs[MANAGER], docs)
         launcher.expose(MANAGER, processes[MANAGER])
-        controller = launcher.start(launcher.prepare(CONTROLLER, kubeconfigs[CONTROLLER]))
-        processes[CONTROLLER] = controller
+        for name in CONTROLLERS:
+            processes[name] = launcher.start(launcher.prepare(name, kubeconfigs[name]))
         yield Stack(docs, launcher, kubeconfigs, processes)
     finally:
-        for name in (CONTROLLER, MANAGER, INFORMER):
+        for name in (*CONTROLLERS, MANAGER, INFORMER):
             if name in processes:
                 processes[name].stop()
 
 
-def test_each_service_runs_as_its_own_service_account(stack: Stack, cluster: LocalCluster) -> None:
+def test_each_service_runs_as_its_own_service_account(
+    stack: Stack, apps_cluster: LocalCluster
+) -> None:
+    assert set(stack.kubeconfigs) == {INFORMER, MANAGER, *CONTROLLERS}
     for name, kubeconfig in stack.kubeconfigs.items():
         sa = service_account_of(stack.docs, name)
-        assert whoami(cluster, kubeconfig) == f"system:serviceaccount:{NAMESPACE}:{sa}"
+        assert whoami(apps_cluster, kubeconfig) == f"system:serviceaccount:{NAMESPACE}:{sa}"
 
 
 def test_processes_run_the_containers_command_and_environment(stack: Stack) -> None:
@@ -114,40 +126,53 @@ def test_processes_run_the_containers_command_and_environment(stack: Stack) -> N
 
 
 def test_informer_serves_a_watch_of_pods(
-    stack: Stack, cluster: LocalCluster, namespace: str
+    stack: Stack, apps_cluster: LocalCluster, apps_namespace: str
 ) -> None:
     informer = stack.processes[INFORMER]
-    problem = exercises.watch_pods(cluster, stack.address(INFORMER), namespace)
+    problem = exercises.watch_pods(apps_cluster, stack.address(INFORMER), apps_namespace)
     assert problem is None, f"{problem}\ninformer log:\n{informer.tail()}"
     assert not informer.forbidden(), informer.tail()
 
 
-def test_manager_registers_the_job_controller(stack: Stack) -> None:
-    manager, controller = stack.processes[MANAGER], stack.processes[CONTROLLER]
-    problem = exercises.wait_registered(stack.address(MANAGER))
+@pytest.mark.parametrize("deployment", list(CONTROLLERS))
+def test_manager_registers_the_controllers(stack: Stack, deployment: str) -> None:
+    manager, controller = stack.processes[MANAGER], stack.processes[deployment]
+    problem = exercises.wait_registered(stack.address(MANAGER), CONTROLLERS[deployment])
     assert problem is None, (
         f"{problem}\nmanager log:\n{manager.tail()}\ncontroller log:\n{controller.tail()}"
     )
 
 
 def test_job_runs_to_completion_under_stewards_controller(
-    stack: Stack, cluster: LocalCluster, namespace: str
+    stack: Stack, apps_cluster: LocalCluster, apps_namespace: str
 ) -> None:
-    controller = stack.processes[CONTROLLER]
+    controller = stack.processes[JOB]
     assert exercises.wait_registered(stack.address(MANAGER)) is None, controller.tail()
-    problem = exercises.run_job(cluster, namespace)
+    problem = exercises.run_job(apps_cluster, apps_namespace)
     assert problem is None, f"{problem}\ncontroller log:\n{controller.tail()}"
     for process in stack.processes.values():
         assert not process.forbidden(), f"{process.name} was refused:\n{process.tail()}"
 
 
-def test_controller_answers_its_http_probes(stack: Stack) -> None:
-    deployment = find(stack.docs, "Deployment", CONTROLLER)
-    c = container(deployment)
+def test_replicaset_pods_are_made_and_ready_under_stewards_controller(
+    stack: Stack, apps_cluster: LocalCluster, apps_namespace: str
+) -> None:
+    controller = stack.processes[REPLICASET]
+    registered = exercises.wait_registered(stack.address(MANAGER), CONTROLLERS[REPLICASET])
+    assert registered is None, controller.tail()
+    problem = exercises.run_replicaset(apps_cluster, apps_namespace)
+    assert problem is None, f"{problem}\ncontroller log:\n{controller.tail()}"
+    for process in stack.processes.values():
+        assert not process.forbidden(), f"{process.name} was refused:\n{process.tail()}"
+
+
+@pytest.mark.parametrize("deployment", list(CONTROLLERS))
+def test_controller_answers_its_http_probes(stack: Stack, deployment: str) -> None:
+    c = container(find(stack.docs, "Deployment", deployment))
     named = {p["name"]: p["containerPort"] for p in c["ports"]}
-    process = stack.processes[CONTROLLER]
+    process = stack.processes[deployment]
     for kind in ("livenessProbe", "readinessProbe"):
         probe = c[kind]["httpGet"]
         port = named.get(probe["port"], probe["port"])
         url = f"http://{process.address(int(port))}{probe['path']}"
-        wait_for(partial(http_ok, url), f"{CONTROLLER} {kind} {url}", process, 30)
+        wait_for(partial(http_ok, url), f"{deployment} {kind} {url}", process, 30)

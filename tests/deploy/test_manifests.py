@@ -32,7 +32,12 @@ VARIANTS = [
     for overlay in deploy.OVERLAYS
     for jaeger in (False, True)
 ]
-STEWARD = ("steward-informer", "steward-manager", "steward-controller-job")
+CONTROLLERS = (
+    "steward-controller-job",
+    "steward-controller-replicaset",
+    "steward-controller-deployment",
+)
+STEWARD = ("steward-informer", "steward-manager", *CONTROLLERS)
 GRPC_SERVICES = {
     "steward-informer": "steward.v1.InformerService",
     "steward-manager": "steward.v1.ManagerService",
@@ -102,7 +107,13 @@ def test_the_base_deploys_the_roles_of_deploy_rbac_unchanged() -> None:
         if doc.get("kind") == "ClusterRole"
     }
     assert rendered == wanted
-    assert {"steward:informer", "steward:manager", "steward:controller:job"} <= set(rendered)
+    assert {
+        "steward:informer",
+        "steward:manager",
+        "steward:controller:job",
+        "steward:controller:replicaset",
+        "steward:controller:deployment",
+    } <= set(rendered)
 
 
 @pytest.mark.unit
@@ -168,13 +179,21 @@ def test_probes_ask_what_each_service_serves() -> None:
         assert listen == f"--listen=0.0.0.0:{grpc_port}"
         assert c["livenessProbe"]["grpc"] == {"port": grpc_port, "service": ""}
         assert c["readinessProbe"]["grpc"] == {"port": grpc_port, "service": service}
-    c = container(find(docs, "Deployment", "steward-controller-job"))
-    health_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "health")
-    env = {e["name"]: e.get("value") for e in c["env"]}
-    assert env["STEWARD_HEALTH_LISTEN"] == f"0.0.0.0:{health_port}"
-    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
-    assert "--no-take-unmanaged" in c["args"]
+    for name in CONTROLLERS:
+        c = container(find(docs, "Deployment", name))
+        health_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "health")
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["STEWARD_HEALTH_LISTEN"] == f"0.0.0.0:{health_port}", name
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}, name
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}, name
+        assert "--informer=steward-informer:50061" in c["args"], name
+        assert "--manager=steward-manager:50062" in c["args"], name
+    job = container(find(docs, "Deployment", "steward-controller-job"))
+    assert "--no-take-unmanaged" in job["args"]
+    for name in ("steward-controller-replicaset", "steward-controller-deployment"):
+        c = container(find(docs, "Deployment", name))
+        metrics_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "metrics")
+        assert f"--metrics=0.0.0.0:{metrics_port}" in c["args"], name
 
 
 @pytest.mark.unit
@@ -205,9 +224,10 @@ def test_only_controllers_reach_the_informer_and_the_manager() -> None:
     policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
     deny = find(docs, "NetworkPolicy", "steward-default-deny")["spec"]
     assert deny == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
-    controller_labels = find(docs, "Deployment", "steward-controller-job")["spec"]["template"][
-        "metadata"
-    ]["labels"]
+    controller_labels = [
+        find(docs, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
+        for name in CONTROLLERS
+    ]
     for name in ("steward-informer", "steward-manager"):
         labels = find(docs, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
         ingress = [
@@ -224,7 +244,8 @@ def test_only_controllers_reach_the_informer_and_the_manager() -> None:
                 assert set(peer) == {"podSelector"}, f"{name}: ingress from {peer}"
                 selector = peer["podSelector"]["matchLabels"]
                 assert selector == {"steward.io/role": "controller"}
-                assert selector.items() <= controller_labels.items()
+                for labels in controller_labels:
+                    assert selector.items() <= labels.items()
 
 
 @pytest.mark.unit
@@ -248,11 +269,12 @@ def test_production_runs_two_of_everything_with_budgets_and_spread() -> None:
         }
         for s in spread:
             assert s["labelSelector"]["matchLabels"].items() <= pod_labels.items()
-    assert "--standby" in container(find(docs, "Deployment", "steward-controller-job"))["args"]
-    assert (
-        "--standby"
-        not in container(find(render("local"), "Deployment", "steward-controller-job"))["args"]
-    )
+    local = render("local")
+    for name in CONTROLLERS:
+        assert "--standby" in container(find(docs, "Deployment", name))["args"], name
+        assert "--standby" not in container(find(local, "Deployment", name))["args"], name
+    for name in ("steward-informer", "steward-manager"):
+        assert "--standby" not in container(find(docs, "Deployment", name))["args"], name
 
 
 @pytest.mark.unit
@@ -288,6 +310,8 @@ def test_render_command_line(capsys: pytest.CaptureFixture[str]) -> None:
         parser.parse_args(["deploy", "render", "--help"])
     help_text = capsys.readouterr().out
     assert "--overlay {local,production}" in help_text and "--with-jaeger" in help_text
+    assert "Job, ReplicaSet and Deployment controllers" in help_text
+    assert "--controllers=*,-replicaset,-deployment" in help_text
     with pytest.raises(SystemExit):
         parser.parse_args(["deploy", "render", "--overlay", "staging"])
 

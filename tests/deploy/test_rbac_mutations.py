@@ -5,10 +5,13 @@ For each rule of each role bound to a service's ServiceAccount, a copy of the ro
 that rule is bound (by copies of the manifest's bindings) to a fresh ServiceAccount, and
 the service runs one short exercise under that identity, the other services at their full
 rights: the informer serves a watch of pods, the manager leads and registers the Job
-controller, the Job controller runs a Job to completion (adoption, pods, status, Events).
-The exercise must then fail: it did not finish, or the service was refused (403). A rule
-whose removal changes nothing fails the test, named, unless this cluster is known to make
-it redundant, which is checked, not assumed (see ``REDUNDANT_HERE``).
+controller, the Job controller runs a Job to completion (adoption, pods, status, Events),
+the ReplicaSet controller keeps a ReplicaSet's pods as it scales (adoption, creation,
+deletion, status, Events). It all runs in ``apps_cluster`` (tests/deploy/conftest.py),
+where upstream's ReplicaSet controller is off. The exercise must then fail: it did not
+finish, or the service was refused (403). A rule whose removal changes nothing fails the
+test, named, unless this cluster is known to make it redundant, which is checked, not
+assumed (see ``REDUNDANT_HERE``).
 
 First the same exercise runs with an unmutated copy of each role, which must succeed
 without any refusal; that is what makes a failure under a mutation meaningful.
@@ -41,6 +44,7 @@ from tests.deploy.harness import (
     find,
     grpc_probe,
     grpc_serving,
+    new_namespace,
     render,
     service_account_of,
     token,
@@ -50,7 +54,8 @@ from tests.deploy.harness import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-INFORMER, MANAGER, CONTROLLER = "steward-informer", "steward-manager", "steward-controller-job"
+INFORMER, MANAGER = "steward-informer", "steward-manager"
+JOB, REPLICASET = "steward-controller-job", "steward-controller-replicaset"
 
 
 @dataclass
@@ -72,10 +77,8 @@ class Site:
     launcher: Launcher
     workdir: Path
 
-    def namespace(self, prefix: str, labels: dict[str, str] | None = None) -> str:
-        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-        ensure_namespace(self.cluster, name, labels or {})
-        return name
+    def namespace(self, prefix: str) -> str:
+        return new_namespace(self.cluster, prefix)
 
 
 @dataclass
@@ -203,9 +206,9 @@ def exercise_manager(bench: Bench, ident: Identity) -> tuple[str | None, Process
         end_ready = _until(lambda: grpc_serving(manager.address(port), service), manager)
         if end_ready is not None:
             return end_ready, manager
-        full = identity_for(bench, CONTROLLER, None, None)
+        full = identity_for(bench, JOB, None, None)
         try:
-            controller = launcher.start(launcher.prepare(CONTROLLER, full.kubeconfig))
+            controller = launcher.start(launcher.prepare(JOB, full.kubeconfig))
             return exercises.wait_registered(
                 manager.address(port), give_up=manager.forbidden
             ), manager
@@ -217,8 +220,8 @@ def exercise_manager(bench: Bench, ident: Identity) -> tuple[str | None, Process
         manager.stop()
 
 
-def exercise_controller(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
-    controller = start(bench, CONTROLLER, ident)
+def exercise_job(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
+    controller = start(bench, JOB, ident)
     try:
         problem = exercises.wait_registered(
             bench.address(bench.manager), give_up=controller.forbidden
@@ -226,6 +229,20 @@ def exercise_controller(bench: Bench, ident: Identity) -> tuple[str | None, Proc
         if problem is None:
             ns = bench.namespace("job")
             problem = exercises.run_job(bench.cluster, ns, give_up=controller.forbidden)
+        return problem, controller
+    finally:
+        controller.stop()
+
+
+def exercise_replicaset(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
+    controller = start(bench, REPLICASET, ident)
+    try:
+        problem = exercises.wait_registered(
+            bench.address(bench.manager), "replicaset", give_up=controller.forbidden
+        )
+        if problem is None:
+            ns = bench.namespace("rs")
+            problem = exercises.run_replicaset(bench.cluster, ns, give_up=controller.forbidden)
         return problem, controller
     finally:
         controller.stop()
@@ -242,7 +259,8 @@ def _until(check: Callable[[], bool], process: Process, timeout: float = 60.0) -
 EXERCISES: dict[str, Callable[[Bench, Identity], tuple[str | None, Process]]] = {
     INFORMER: exercise_informer,
     MANAGER: exercise_manager,
-    CONTROLLER: exercise_controller,
+    JOB: exercise_job,
+    REPLICASET: exercise_replicaset,
 }
 
 
@@ -268,63 +286,84 @@ def _discovery_granted_to_everyone(bench: Bench, ident: Identity, rule: dict[str
     return bool(status.get("allowed")) and "system:discovery" in status.get("reason", "")
 
 
-def _owner_references_not_enforced(bench: Bench, ident: Identity, rule: dict[str, Any]) -> bool:
-    """jobs/finalizers: only the OwnerReferencesPermissionEnforcement admission plugin
-    (off in the local control plane) checks it, when a pod says blockOwnerDeletion."""
-    ns = bench.namespace("ownerrefs")
-    job = bench.cluster.api(
-        "POST",
-        f"/apis/batch/v1/namespaces/{ns}/jobs",
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": "owner"},
-            "spec": {
-                "managedBy": "steward.io/nobody",
-                "suspend": True,
-                "template": {
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [{"name": "c", "image": "busybox:1.36"}],
-                    }
-                },
+def _owner_references_not_enforced(
+    group_version: str, kind: str, spec: dict[str, Any]
+) -> Callable[[Bench, Identity, dict[str, Any]], bool]:
+    """<owners>/finalizers (jobs, replicasets): only the OwnerReferencesPermissionEnforcement
+    admission plugin (off in the local control plane) checks it, when a pod says
+    blockOwnerDeletion. The check creates an owner of ``kind`` with ``spec`` (one that
+    no controller acts on) and has the identity create, as a dry run, a pod it owns."""
+
+    def check(bench: Bench, ident: Identity, rule: dict[str, Any]) -> bool:
+        ns = bench.namespace("ownerrefs")
+        plural = f"{kind.lower()}s"
+        owner = bench.cluster.api(
+            "POST",
+            f"/apis/{group_version}/namespaces/{ns}/{plural}",
+            {
+                "apiVersion": group_version,
+                "kind": kind,
+                "metadata": {"name": "owner"},
+                "spec": spec,
             },
-        },
-        ok=(201,),
-    )
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "owned",
-            "namespace": ns,
-            "ownerReferences": [
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
-                    "name": "owner",
-                    "uid": job["metadata"]["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
+            ok=(201,),
+        )
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "owned",
+                "namespace": ns,
+                "ownerReferences": [
+                    {
+                        "apiVersion": group_version,
+                        "kind": kind,
+                        "name": "owner",
+                        "uid": owner["metadata"]["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
+        }
+        done = subprocess.run(
+            [KUBECTL, f"--kubeconfig={ident.kubeconfig}", "create", "--dry-run=server", "-f", "-"],
+            input=yaml.safe_dump(pod),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        return done.returncode == 0
+
+    return check
+
+
+def _template(restart: str) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": {"owner": "none"}},
+        "spec": {"restartPolicy": restart, "containers": [{"name": "c", "image": "busybox:1.36"}]},
     }
-    done = subprocess.run(
-        [KUBECTL, f"--kubeconfig={ident.kubeconfig}", "create", "--dry-run=server", "-f", "-"],
-        input=yaml.safe_dump(pod),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    return done.returncode == 0
+
+
+# A suspended Job managed by nobody; a ReplicaSet of no replicas.
+_JOB_OWNER = {"managedBy": "steward.io/nobody", "suspend": True, "template": _template("Never")}
+_RS_OWNER = {
+    "replicas": 0,
+    "selector": {"matchLabels": {"owner": "none"}},
+    "template": _template("Always"),
+}
 
 
 REDUNDANT_HERE: dict[tuple[str, str], Callable[[Bench, Identity, dict[str, Any]], bool]] = {
     ("steward:informer", "nonResourceURLs"): _discovery_granted_to_everyone,
-    ("steward:controller:job", "jobs/finalizers"): _owner_references_not_enforced,
+    ("steward:controller:job", "jobs/finalizers"): _owner_references_not_enforced(
+        "batch/v1", "Job", _JOB_OWNER
+    ),
+    ("steward:controller:replicaset", "replicasets/finalizers"): _owner_references_not_enforced(
+        "apps/v1", "ReplicaSet", _RS_OWNER
+    ),
 }
 
 
@@ -339,7 +378,8 @@ def _describe(role: Doc, index: int, rule: dict[str, Any]) -> str:
 
 
 @pytest.fixture(scope="module")
-def bench(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
+def bench(apps_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
+    cluster = apps_cluster
     docs = render("local")
     labels = find(docs, "Namespace", NAMESPACE)["metadata"]["labels"]
     ensure_namespace(cluster, NAMESPACE, labels)
@@ -364,7 +404,7 @@ def bench(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> It
         informer.stop()
 
 
-@pytest.mark.parametrize("deployment", [INFORMER, MANAGER, CONTROLLER])
+@pytest.mark.parametrize("deployment", list(EXERCISES))
 def test_every_rule_of_the_services_roles_is_needed(bench: Bench, deployment: str) -> None:
     ident = identity_for(bench, deployment, None, None)
     problem, process = EXERCISES[deployment](bench, ident)

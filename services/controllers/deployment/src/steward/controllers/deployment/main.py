@@ -23,7 +23,7 @@ from steward.controllers.deployment.controller import NAME, build
 from steward.kube import KubeClient, load_access
 from steward.runtime.controller import ControllerOptions
 from steward.runtime.session import SessionOptions
-from steward.serving import start_metrics_server, stop_metrics_server
+from steward.serving import start_loop_health, start_metrics_server, stop_metrics_server
 from steward.telemetry import configure_tracing
 
 
@@ -48,6 +48,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 async def run(args: argparse.Namespace) -> None:
     """Run the controller until cancelled."""
+    start_loop_health()  # /healthz and /readyz on $STEWARD_HEALTH_LISTEN, when set
     api = KubeClient(
         load_access(args.kubeconfig), user_agent="steward-deployment-controller", workers=16
     )

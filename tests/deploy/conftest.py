@@ -1,0 +1,59 @@
+"""Fixtures of the deploy tests: a cluster where Steward's controllers have the field alone.
+
+ReplicaSets and Deployments have no ``spec.managedBy``, so upstream's controllers of
+them would fight Steward's over the same objects on the session cluster. The tests that
+run the services (tests/deploy/test_identities.py, test_rbac_mutations.py) therefore use
+``apps_cluster``: a local control plane of their own (one for this package) whose
+kube-controller-manager runs without its ``replicaset`` and ``deployment`` controllers,
+as a cluster running Steward's would. Upstream's Job controller stays on: the Job
+exercise names Steward's controller in ``spec.managedBy``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from steward.cluster import ClusterConfig, LocalCluster, ToolchainError
+from steward.cluster.progress import Progress
+from tests.deploy.harness import new_namespace
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+APPS_CONTROLLERS = "*,-replicaset,-deployment"
+"""kube-controller-manager's ``--controllers`` in ``apps_cluster``."""
+
+
+@pytest.fixture(scope="package")
+def apps_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A local control plane (3 kwok nodes) without upstream's ReplicaSet and Deployment
+    controllers."""
+    cfg = ClusterConfig(
+        name=f"steward-test-deploy-{os.getpid()}",
+        state_dir=tmp_path_factory.mktemp("apps-cluster"),
+        nodes=3,
+        die_with_parent=True,
+        controllers=APPS_CONTROLLERS,
+    )
+    try:
+        running = LocalCluster.up(cfg, progress=Progress(interval=15.0))
+    except ToolchainError as err:
+        if IN_CI:
+            raise
+        pytest.skip(f"no local control plane: {err}")
+    try:
+        yield running
+    finally:
+        running.down(progress=Progress(quiet=True))
+
+
+@pytest.fixture
+def apps_namespace(apps_cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace of ``apps_cluster`` for one test, deleted afterwards."""
+    base = request.node.name.lower().replace("_", "-")
+    name = new_namespace(apps_cluster, "".join(c for c in base if c.isalnum() or c == "-"))
+    try:
+        yield name
+    finally:
+        apps_cluster.api("DELETE", f"/api/v1/namespaces/{name}", ok=(200, 202, 404))
