@@ -147,3 +147,26 @@ async def test_a_late_handler_is_replayed_what_is_held(mirror: Mirror) -> None:
     mirror._apply([ev(pb.EVENT_TYPE_ADDED, JOBS, "j", "1")])
     seen = record(mirror)
     assert [(c.kind, c.obj.name) for c in seen] == [(ChangeKind.ADDED, "j")]
+
+
+async def test_an_object_nested_beyond_orjson_still_decodes() -> None:
+    """Custom resources may nest far deeper than orjson decodes (1,024 levels)."""
+    from steward.runtime.mirror import MirrorObject, type_key
+
+    depth = 5000
+    raw = (
+        b'{"metadata":{"name":"deep","namespace":"ns"},"spec":'
+        + b'{"a":' * depth
+        + b"1"
+        + b"}" * depth
+        + b"}"
+    )
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(raw)
+    meta = pb.ObjectMeta(namespace="ns", name="deep")
+    obj = MirrorObject(type_key(resource_type("example.com", "v1", "widgets")), meta, raw)
+    spec = obj.object["spec"]
+    for _ in range(depth - 1):
+        spec = spec["a"]
+    assert spec == {"a": 1}
+    assert obj.object["metadata"]["name"] == "deep"

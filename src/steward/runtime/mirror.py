@@ -35,6 +35,7 @@ from typing import Any
 import grpc
 import orjson
 
+from steward.deepjson import loads_deep
 from steward.runtime.workqueue import TraceContext
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
@@ -103,9 +104,14 @@ class MirrorObject:
 
     @property
     def object(self) -> dict[str, Any]:
-        """The object as a dict (decoded once; treat it as read-only)."""
+        """The object as a dict (decoded once; treat it as read-only). Objects nested
+        deeper than orjson decodes (custom resources may nest thousands of levels) are
+        decoded by :func:`steward.deepjson.loads_deep` instead."""
         if self._decoded is None:
-            self._decoded = orjson.loads(self.raw)
+            try:
+                self._decoded = orjson.loads(self.raw)
+            except orjson.JSONDecodeError:
+                self._decoded = loads_deep(self.raw)
         return self._decoded
 
     def controller_owner(self) -> pb.OwnerReference | None:
