@@ -183,6 +183,7 @@ class StewardControllers:
                 "informer",
                 kubeconfig,
                 f"--listen={informer}",
+                *cluster.state.steward_serving_args(),  # mTLS and RBAC, as deployed
             ],
             "steward-deployment": [
                 py,
@@ -191,6 +192,7 @@ class StewardControllers:
                 kubeconfig,
                 f"--informer={informer}",
                 f"--workers={workers}",
+                *cluster.state.client_args("admin"),
             ],
         }
         if replicaset:
@@ -201,6 +203,7 @@ class StewardControllers:
                 kubeconfig,
                 f"--informer={informer}",
                 f"--workers={workers}",
+                *cluster.state.client_args("admin"),
             ]
         for name, args in argv.items():
             with (self.logs / f"{name}.log").open("ab") as log:

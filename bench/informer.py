@@ -36,6 +36,7 @@ import orjson
 
 from steward.cluster import ClusterConfig, LocalCluster
 from steward.cluster.progress import Progress
+from steward.security import DEVELOPMENT
 from steward.serving import free_port
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
@@ -257,6 +258,9 @@ class InformerProcess:
                 str(cluster.kubeconfig),
                 "--listen",
                 self.target,
+                # Throughput of the cache and fan-out, without TLS and reviews.
+                "--insecure-plaintext",
+                "--authorization-mode=AlwaysAllow",
             ],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
@@ -343,7 +347,9 @@ async def _fanout(cluster: LocalCluster, subscribers: int, events: int) -> dict[
 
     ns = f"bench-fanout-{subscribers}"
     server = InformerServer(
-        InformerOptions(listen="127.0.0.1:0", kubeconfig=str(cluster.kubeconfig))
+        InformerOptions(
+            security=DEVELOPMENT, listen="127.0.0.1:0", kubeconfig=str(cluster.kubeconfig)
+        )
     )
     await server.start()
     target = f"127.0.0.1:{server.port}"

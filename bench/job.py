@@ -211,6 +211,7 @@ class StewardJob:
                 "informer",
                 f"--kubeconfig={kubeconfig}",
                 f"--listen={informer}",
+                *cluster.state.steward_serving_args(),  # mTLS and RBAC, as deployed
             ],
             logs / "bench-informer.log",
         )
@@ -226,6 +227,7 @@ class StewardJob:
                 f"--namespace={namespace}",
                 f"--workers={workers}",
                 "--no-take-unmanaged",
+                *cluster.state.client_args("admin"),
             ],
             logs / "bench-job-controller.log",
         )

@@ -20,13 +20,13 @@ from collections.abc import Sequence
 
 import grpc
 
-from steward import grpc_tracing
 from steward.kube import ApiStatusError, KubeClient, NotFoundError, load_access
 from steward.runtime import Request, Result, TraceContext
 from steward.runtime.controller import Controller, ControllerBuilder, ControllerOptions
 from steward.runtime.mirror import Mirror, resource_type
 from steward.runtime.session import RegistrationRefusedError, SessionOptions
 from steward.runtime.source import labels_changed
+from steward.security import SecurityConfigError, add_client_arguments, client_from_args
 from steward.telemetry import configure_tracing
 
 NAME = "configmap-labeller"
@@ -87,9 +87,9 @@ def build(
 
 async def _main(args: argparse.Namespace) -> None:
     api = KubeClient(load_access(args.kubeconfig), user_agent=NAME)
-    async with grpc_tracing.insecure_channel(args.informer) as channel:
+    async with args.security.channel(args.informer) as channel:
         controller = build(channel, api, ControllerOptions(namespace=args.namespace))
-        session = SessionOptions(controller=NAME, standby=args.standby)
+        session = SessionOptions(controller=NAME, standby=args.standby, security=args.security)
         await controller.run(manager=args.manager, session=session if args.manager else None)
 
 
@@ -104,7 +104,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--manager", default=None, help="manager host:port (default: none)")
     parser.add_argument("--namespace", default="", help="watch only this namespace")
     parser.add_argument("--standby", action="store_true", help="stand by if another is active")
+    add_client_arguments(parser)  # --tls-ca-file, --tls-cert-file, --tls-key-file, ...
     args = parser.parse_args(argv)
+    try:
+        args.security = client_from_args(args)
+    except SecurityConfigError as err:
+        parser.error(str(err))
     logging.basicConfig(level=logging.INFO)
     configure_tracing(f"steward-controller-{NAME}")
     try:

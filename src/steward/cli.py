@@ -18,6 +18,7 @@ from pathlib import Path
 from steward.cluster import binaries
 from steward.cluster.control_plane import ClusterConfig, LocalCluster, state_root
 from steward.cluster.errors import ClusterError
+from steward.security import SecurityConfigError, add_client_arguments, client_from_args
 
 _EPILOG = """\
 environment:
@@ -191,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         "%(default)s)",
     )
     controllers.add_argument("--timeout", type=float, default=10.0, help="seconds to wait")
+    add_client_arguments(controllers)
     controllers.add_argument("--json", action="store_true", help="print JSON")
     trace_cmd = sub.add_parser(
         "trace",
@@ -259,7 +261,12 @@ def _cmd_controllers(args: argparse.Namespace) -> int:
     from steward.v1 import manager_pb2, manager_pb2_grpc
 
     try:
-        with grpc.insecure_channel(args.manager) as channel:
+        security = client_from_args(args)
+    except SecurityConfigError as err:
+        print(f"steward: error: {err}", file=sys.stderr)
+        return 2
+    try:
+        with security.sync_channel(args.manager) as channel:
             response = manager_pb2_grpc.ManagerServiceStub(channel).ListControllers(
                 manager_pb2.ListControllersRequest(), timeout=args.timeout
             )
@@ -347,6 +354,13 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
             values["STEWARD_INFORMER"] = cluster.state.informer_address
         if "manager" in names:
             values["STEWARD_MANAGER"] = cluster.state.manager_address
+            values["STEWARD_MANAGER_ADDRESS"] = cluster.state.manager_address
+        if names & {"informer", "manager"}:
+            # mTLS to Steward's services as the cluster's admin (system:masters).
+            admin = cluster.client_security()
+            values["STEWARD_TLS_CA_FILE"] = str(admin.ca_file)
+            values["STEWARD_TLS_CERT_FILE"] = str(admin.cert_file)
+            values["STEWARD_TLS_KEY_FILE"] = str(admin.key_file)
         for key, value in values.items():
             print(f"export {key}={shlex.quote(value)}")
     elif args.action == "status":

@@ -93,6 +93,19 @@ def insecure_channel(
     return grpc.aio.insecure_channel(target, options, interceptors=client_interceptors(target))
 
 
+def channel(
+    target: str,
+    credentials: grpc.ChannelCredentials | None,
+    options: Sequence[tuple[str, Any]] | None = None,
+) -> grpc.aio.Channel:
+    """Like :func:`insecure_channel`, over TLS when ``credentials`` is not None (see
+    :class:`steward.security.ClientSecurity`, which makes them)."""
+    if credentials is None:
+        return insecure_channel(target, options)
+    interceptors = client_interceptors(target) if tracing_enabled() else None
+    return grpc.aio.secure_channel(target, credentials, options, interceptors=interceptors)
+
+
 def client_interceptors(target: str) -> list[grpc.aio.ClientInterceptor]:
     """The four client interceptors (one per call shape) for a channel to ``target``,
     for channels made otherwise than by :func:`insecure_channel`."""

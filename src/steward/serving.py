@@ -93,8 +93,18 @@ class LoopHealth:
     other path is 404.
     """
 
-    def __init__(self, address: str, *, stale_after: float = 10.0, interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        stale_after: float = 10.0,
+        interval: float = 1.0,
+        unready: Callable[[], str | None] | None = None,
+    ) -> None:
         self.stale_after = stale_after
+        self.unready = unready
+        """Why the process is not ready (``/readyz`` answers 503 with it), or None; called
+        on the HTTP thread, so it must only read state."""
         self.interval = interval
         self._beat = time.monotonic()
         self._loop = asyncio.get_running_loop()
@@ -103,10 +113,11 @@ class LoopHealth:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path.split("?", 1)[0] not in ("/healthz", "/readyz", "/livez"):
+                path = self.path.split("?", 1)[0]
+                if path not in ("/healthz", "/readyz", "/livez"):
                     code, body = 404, "not found\n"
                 else:
-                    code, body = health.check()
+                    code, body = health.check(ready=path == "/readyz")
                 data = body.encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "text/plain; charset=utf-8")
@@ -132,12 +143,16 @@ class LoopHealth:
         self._beat = time.monotonic()
         self._timer = self._loop.call_later(self.interval, self._stamp)
 
-    def check(self) -> tuple[int, str]:
-        """(HTTP status, body) of a probe right now."""
+    def check(self, ready: bool = False) -> tuple[int, str]:
+        """(HTTP status, body) of a probe right now; with ``ready``, also :attr:`unready`."""
         stalled = time.monotonic() - self._beat
-        if stalled < self.stale_after:
-            return 200, "ok\n"
-        return 503, f"event loop stalled for {stalled:.1f}s\n"
+        if stalled >= self.stale_after:
+            return 503, f"event loop stalled for {stalled:.1f}s\n"
+        if ready and self.unready is not None:
+            why = self.unready()
+            if why is not None:
+                return 503, f"not ready: {why}\n"
+        return 200, "ok\n"
 
     def stop(self) -> None:
         """Stop the heartbeat and the HTTP server (call from the loop's thread)."""
@@ -149,7 +164,10 @@ class LoopHealth:
 
 
 def start_loop_health(
-    address: str | None = None, *, stale_after: float = 10.0
+    address: str | None = None,
+    *,
+    stale_after: float = 10.0,
+    unready: Callable[[], str | None] | None = None,
 ) -> LoopHealth | None:
     """Serve :class:`LoopHealth` on ``address`` (default ``$STEWARD_HEALTH_LISTEN``); None,
     and nothing served, when neither is set. Call it from the running event loop whose
@@ -163,4 +181,4 @@ def start_loop_health(
         address = os.environ.get(HEALTH_LISTEN_ENV, "")
     if not address:
         return None
-    return LoopHealth(address, stale_after=stale_after)
+    return LoopHealth(address, stale_after=stale_after, unready=unready)

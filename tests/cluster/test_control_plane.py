@@ -12,7 +12,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from kubernetes import client
 from kubernetes import config as k8s_config
@@ -164,8 +163,8 @@ def test_down_leaves_no_process_alive(tmp_path: Path) -> None:
     job_controller = next(r for r in records if r.name == "job-controller")
     assert "steward.controllers.job.main" in job_controller.argv
     assert all(r.alive() for r in records)
-    # The informer serves the cluster's objects.
-    with grpc.insecure_channel(running.state.informer_address) as channel:
+    # The informer serves the cluster's objects, over mTLS to a known client certificate.
+    with running.client_security().sync_channel(running.state.informer_address) as channel:
         stub = InformerServiceStub(channel)
         nodes = stub.List(ListRequest(type=ResourceType(version="v1", resource="nodes")))
         assert [item.metadata.name for item in nodes.items] == ["kwok-node-0"]

@@ -106,6 +106,11 @@ ALLOWED = [
     ("controller-job", "patch", "", "pods", "", "default"),
     ("controller-job", "delete", "", "pods", "", "default"),
     ("controller-job", "create", "", "events", "", "default"),
+    # What the informer checks a Watch against (never used on the API server itself).
+    ("controller-job", "list", "", "pods", "", ""),
+    ("controller-job", "watch", "batch", "jobs", "", ""),
+    ("controller-deployment", "watch", "apps", "replicasets", "", ""),
+    ("controller-replicaset", "list", "", "pods", "", "default"),
 ]
 
 REFUSED = [
@@ -130,7 +135,9 @@ REFUSED = [
     ("controller-job", "update", "batch", "jobs", "", "default"),
     ("controller-job", "patch", "batch", "jobs", "status", "default"),
     ("controller-job", "delete", "batch", "jobs", "", "default"),
-    ("controller-job", "list", "", "pods", "", ""),
+    ("controller-job", "get", "", "pods", "", "default"),
+    ("controller-job", "list", "", "configmaps", "", ""),
+    ("controller-job", "watch", "apps", "replicasets", "", ""),
     ("controller-job", "update", "", "pods", "", "default"),
     ("controller-job", "patch", "", "events", "", "default"),
 ]
@@ -184,8 +191,13 @@ def test_identity_is_refused_the_rest(
 
 
 EXPECTED_WRITES = {
-    "informer": set(),
+    "informer": {
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    },
     "manager": {
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
         ("coordination.k8s.io", "leases", "create"),
         ("coordination.k8s.io", "leases", "update"),
         ("", "namespaces", "create"),
@@ -223,7 +235,8 @@ def test_identity_writes_exactly_what_its_service_writes(
     clients: dict[str, KubeClient], component: str
 ) -> None:
     """Every write the identity may make in a namespace (SelfSubjectRulesReview, cluster-wide
-    grants included), beyond the self-reviews everyone may create: the informer none."""
+    grants included), beyond the self-reviews everyone may create: the informer only the
+    reviews of its callers."""
     review = clients[component].request(
         "POST",
         "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",

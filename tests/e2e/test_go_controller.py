@@ -24,6 +24,7 @@ from kubernetes import client
 from steward.cluster import LocalCluster
 from steward.informer import InformerOptions, InformerServer
 from steward.manager import ManagerOptions
+from steward.security import DEVELOPMENT
 from steward.v1 import manager_pb2 as mpb
 from tests.manager.conftest import FAST, RunningManager
 
@@ -63,7 +64,9 @@ class RunningInformer:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="informer")
         self._thread.start()
-        self.server = InformerServer(InformerOptions(listen="127.0.0.1:0", kubeconfig=kubeconfig))
+        self.server = InformerServer(
+            InformerOptions(security=DEVELOPMENT, listen="127.0.0.1:0", kubeconfig=kubeconfig)
+        )
         try:
             self.address = f"127.0.0.1:{self._call(self.server.start())}"
         except BaseException:
@@ -153,6 +156,7 @@ def informer(cluster: LocalCluster) -> Iterator[str]:
 def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
     running = RunningManager(
         ManagerOptions(
+            security=DEVELOPMENT,
             listen="127.0.0.1:0",
             kubeconfig=str(cluster.kubeconfig),
             namespace=namespace,

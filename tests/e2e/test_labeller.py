@@ -24,6 +24,7 @@ from steward.kube import KubeClient, load_access
 from steward.manager import ManagerOptions
 from steward.runtime.controller import ControllerOptions
 from steward.runtime.session import SessionOptions
+from steward.security import DEVELOPMENT
 from steward.v1 import manager_pb2 as mpb
 from tests.manager.conftest import FAST, RunningManager
 
@@ -34,6 +35,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
 def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
     running = RunningManager(
         ManagerOptions(
+            security=DEVELOPMENT,
             listen="127.0.0.1:0",
             kubeconfig=str(cluster.component_kubeconfig("manager")),
             namespace=namespace,
@@ -50,7 +52,9 @@ def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
 async def informer(cluster: LocalCluster) -> AsyncIterator[str]:
     server = InformerServer(
         InformerOptions(
-            listen="127.0.0.1:0", kubeconfig=str(cluster.component_kubeconfig("informer"))
+            security=DEVELOPMENT,
+            listen="127.0.0.1:0",
+            kubeconfig=str(cluster.component_kubeconfig("informer")),
         )
     )
     await server.start()

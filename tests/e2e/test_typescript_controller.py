@@ -21,6 +21,7 @@ from kubernetes import client
 from steward.cluster import LocalCluster
 from steward.informer import InformerOptions, InformerServer
 from steward.manager import ManagerOptions
+from steward.security import DEVELOPMENT
 from steward.v1 import manager_pb2 as mpb
 from tests.manager.conftest import FAST, RunningManager
 
@@ -57,6 +58,7 @@ def built() -> Path:
 def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
     running = RunningManager(
         ManagerOptions(
+            security=DEVELOPMENT,
             listen="127.0.0.1:0",
             kubeconfig=str(cluster.kubeconfig),
             namespace=namespace,
@@ -72,7 +74,9 @@ def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
 @pytest_asyncio.fixture
 async def informer(cluster: LocalCluster) -> AsyncIterator[str]:
     server = InformerServer(
-        InformerOptions(listen="127.0.0.1:0", kubeconfig=str(cluster.kubeconfig))
+        InformerOptions(
+            security=DEVELOPMENT, listen="127.0.0.1:0", kubeconfig=str(cluster.kubeconfig)
+        )
     )
     await server.start()
     try:

@@ -17,6 +17,7 @@ from kubernetes import client
 from steward.cluster import LocalCluster
 from steward.informer import InformerOptions
 from steward.manager import ManagerOptions
+from steward.security import DEVELOPMENT
 from steward.v1 import informer_pb2 as ipb
 from steward.v1 import manager_pb2 as mpb
 from steward.v1 import manager_pb2_grpc as mpb_grpc
@@ -72,7 +73,10 @@ def fault_informer(cluster: LocalCluster) -> Iterator[RunningInformer]:
     """An informer of the module's own, as its own identity, with its default limits."""
     running = RunningInformer(
         InformerOptions(
-            listen="127.0.0.1:0", kubeconfig=informer_kubeconfig(cluster), idle_grace=2.0
+            security=DEVELOPMENT,
+            listen="127.0.0.1:0",
+            kubeconfig=informer_kubeconfig(cluster),
+            idle_grace=2.0,
         )
     )
     try:
@@ -156,6 +160,7 @@ def fault_manager(cluster: LocalCluster, fault_namespace: str) -> Iterator[Runni
     """A leading manager of the module's own (Leases in the module's namespace)."""
     running = RunningManager(
         ManagerOptions(
+            security=DEVELOPMENT,
             listen="127.0.0.1:0",
             kubeconfig=str(cluster.component_kubeconfig("manager")),
             namespace=fault_namespace,

@@ -19,6 +19,7 @@ from steward.informer import InformerOptions
 from steward.informer import server as informer_server
 from steward.manager import ManagerOptions
 from steward.manager import server as manager_server
+from steward.security import DEVELOPMENT
 from steward.v1 import informer_pb2 as ipb
 from steward.v1 import informer_pb2_grpc as ipb_grpc
 from steward.v1 import manager_pb2 as mpb
@@ -47,7 +48,10 @@ def refusal(call: Callable[[], object]) -> grpc.RpcError:
 @pytest.fixture(scope="module")
 def informer(cluster: LocalCluster) -> Iterator[RunningInformer]:
     options = InformerOptions(
-        listen="127.0.0.1:0", kubeconfig=informer_kubeconfig(cluster), idle_grace=2.0
+        security=DEVELOPMENT,
+        listen="127.0.0.1:0",
+        kubeconfig=informer_kubeconfig(cluster),
+        idle_grace=2.0,
     )
     # Set like a flag would (so this module also runs against servers without the field).
     options.max_watch_streams_per_peer = STREAMS
@@ -191,6 +195,7 @@ def test_informer_flags() -> None:
 @pytest.fixture(scope="module")
 def manager(cluster: LocalCluster, fault_namespace: str) -> Iterator[RunningManager]:
     options = ManagerOptions(
+        security=DEVELOPMENT,
         listen="127.0.0.1:0",
         kubeconfig=str(cluster.component_kubeconfig("manager")),
         namespace=fault_namespace,

@@ -24,6 +24,7 @@ from kubernetes import client
 from steward.cluster import LocalCluster
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import load_access
+from steward.security import DEVELOPMENT
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
 from tests.informer.mirror import INITIAL_EVENTS_END, Mirror
@@ -88,6 +89,7 @@ def informer(cluster: LocalCluster) -> Iterator[RunningInformer]:
     """An informer against the cluster, listening on a free loopback port."""
     running = RunningInformer(
         InformerOptions(
+            security=DEVELOPMENT,
             listen="127.0.0.1:0",
             kubeconfig=informer_kubeconfig(cluster),
             metrics_listen="127.0.0.1:0",
@@ -107,7 +109,10 @@ def start_informer(cluster: LocalCluster) -> Iterator[Callable[..., RunningInfor
 
     def start(**overrides: Any) -> RunningInformer:
         options = InformerOptions(
-            listen="127.0.0.1:0", kubeconfig=informer_kubeconfig(cluster), idle_grace=2.0
+            security=DEVELOPMENT,
+            listen="127.0.0.1:0",
+            kubeconfig=informer_kubeconfig(cluster),
+            idle_grace=2.0,
         )
         for key, value in overrides.items():
             setattr(options, key, value)

@@ -131,6 +131,8 @@ def test_the_process_serves_and_stops_on_sigterm(cluster: LocalCluster, tmp_path
             "informer",
             "--kubeconfig",
             str(cluster.component_kubeconfig("informer")),
+            "--insecure-plaintext",
+            "--authorization-mode=AlwaysAllow",
         ],
         stderr=subprocess.PIPE,
         text=True,

@@ -13,12 +13,12 @@ import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
-import grpc
 import pytest
 
 from steward.cluster import LocalCluster
 from steward.kube import load_access
 from steward.manager import ManagerOptions, ManagerServer, Timing
+from steward.security import DEVELOPMENT, PLAINTEXT, ClientSecurity
 from steward.v1 import manager_pb2_grpc as pb_grpc
 
 _T = TypeVar("_T")
@@ -30,7 +30,13 @@ FAST = Timing(lease_duration=3.0, renew_deadline=2.0, retry_period=0.5, drain_ti
 class RunningManager:
     """A :class:`ManagerServer` on its own event loop in a background thread, leading."""
 
-    def __init__(self, options: ManagerOptions, wait_leading: bool = True) -> None:
+    def __init__(
+        self,
+        options: ManagerOptions,
+        wait_leading: bool = True,
+        client: ClientSecurity = PLAINTEXT,
+    ) -> None:
+        """``client`` is how :attr:`stub` dials it (mTLS files for a TLS manager)."""
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="manager")
         self._thread.start()
@@ -45,7 +51,7 @@ class RunningManager:
             self._shutdown()
             raise
         self.address = f"127.0.0.1:{self.port}"
-        self.channel = grpc.insecure_channel(self.address)
+        self.channel = client.sync_channel(self.address)
         self.stub = pb_grpc.ManagerServiceStub(self.channel)
         self.stopped = False
 
@@ -77,6 +83,7 @@ def start_manager(cluster: LocalCluster, namespace: str) -> Iterator[Callable[..
 
     def start(wait_leading: bool = True, **overrides: Any) -> RunningManager:
         options = ManagerOptions(
+            security=DEVELOPMENT,
             listen="127.0.0.1:0",
             kubeconfig=str(cluster.component_kubeconfig("manager")),
             namespace=namespace,

@@ -24,7 +24,9 @@ async def test_controllers_table(
     b = Instance(manager.address, "copier", "copier-b", standby=True)
     try:
         await eventually(lambda: b.session.registered.is_set(), what="b standby")
-        code = await asyncio.to_thread(cli.main, ["controllers", "--manager", manager.address])
+        code = await asyncio.to_thread(
+            cli.main, ["controllers", "--manager", manager.address, "--insecure-plaintext"]
+        )
         assert code == 0
         lines = capsys.readouterr().out.splitlines()
         assert lines[0].split() == [
@@ -48,6 +50,21 @@ async def test_controllers_table(
 def test_controllers_without_a_manager(capsys: pytest.CaptureFixture[str]) -> None:
     from steward.serving import free_port
 
-    code = cli.main(["controllers", "--manager", f"127.0.0.1:{free_port()}", "--timeout", "2"])
+    code = cli.main(
+        ["controllers", "--manager", f"127.0.0.1:{free_port()}", "--timeout", "2",
+         "--insecure-plaintext"]
+    )  # fmt: skip
     assert code == 1
     assert "UNAVAILABLE" in capsys.readouterr().err
+
+
+def test_controllers_needs_tls_files_or_plaintext_said_out_loud(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("STEWARD_TLS_CA_FILE", "STEWARD_TLS_CERT_FILE", "STEWARD_TLS_KEY_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.delenv("STEWARD_INSECURE_PLAINTEXT", raising=False)
+    assert cli.main(["controllers", "--manager", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "--tls-ca-file, --tls-cert-file and --tls-key-file" in err
+    assert "--insecure-plaintext" in err

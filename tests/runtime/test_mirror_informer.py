@@ -15,6 +15,7 @@ from kubernetes import client
 from steward.cluster import LocalCluster
 from steward.informer import InformerOptions, InformerServer
 from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorOptions, resource_type
+from steward.security import DEVELOPMENT
 from steward.serving import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
@@ -46,7 +47,9 @@ async def test_mirror_recovers_across_an_informer_restart(
 
     address = f"127.0.0.1:{free_port()}"
     options = InformerOptions(
-        listen=address, kubeconfig=str(cluster.component_kubeconfig("informer"))
+        security=DEVELOPMENT,
+        listen=address,
+        kubeconfig=str(cluster.component_kubeconfig("informer")),
     )
     first = InformerServer(options)
     await first.start()

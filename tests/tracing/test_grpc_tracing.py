@@ -26,6 +26,7 @@ from steward import grpc_tracing
 from steward.cluster import LocalCluster
 from steward.informer import InformerOptions, InformerServer
 from steward.manager import ManagerOptions
+from steward.security import DEVELOPMENT
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
 from steward.v1 import manager_pb2 as mpb
@@ -62,7 +63,9 @@ def spans() -> Iterator[InMemorySpanExporter]:
 async def informer(cluster: LocalCluster, spans: InMemorySpanExporter) -> AsyncIterator[str]:
     server = InformerServer(
         InformerOptions(
-            listen="127.0.0.1:0", kubeconfig=str(cluster.component_kubeconfig("informer"))
+            security=DEVELOPMENT,
+            listen="127.0.0.1:0",
+            kubeconfig=str(cluster.component_kubeconfig("informer")),
         )
     )
     await server.start()
@@ -78,6 +81,7 @@ def manager(
 ) -> Iterator[RunningManager]:
     running = RunningManager(
         ManagerOptions(
+            security=DEVELOPMENT,
             listen="127.0.0.1:0",
             kubeconfig=str(cluster.component_kubeconfig("manager")),
             namespace=namespace,
@@ -298,6 +302,7 @@ async def test_health_checks_are_not_traced(informer: str, spans: InMemorySpanEx
 _UNTRACED_CHECK = """
 import asyncio, grpc
 from steward import grpc_tracing
+from steward.security import DEVELOPMENT
 
 async def main():
     assert not grpc_tracing.tracing_enabled()

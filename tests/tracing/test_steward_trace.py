@@ -60,6 +60,8 @@ def test_steward_trace_prints_the_informers_event_span(
             str(cluster.kubeconfig),
             "--listen",
             address,
+            "--insecure-plaintext",
+            "--authorization-mode=AlwaysAllow",
         ],
         env=env,
         stderr=subprocess.DEVNULL,

@@ -59,6 +59,7 @@ from steward.cluster.errors import (
 )
 from steward.cluster.process import ProcessRecord, spawn, stop, tail
 from steward.cluster.progress import Progress
+from steward.security import ClientSecurity, ServerTLS, ServingSecurity
 
 LOOPBACK = "127.0.0.1"
 SERVICE_CIDR = "10.96.0.0/24"
@@ -201,6 +202,53 @@ class ClusterState:
                 f"no identity for {component!r}; known: {', '.join(STEWARD_IDENTITIES)}"
             )
         return self.directory / f"{component}.kubeconfig"
+
+    def pki_file(self, name: str) -> Path:
+        """A file of the cluster's PKI (``ca.crt``, ``admin.crt``, ``<component>.key``)."""
+        return self.directory / "pki" / name
+
+    def steward_serving_args(self) -> list[str]:
+        """The informer's and the manager's mTLS flags: the serving certificate issued for
+        them, and the cluster CA, which signs every component's client certificate."""
+        return [
+            f"--tls-cert-file={self.pki_file('steward-serving.crt')}",
+            f"--tls-key-file={self.pki_file('steward-serving.key')}",
+            f"--client-ca-file={self.pki_file('ca.crt')}",
+        ]
+
+    def serving_security(self) -> ServingSecurity:
+        """:meth:`steward_serving_args` for an informer or manager run in-process, with
+        RBAC authorization (the server's own kubeconfig must allow the reviews)."""
+        return ServingSecurity(
+            tls=ServerTLS(
+                str(self.pki_file("steward-serving.crt")),
+                str(self.pki_file("steward-serving.key")),
+                str(self.pki_file("ca.crt")),
+            )
+        )
+
+    def client_security(self, component: str = "admin") -> ClientSecurity:
+        """How ``component`` (a key of :data:`STEWARD_IDENTITIES`, or ``admin``) dials
+        Steward's services: mTLS with the client certificate it also uses for the API
+        server, so both know it by the same name."""
+        if component != "admin" and component not in STEWARD_IDENTITIES:
+            raise ValueError(
+                f"no identity for {component!r}; known: admin, {', '.join(STEWARD_IDENTITIES)}"
+            )
+        return ClientSecurity(
+            ca_file=str(self.pki_file("ca.crt")),
+            cert_file=str(self.pki_file(f"{component}.crt")),
+            key_file=str(self.pki_file(f"{component}.key")),
+        )
+
+    def client_args(self, component: str) -> list[str]:
+        """:meth:`client_security` as a controller's command-line flags."""
+        sec = self.client_security(component)
+        return [
+            f"--tls-ca-file={sec.ca_file}",
+            f"--tls-cert-file={sec.cert_file}",
+            f"--tls-key-file={sec.key_file}",
+        ]
 
     @property
     def server(self) -> str:
@@ -346,6 +394,10 @@ class LocalCluster:
         """See :meth:`ClusterState.component_kubeconfig`."""
         return self.state.component_kubeconfig(component)
 
+    def client_security(self, component: str = "admin") -> ClientSecurity:
+        """See :meth:`ClusterState.client_security`."""
+        return self.state.client_security(component)
+
     @property
     def directory(self) -> Path:
         return self.state.directory
@@ -477,6 +529,9 @@ class LocalCluster:
         kwok_serving = ca.issue(
             "kwok-serving", "kwok", dns=local_names, ips=serving_ips, server=True
         )
+        # Steward's informer and manager serve mTLS with this; their callers' client
+        # certificates are the component certificates below, signed by the same CA.
+        ca.issue("steward-serving", "steward", dns=local_names, ips=serving_ips, server=True)
         # Steward's components: one user each, all in system:monitoring (see
         # MONITORING_GROUP), with access only through the RBAC applied below.
         for component, user in STEWARD_IDENTITIES.items():
@@ -744,8 +799,15 @@ class LocalCluster:
                 "informer",
                 kubeconfig("informer"),
                 f"--listen={st.informer_address}",
+                *st.steward_serving_args(),
             ],
-            "manager": [*cli, "manager", kubeconfig("manager"), f"--listen={st.manager_address}"],
+            "manager": [
+                *cli,
+                "manager",
+                kubeconfig("manager"),
+                f"--listen={st.manager_address}",
+                *st.steward_serving_args(),
+            ],
         }
         for name, argv in services.items():
             self._launch(name, argv, config, traced=True)
@@ -760,6 +822,7 @@ class LocalCluster:
                 kubeconfig(f"controller-{name}"),
                 f"--informer={st.informer_address}",
                 f"--manager={st.manager_address}",
+                *st.client_args(f"controller-{name}"),
             ]
             if name == "job":
                 # Jobs name their controller (spec.managedBy): Steward's takes those
@@ -778,7 +841,7 @@ class LocalCluster:
         started = time.monotonic()
         address = self.state.manager_address
         out.say(f"waiting for {name} (active at the manager {address})")
-        with grpc.insecure_channel(address) as channel:
+        with self.state.client_security().sync_channel(address) as channel:
             stub = manager_pb2_grpc.ManagerServiceStub(channel)
             while True:
                 if not record.alive():
@@ -804,7 +867,7 @@ class LocalCluster:
         record = next(p for p in self.state.processes if p.name == name)
         started = time.monotonic()
         out.say(f"waiting for {name} (gRPC health at {address})")
-        with grpc.insecure_channel(address) as channel:
+        with self.state.client_security().sync_channel(address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
                 if not record.alive():

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from steward import grpc_tracing
+from steward.security import PLAINTEXT, ClientSecurity
 from steward.v1 import informer_pb2, manager_pb2, manager_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,9 @@ class SessionOptions:
     """First reconnect delay in seconds; doubles up to the retry period. Defaults to 0.1."""
     stop_timeout: float = 5.0
     """Seconds :meth:`ManagerSession.close` waits for the manager's goodbye. Defaults to 5."""
+    security: ClientSecurity = PLAINTEXT
+    """How to dial the manager (mTLS files, token); a new channel, with the files read
+    again, on every reconnection. Defaults to plaintext (development)."""
 
 
 class _End(enum.Enum):
@@ -290,7 +293,7 @@ class ManagerSession:
 
     async def _connect_once(self) -> _End:
         opts = self.options
-        async with grpc_tracing.insecure_channel(self.target) as channel:
+        async with opts.security.channel(self.target) as channel:
             stub = manager_pb2_grpc.ManagerServiceStub(channel)
             call = stub.Session()
             self._call = call

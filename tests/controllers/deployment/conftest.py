@@ -30,6 +30,7 @@ from steward.controllers.deployment.controller import build
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import KubeClient, NotFoundError, load_access
 from steward.runtime.controller import Controller, ControllerOptions
+from steward.security import DEVELOPMENT
 
 ROOT = Path(__file__).resolve().parents[3]
 USER = "steward:controller:deployment"
@@ -184,6 +185,7 @@ async def deployment_controller(
     """An informer and Steward's Deployment controller for the test's namespace."""
     server = InformerServer(
         InformerOptions(
+            security=DEVELOPMENT,
             listen="127.0.0.1:0",
             kubeconfig=str(steward_cluster.component_kubeconfig("informer")),
         )

@@ -22,6 +22,7 @@ from steward.controllers.job.controller import JobControllerOptions, build
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import KubeClient, NotFoundError, load_access
 from steward.runtime.controller import Controller, ControllerOptions
+from steward.security import DEVELOPMENT
 
 MANAGED_BY = "steward.io/job-controller"
 
@@ -40,7 +41,9 @@ def kube(cluster: LocalCluster) -> Iterator[KubeClient]:
 async def informer(cluster: LocalCluster) -> AsyncIterator[str]:
     server = InformerServer(
         InformerOptions(
-            listen="127.0.0.1:0", kubeconfig=str(cluster.component_kubeconfig("informer"))
+            security=DEVELOPMENT,
+            listen="127.0.0.1:0",
+            kubeconfig=str(cluster.component_kubeconfig("informer")),
         )
     )
     await server.start()

@@ -93,8 +93,8 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
         running.stop()
 
 
-def serving(address: str) -> bool:
-    with grpc.insecure_channel(address) as channel:
+def serving(cluster: LocalCluster, address: str) -> bool:
+    with cluster.client_security().sync_channel(address) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=""), timeout=1.0
@@ -141,17 +141,19 @@ def test_standby_finishes_a_burst_after_sigkill(
     processes.start(
         "informer",
         [sys.executable, "-m", "steward.cli", "informer", f"--kubeconfig={informer_kubeconfig}",
-         f"--listen={informer}"],
+         f"--listen={informer}", *cluster.state.steward_serving_args()],
     )  # fmt: skip
-    wait_for(lambda: serving(informer), "the informer to serve", 60)
+    wait_for(lambda: serving(cluster, informer), "the informer to serve", 60)
     manager = RunningManager(
         ManagerOptions(
+            security=cluster.state.serving_security(),
             listen="127.0.0.1:0",
             kubeconfig=str(cluster.component_kubeconfig("manager")),
             namespace=namespace,
             timing=FAST,
             identity=f"manager-{uuid.uuid4().hex[:6]}",
-        )
+        ),
+        client=cluster.client_security(),
     )
     try:
         argv = [
@@ -164,6 +166,7 @@ def test_standby_finishes_a_burst_after_sigkill(
             f"--namespace={namespace}",
             "--no-take-unmanaged",
             "--standby",
+            *cluster.state.client_args("controller-job"),
         ]
         first = processes.start("job-controller-a", argv)
         wait_for(lambda: holder_pid(manager) == first.pid, "the first instance to be active")

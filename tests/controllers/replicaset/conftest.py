@@ -34,6 +34,7 @@ from steward.controllers.replicaset.controller import build
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
 from steward.runtime.controller import Controller, ControllerOptions
+from steward.security import DEVELOPMENT
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parents[3]
@@ -214,7 +215,9 @@ def upstream_namespace(upstream_kube: KubeClient, request: pytest.FixtureRequest
 async def rs_informer(rs_cluster: LocalCluster) -> AsyncIterator[str]:
     server = InformerServer(
         InformerOptions(
-            listen="127.0.0.1:0", kubeconfig=str(rs_cluster.component_kubeconfig("informer"))
+            security=DEVELOPMENT,
+            listen="127.0.0.1:0",
+            kubeconfig=str(rs_cluster.component_kubeconfig("informer")),
         )
     )
     await server.start()

@@ -19,6 +19,7 @@ import pytest
 from steward.cluster import LocalCluster
 from steward.kube import KubeClient
 from steward.manager import ManagerOptions
+from steward.security import DEVELOPMENT
 from steward.serving import free_port
 from steward.v1 import manager_pb2
 from tests.controllers.replicaset.conftest import (
@@ -67,6 +68,7 @@ async def test_process_registers_reconciles_and_stops_on_sigterm(
     ns, kube = rs_namespace, rs_kube
     manager = RunningManager(
         ManagerOptions(
+            security=DEVELOPMENT,
             listen="127.0.0.1:0",
             kubeconfig=str(rs_cluster.component_kubeconfig("manager")),
             namespace=ns,
@@ -85,6 +87,7 @@ async def test_process_registers_reconciles_and_stops_on_sigterm(
         f"--namespace={ns}",
         f"--metrics=127.0.0.1:{port}",
         "--workers=2",
+        "--insecure-plaintext",  # the fixtures' informer and manager are plaintext
     ]
     if SETPRIV:
         argv = [SETPRIV, "--pdeathsig", "KILL", *argv]

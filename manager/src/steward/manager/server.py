@@ -40,9 +40,17 @@ from steward.manager.leases import LeaseStore
 from steward.manager.metrics import ManagerMetrics
 from steward.manager.registry import DEFAULT_MAX_STANDBYS, Registry, Timing
 from steward.manager.service import DEFAULT_MAX_SESSIONS_PER_PEER, ManagerService, add_to_server
+from steward.security import (
+    Guard,
+    ServingSecurity,
+    add_serving_arguments,
+    serving_from_args,
+)
 from steward.serving import (
+    LoopHealth,
     serve_until_signalled,
     split_address,
+    start_loop_health,
     start_metrics_server,
     stop_metrics_server,
 )
@@ -80,12 +88,17 @@ class ManagerOptions:
     """This replica's identity in leader election; empty for hostname_pid_random."""
     metrics_listen: str | None = None
     """host:port to serve Prometheus metrics on over HTTP; None (the default) for none."""
+    health_listen: str | None = None
+    """host:port to answer /healthz and /readyz on over HTTP (kubelet probes cannot
+    present a client certificate to the mTLS port); None (the default) for none."""
     shutdown_grace: float = 5.0
     """Seconds unary calls in flight may take to finish on shutdown. Defaults to 5."""
     max_sessions_per_peer: int = DEFAULT_MAX_SESSIONS_PER_PEER
     """Sessions one client connection may hold at once. Defaults to 100."""
     max_standbys: int = DEFAULT_MAX_STANDBYS
     """Standby instances one controller may have. Defaults to 16."""
+    security: ServingSecurity = field(default_factory=ServingSecurity)
+    """mTLS and authorization; the default needs TLS files (see steward.security)."""
 
 
 class ManagerServer:
@@ -101,6 +114,7 @@ class ManagerServer:
 
     def __init__(self, options: ManagerOptions, access: ClusterAccess | None = None) -> None:
         options.timing.check()
+        options.security.validate()
         self.options = options
         self.access = access if access is not None else load_access(options.kubeconfig)
         self.client = KubeClient(self.access)
@@ -119,8 +133,14 @@ class ManagerServer:
             self._leading,
             max_standbys=options.max_standbys,
         )
+        self.guard = Guard(
+            options.security, self.client if options.security.authorization == "RBAC" else None
+        )
         self.service = ManagerService(
-            self.registry, self._not_leader, max_sessions_per_peer=options.max_sessions_per_peer
+            self.registry,
+            self._not_leader,
+            max_sessions_per_peer=options.max_sessions_per_peer,
+            guard=self.guard,
         )
         self.metrics.register_gauges(self.registry.session_counts, self._leading)
         self.health = health.aio.HealthServicer()
@@ -129,7 +149,13 @@ class ManagerServer:
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
         self._metrics_server: Any = None
+        self._http_health: LoopHealth | None = None
+        self._unready: str | None = "starting"
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _why_unready(self) -> str | None:
+        """Ready means: the leader, with the registry loaded (only the leader serves)."""
+        return self._unready or self._not_leader()
 
     def _leading(self) -> bool:
         return self.elector is not None and self.elector.is_leader()
@@ -172,14 +198,18 @@ class ManagerServer:
             server,
         )
         host, port = split_address(self.options.listen)
-        self.port = server.add_insecure_port(f"{host}:{port}")
+        self.port = self.options.security.bind(server, f"{host}:{port}")
         if self.port == 0:
             raise RuntimeError(f"cannot listen on {self.options.listen}")
         self.tracing.address = (host, self.port)
         await server.start()
+        self._unready = None  # from here on: ready when leading
         self._server = server
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self._http_health = start_loop_health(
+            self.options.health_listen or "", unready=self._why_unready
+        )
         if self.options.metrics_listen:
             self._metrics_server = start_metrics_server(
                 self.options.metrics_listen, self.metrics.registry
@@ -227,6 +257,10 @@ class ManagerServer:
 
     async def stop(self, grace: float | None = None) -> None:
         """Health NOT_SERVING, end the Sessions (UNAVAILABLE), release leadership, stop."""
+        self._unready = "shutting down"
+        if self._http_health is not None:
+            self._http_health.stop()
+            self._http_health = None
         await self.health.enter_graceful_shutdown()
         self.service.close_all(grpc.StatusCode.UNAVAILABLE, "the manager is shutting down")
         for task in self._tasks:
@@ -260,7 +294,10 @@ change them at run time (a disabled controller is told to DRAIN, then STOP).
 State lives in the API server: one coordination.k8s.io/v1 Lease per controller in
 --namespace, and the Lease steward-manager elects the leader among replicas (the others
 answer UNAVAILABLE naming the leader). Health and reflection are on
-(try: grpcurl -plaintext 127.0.0.1:50062 list).
+(try: grpcurl -cacert ca.crt -cert client.crt -key client.key 127.0.0.1:50062
+list). Callers are authenticated (client certificate or bearer token); with RBAC, a
+Session needs `register` of controllers.steward.io named as the controller, the
+reads `get`/`list`, and EnableController/DisableController `enable`/`disable`.
 """
 
 EPILOG = """\
@@ -273,6 +310,7 @@ environment (flags win):
   STEWARD_MANAGER_MAX_SESSIONS_PER_PEER  --max-sessions-per-peer
   STEWARD_MANAGER_MAX_STANDBYS           --max-standbys
   KUBECONFIG                             --kubeconfig (in-cluster config is used in a pod)
+  STEWARD_MANAGER_<FLAG>                 each security flag, e.g. STEWARD_MANAGER_TLS_CERT_FILE
 """
 
 
@@ -336,6 +374,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds a disabled controller may drain before STOP (default: %(default)s)",
     )
     parser.add_argument(
+        "--health-listen",
+        default=env("STEWARD_MANAGER_HEALTH_LISTEN"),
+        help="answer GET /healthz (the event loop runs) and /readyz (serving and leading) "
+        "over plain "
+        "HTTP on host:port, for kubelet probes (default: off)",
+    )
+    parser.add_argument(
         "--metrics-listen",
         default=env("STEWARD_MANAGER_METRICS_LISTEN"),
         help="serve Prometheus metrics over HTTP on host:port (default: off)",
@@ -357,6 +402,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="standby instances one controller may have; one more is refused with "
         "RESOURCE_EXHAUSTED (default: %(default)s)",
     )
+    add_serving_arguments(parser, "STEWARD_MANAGER")
 
 
 def options_from_args(args: argparse.Namespace) -> ManagerOptions:
@@ -391,8 +437,10 @@ def options_from_args(args: argparse.Namespace) -> ManagerOptions:
         disabled_by_default=[args.disabled_by_default],
         timing=timing,
         metrics_listen=args.metrics_listen,
+        health_listen=args.health_listen,
         max_sessions_per_peer=args.max_sessions_per_peer,
         max_standbys=args.max_standbys,
+        security=serving_from_args(args),
     )
 
 

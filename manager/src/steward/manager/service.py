@@ -31,7 +31,9 @@ from typing import Any, NoReturn
 
 import grpc
 
+from steward.manager.enablement import InvalidNameError, validate_name
 from steward.manager.registry import Close, Connection, Registry, RegistryError
+from steward.security import DEVELOPMENT, STEWARD_GROUP, AuthError, Guard, Identity
 from steward.v1 import manager_pb2 as pb
 from steward.v1 import manager_pb2_grpc as pb_grpc
 
@@ -75,13 +77,36 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
         not_leader: Callable[[], str | None],
         registration_timeout: float = 30.0,
         max_sessions_per_peer: int = DEFAULT_MAX_SESSIONS_PER_PEER,
+        guard: Guard | None = None,
     ) -> None:
         self.registry = registry
+        self.guard = guard if guard is not None else Guard(DEVELOPMENT, None)
         self.not_leader = not_leader
         self.registration_timeout = registration_timeout
         self.max_sessions_per_peer = max_sessions_per_peer
         """Sessions one connection may hold at once; one more is RESOURCE_EXHAUSTED."""
         self.connections: set[Connection] = set()
+
+    async def _identify(self, context: _Context) -> Identity:
+        try:
+            return await self.guard.identify(context)
+        except AuthError as err:
+            await _abort(context, err.code, err.message)
+
+    async def _authorize(self, identity: Identity, verb: str, name: str = "") -> None:
+        """Raises RegistryError PERMISSION_DENIED unless ``identity`` may ``verb`` the
+        controller ``name`` (RBAC: resource ``controllers`` of group ``steward.io``)."""
+        if not self.guard.enabled:
+            return
+        if name:
+            try:
+                validate_name(name)
+            except InvalidNameError as err:
+                raise RegistryError(grpc.StatusCode.INVALID_ARGUMENT, str(err)) from err
+        try:
+            await self.guard.require(identity, verb, STEWARD_GROUP, "controllers", name=name)
+        except AuthError as err:
+            raise RegistryError(err.code, err.message) from err
 
     async def _check_leader(self, context: _Context) -> None:
         why = self.not_leader()
@@ -95,6 +120,7 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
     ) -> AsyncIterator[pb.SessionResponse]:
         """One instance's stream: a reader task feeds the registry, this loop writes."""
         await self._check_leader(context)
+        identity = await self._identify(context)
         peer = context.peer() or "unknown"
         held = sum(1 for c in self.connections if c.peer == peer)
         if held >= self.max_sessions_per_peer:
@@ -106,7 +132,9 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
             )
         conn = Connection(peer=peer)
         self.connections.add(conn)
-        reader = asyncio.get_running_loop().create_task(self._read(request_iterator, conn))
+        reader = asyncio.get_running_loop().create_task(
+            self._read(request_iterator, conn, identity)
+        )
         try:
             while True:
                 item = await conn.outbox.get()
@@ -121,7 +149,10 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
             self.registry.disconnected(conn)
 
     async def _read(
-        self, requests: AsyncIterator[pb.SessionRequest | MalformedRequest], conn: Connection
+        self,
+        requests: AsyncIterator[pb.SessionRequest | MalformedRequest],
+        conn: Connection,
+        identity: Identity,
     ) -> None:
         try:
             try:
@@ -145,6 +176,7 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
                     f"the first request must be a registration, got {kind or 'an empty request'}",
                 )
                 return
+            await self._authorize(identity, "register", first.registration.controller)
             await self.registry.register(conn, first.registration)
             async for request in requests:
                 if isinstance(request, MalformedRequest):
@@ -179,11 +211,15 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
             log.exception("session of %s failed", conn.instance_id or conn.peer)
             conn.close(grpc.StatusCode.INTERNAL, f"internal error: {err}")
 
-    async def _unary(self, context: _Context, fn: Callable[[], Any], request: Any) -> Any:
+    async def _unary(
+        self, context: _Context, fn: Callable[[], Any], request: Any, verb: str, name: str = ""
+    ) -> Any:
         if isinstance(request, MalformedRequest):
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, request.message)
         await self._check_leader(context)
+        identity = await self._identify(context)
         try:
+            await self._authorize(identity, verb, name)
             result = fn()
             if asyncio.iscoroutine(result):
                 result = await result
@@ -198,14 +234,16 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
         self, request: pb.ListControllersRequest, context: _Context
     ) -> pb.ListControllersResponse:
         """Every known controller."""
-        found = await self._unary(context, self.registry.list_controllers, request)
+        found = await self._unary(context, self.registry.list_controllers, request, "list")
         return pb.ListControllersResponse(controllers=found)
 
     async def GetController(
         self, request: pb.GetControllerRequest, context: _Context
     ) -> pb.GetControllerResponse:
         """One controller."""
-        found = await self._unary(context, lambda: self.registry.get(request.name), request)
+        found = await self._unary(
+            context, lambda: self.registry.get(request.name), request, "get", _name(request)
+        )
         return pb.GetControllerResponse(controller=found)
 
     async def EnableController(
@@ -213,7 +251,11 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
     ) -> pb.EnableControllerResponse:
         """Enable a controller at run time."""
         found = await self._unary(
-            context, lambda: self.registry.set_enabled(request.name, True), request
+            context,
+            lambda: self.registry.set_enabled(request.name, True),
+            request,
+            "enable",
+            _name(request),
         )
         return pb.EnableControllerResponse(controller=found)
 
@@ -222,7 +264,11 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
     ) -> pb.DisableControllerResponse:
         """Disable a controller at run time: DRAIN then STOP its active instance."""
         found = await self._unary(
-            context, lambda: self.registry.set_enabled(request.name, False), request
+            context,
+            lambda: self.registry.set_enabled(request.name, False),
+            request,
+            "disable",
+            _name(request),
         )
         return pb.DisableControllerResponse(controller=found)
 
@@ -231,6 +277,10 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
         for conn in list(self.connections):
             with contextlib.suppress(Exception):
                 conn.close(code, message)
+
+
+def _name(request: Any) -> str:
+    return "" if isinstance(request, MalformedRequest) else str(request.name)
 
 
 async def _abort(context: _Context, code: grpc.StatusCode, message: str) -> NoReturn:

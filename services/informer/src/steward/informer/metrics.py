@@ -55,6 +55,13 @@ class InformerMetrics:
             ["subscriber", "resource"],
             registry=self.registry,
         )
+        self.denied = Counter(
+            "steward_informer_authorization_denied",
+            "Calls or streams refused (or ended) because the caller may not list, watch or get "
+            "the type there, by verb.",
+            ["verb"],
+            registry=self.registry,
+        )
         self.sent_events = Counter(
             "steward_informer_sent_events",
             "Events sent to subscribers (all streams).",

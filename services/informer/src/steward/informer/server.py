@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -32,10 +32,18 @@ from steward.informer.service import (
     ServiceOptions,
     add_to_server,
 )
-from steward.kube import ApiError, ClusterAccess, load_access
+from steward.kube import ApiError, ClusterAccess, KubeClient, load_access
+from steward.security import (
+    Guard,
+    ServingSecurity,
+    add_serving_arguments,
+    serving_from_args,
+)
 from steward.serving import (
+    LoopHealth,
     serve_until_signalled,
     split_address,
+    start_loop_health,
     start_metrics_server,
     stop_metrics_server,
 )
@@ -58,6 +66,9 @@ class InformerOptions:
     """Kubeconfig file; None for in-cluster config, else $KUBECONFIG or ~/.kube/config."""
     metrics_listen: str | None = None
     """host:port to serve Prometheus metrics on over HTTP; None (the default) for none."""
+    health_listen: str | None = None
+    """host:port to answer /healthz and /readyz on over HTTP (kubelet probes cannot
+    present a client certificate to the mTLS port); None (the default) for none."""
     history_size: int = 10_000
     """Recent events kept per type to serve resumes. Defaults to 10,000."""
     subscriber_buffer: int = 10_000
@@ -72,6 +83,8 @@ class InformerOptions:
     """Longest label or field selector a request may carry (characters). Defaults to 4096."""
     max_watch_streams_per_peer: int = DEFAULT_MAX_STREAMS_PER_PEER
     """Watch streams one client connection may hold open at once. Defaults to 100."""
+    security: ServingSecurity = field(default_factory=ServingSecurity)
+    """mTLS and authorization; the default needs TLS files (see steward.security)."""
 
 
 class InformerServer:
@@ -85,6 +98,13 @@ class InformerServer:
         self.access = access if access is not None else load_access(options.kubeconfig)
         self.metrics = InformerMetrics()
         self.client = ApiClient(self.access)
+        options.security.validate()
+        self.reviewer = (
+            KubeClient(self.access, user_agent="steward-informer-auth")
+            if options.security.authorization == "RBAC"
+            else None
+        )
+        self.guard = Guard(options.security, self.reviewer)
         self.fanout = Fanout()
         self.reflectors = Reflectors(
             self.client,
@@ -106,6 +126,7 @@ class InformerServer:
                 max_selector_length=options.max_selector_length,
                 max_streams_per_peer=options.max_watch_streams_per_peer,
             ),
+            self.guard,
         )
         self.health = health.aio.HealthServicer()
         self.tracing = ServerTracing()
@@ -113,6 +134,8 @@ class InformerServer:
         self.metrics_port = 0
         self._server: grpc.aio.Server | None = None
         self._metrics_server: Any = None
+        self._http_health: LoopHealth | None = None
+        self._unready: str | None = "starting"
 
     async def start(self) -> int:
         """Bind and start serving; returns the gRPC port.
@@ -138,7 +161,7 @@ class InformerServer:
             server,
         )
         host, port = split_address(self.options.listen)
-        self.port = server.add_insecure_port(f"{host}:{port}")
+        self.port = self.options.security.bind(server, f"{host}:{port}")
         if self.port == 0:
             raise RuntimeError(f"cannot listen on {self.options.listen}")
         self.tracing.address = (host, self.port)
@@ -146,16 +169,28 @@ class InformerServer:
         self._server = server
         for name in (SERVICE_NAME, ""):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._unready = None
+        self._http_health = start_loop_health(
+            self.options.health_listen or "", unready=self._why_unready
+        )
         if self.options.metrics_listen:
             self._metrics_server = start_metrics_server(
                 self.options.metrics_listen, self.metrics.registry
             )
             self.metrics_port = self._metrics_server.server_port
-        log.info("informer serving on %s:%d (API server %s)", host, self.port, self.access.host)
+        log.info(
+            "informer serving on %s:%d (%s, authorization %s; API server %s)",
+            host,
+            self.port,
+            "mTLS" if self.options.security.tls else "PLAINTEXT",
+            self.options.security.authorization,
+            self.access.host,
+        )
         return self.port
 
     async def stop(self, grace: float | None = None) -> None:
         """Health NOT_SERVING, end Watch streams cleanly, stop the server, then the caches."""
+        self._unready = "shutting down"
         await self.health.enter_graceful_shutdown()
         self.fanout.close_all()
         if self._server is not None:
@@ -165,6 +200,14 @@ class InformerServer:
         stop_metrics_server(self._metrics_server)
         self._metrics_server = None
         self.client.close()
+        if self.reviewer is not None:
+            self.reviewer.close()
+        if self._http_health is not None:
+            self._http_health.stop()
+            self._http_health = None
+
+    def _why_unready(self) -> str | None:
+        return self._unready
 
     async def run(self) -> None:
         """Start, serve until SIGTERM/SIGINT or cancellation, then stop gracefully."""
@@ -177,7 +220,13 @@ Run the informer: the only List & Watch client of the Kubernetes API server in a
 installation. It keeps one reflector (paginated LIST, then WATCH with bookmarks) per
 resource type any subscriber asked for, caches the objects as the API server's JSON, and
 serves them over gRPC (steward.v1.InformerService: Watch, List, Get), with the standard
-health service and server reflection (try: grpcurl -plaintext 127.0.0.1:50061 list).
+health service and server reflection (try: grpcurl -cacert ca.crt -cert client.crt
+-key client.key 127.0.0.1:50061 list).
+
+Every caller is authenticated (client certificate or bearer token) and may Watch, List
+and Get only what its own identity may list, watch and get in the API server
+(SubjectAccessReview; long streams are re-checked and end PERMISSION_DENIED when the
+permission goes).
 
 A subscriber that falls behind has its pending events coalesced per object; past
 --subscriber-buffer it gets REPLACED and a fresh snapshot. SIGTERM or SIGINT: health turns
@@ -194,6 +243,9 @@ environment (flags win):
   STEWARD_INFORMER_IDLE_GRACE                  --idle-grace
   STEWARD_INFORMER_MAX_SELECTOR_LENGTH         --max-selector-length
   STEWARD_INFORMER_MAX_WATCH_STREAMS_PER_PEER  --max-watch-streams-per-peer
+  STEWARD_INFORMER_TLS_CERT_FILE, _TLS_KEY_FILE, _CLIENT_CA_FILE, _INSECURE_PLAINTEXT,
+  _AUTHORIZATION_MODE, _TOKEN_AUDIENCE, _AUTH_CACHE_TTL, _AUTH_RECHECK_INTERVAL
+                                               the security flags of the same names
   OTEL_EXPORTER_OTLP_ENDPOINT                  send a span per received event and per call
                                                there (OTLP gRPC)
 """
@@ -212,6 +264,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="kubeconfig file (default: in-cluster config in a pod, else $KUBECONFIG or "
         "~/.kube/config)",
+    )
+    parser.add_argument(
+        "--health-listen",
+        default=env("STEWARD_INFORMER_HEALTH_LISTEN"),
+        help="answer GET /healthz (the event loop runs) and /readyz (serving) over plain "
+        "HTTP on host:port, "
+        "for kubelet probes (default: off)",
     )
     parser.add_argument(
         "--metrics-listen",
@@ -256,6 +315,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "refused with RESOURCE_EXHAUSTED (one Watch can name several types) "
         "(default: %(default)s)",
     )
+    add_serving_arguments(parser, "STEWARD_INFORMER")
 
 
 def options_from_args(args: argparse.Namespace) -> InformerOptions:
@@ -281,11 +341,13 @@ def options_from_args(args: argparse.Namespace) -> InformerOptions:
         listen=args.listen,
         kubeconfig=args.kubeconfig,
         metrics_listen=args.metrics_listen,
+        health_listen=args.health_listen,
         history_size=args.history_size,
         subscriber_buffer=args.subscriber_buffer,
         idle_grace=args.idle_grace,
         max_selector_length=args.max_selector_length,
         max_watch_streams_per_peer=args.max_watch_streams_per_peer,
+        security=serving_from_args(args),
     )
 
 

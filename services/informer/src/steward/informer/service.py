@@ -49,6 +49,7 @@ from steward.informer.reflector import Reflector, Reflectors
 from steward.informer.selectors import Filter, parse_filter
 from steward.informer.store import ObjectKey, ResourceTypeName, parse_resource_version
 from steward.kube import ApiStatusError, ApiUnavailableError
+from steward.security import DEVELOPMENT, AuthError, Guard, Identity
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
 
@@ -149,8 +150,10 @@ class InformerService(pb_grpc.InformerServiceServicer):
         fanout: Fanout,
         metrics: InformerMetrics,
         options: ServiceOptions | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self.client = client
+        self.guard = guard if guard is not None else Guard(DEVELOPMENT, None)
         self.reflectors = reflectors
         self.fanout = fanout
         self.metrics = metrics
@@ -248,9 +251,39 @@ class InformerService(pb_grpc.InformerServiceServicer):
             await _abort(context, _RequestError(grpc.StatusCode.INTERNAL, f"internal error: {err}"))
         raise AssertionError("unreachable")  # pragma: no cover - abort raises
 
-    async def _well_formed(self, request: Any, context: _Context) -> None:
+    async def _well_formed(self, request: Any, context: _Context) -> Identity:
+        """The caller, once the request is known to be decodable and the caller known."""
         if isinstance(request, MalformedRequest):
             await _abort(context, _RequestError(grpc.StatusCode.INVALID_ARGUMENT, request.message))
+        try:
+            return await self.guard.identify(context)
+        except AuthError as err:
+            await _abort(context, _RequestError(err.code, err.message))
+        raise AssertionError("unreachable")  # pragma: no cover - abort raises
+
+    async def _authorize(
+        self,
+        identity: Identity,
+        verbs: tuple[str, ...],
+        info: ResourceInfo,
+        namespace: str,
+        name: str = "",
+    ) -> None:
+        """Raises PERMISSION_DENIED unless ``identity`` may do each of ``verbs`` to the type
+        in ``namespace`` (all namespaces when empty) in the API server itself."""
+        for verb in verbs:
+            try:
+                await self.guard.require(
+                    identity,
+                    verb,
+                    info.name.group,
+                    info.name.resource,
+                    namespace if info.namespaced else "",
+                    name,
+                )
+            except AuthError as err:
+                self.metrics.denied.labels(verb).inc()
+                raise _RequestError(err.code, err.message) from err
 
     # Watch -------------------------------------------------------------------------------
     # Encoded responses instead of messages (see add_to_server), hence the override.
@@ -262,9 +295,11 @@ class InformerService(pb_grpc.InformerServiceServicer):
         Yields encoded WatchResponse messages (see wire.py): register it with
         :func:`add_to_server`, which sends them as they are.
         """
-        await self._well_formed(request, context)
+        identity = await self._well_formed(request, context)
         assert isinstance(request, pb.WatchRequest)
         targets, flt = await self._guard(context, self._watch_targets(request))
+        infos = [info for info, _ in targets]
+        await self._guard(context, self._authorize_watch(identity, infos, request.namespace))
         max_batch = request.max_batch_size or self.options.default_batch
         max_batch = min(max_batch, MAX_BATCH)
         peer = context.peer() or "unknown"
@@ -283,6 +318,8 @@ class InformerService(pb_grpc.InformerServiceServicer):
         self._streams[peer] = open_streams + 1
         acquired: list[Reflector] = []
         sub: Subscription | None = None
+        revoked: list[_RequestError] = []
+        recheck: asyncio.Task[None] | None = None
         try:
             for info, _ in targets:
                 acquired.append(self.reflectors.acquire(info))
@@ -311,13 +348,21 @@ class InformerService(pb_grpc.InformerServiceServicer):
                 feeds.append(feed)
             sub = Subscription(subscriber, feeds, max_batch)
             self.fanout.add(sub)
+            if self.guard.enabled:
+                recheck = asyncio.create_task(
+                    self._recheck(identity, infos, request.namespace, sub, revoked)
+                )
             while True:
                 batch = await sub.next_batch()
+                if revoked:
+                    await _abort(context, revoked[0])
                 if batch is None:
                     return  # the server is shutting down: end the stream cleanly
                 self.metrics.sent_events.inc(len(batch))
                 yield b"".join(batch)
         finally:
+            if recheck is not None:
+                recheck.cancel()
             remaining = self._streams.pop(peer, 1) - 1
             if remaining > 0:
                 self._streams[peer] = remaining
@@ -325,6 +370,35 @@ class InformerService(pb_grpc.InformerServiceServicer):
                 self.fanout.remove(sub)
             for reflector in acquired:
                 self.reflectors.release(reflector)
+
+    async def _authorize_watch(
+        self, identity: Identity, infos: list[ResourceInfo], namespace: str
+    ) -> None:
+        for info in infos:
+            await self._authorize(identity, ("list", "watch"), info, namespace)
+
+    async def _recheck(
+        self,
+        identity: Identity,
+        infos: list[ResourceInfo],
+        namespace: str,
+        sub: Subscription,
+        revoked: list[_RequestError],
+    ) -> None:
+        """Re-authorize an open stream every interval; a refusal closes it, and the stream
+        ends PERMISSION_DENIED. The API server being away keeps the stream open."""
+        while True:
+            await asyncio.sleep(self.guard.security.recheck_interval)
+            try:
+                await self._authorize_watch(identity, infos, namespace)
+            except _RequestError as err:
+                if err.code == grpc.StatusCode.UNAVAILABLE:
+                    log.warning("cannot re-authorize %s's Watch now: %s", identity, err.message)
+                    continue
+                log.info("ending %s's Watch: %s", identity, err.message)
+                revoked.append(err)
+                sub.close()
+                return
 
     async def _watch_targets(
         self, request: pb.WatchRequest
@@ -372,11 +446,11 @@ class InformerService(pb_grpc.InformerServiceServicer):
         self, request: pb.ListRequest | MalformedRequest, context: _Context
     ) -> pb.ListResponse:
         """One page of cached objects, ordered by namespace and name."""
-        await self._well_formed(request, context)
+        identity = await self._well_formed(request, context)
         assert isinstance(request, pb.ListRequest)
-        return await self._guard(context, self._list(request))
+        return await self._guard(context, self._list(request, identity))
 
-    async def _list(self, request: pb.ListRequest) -> pb.ListResponse:
+    async def _list(self, request: pb.ListRequest, identity: Identity) -> pb.ListResponse:
         flt = self._filter(request.namespace, request.label_selector, request.field_selector)
         if request.page_size < 0:
             raise _RequestError(
@@ -387,6 +461,7 @@ class InformerService(pb_grpc.InformerServiceServicer):
         digest = _filter_digest(request)
         after = _decode_page_token(request.page_token, digest) if request.page_token else None
         info = await self._resolve(request.type)
+        await self._authorize(identity, ("list",), info, request.namespace)
         reflector = self.reflectors.acquire(info)
         try:
             await self._ready(reflector)
@@ -413,11 +488,11 @@ class InformerService(pb_grpc.InformerServiceServicer):
         self, request: pb.GetRequest | MalformedRequest, context: _Context
     ) -> pb.GetResponse:
         """One cached object by namespace and name."""
-        await self._well_formed(request, context)
+        identity = await self._well_formed(request, context)
         assert isinstance(request, pb.GetRequest)
-        return await self._guard(context, self._get(request))
+        return await self._guard(context, self._get(request, identity))
 
-    async def _get(self, request: pb.GetRequest) -> pb.GetResponse:
+    async def _get(self, request: pb.GetRequest, identity: Identity) -> pb.GetResponse:
         if not request.name:
             raise _RequestError(grpc.StatusCode.INVALID_ARGUMENT, "name is required")
         _check_length(request.name, "name")
@@ -434,6 +509,7 @@ class InformerService(pb_grpc.InformerServiceServicer):
                 f"{info.name} is cluster-scoped: namespace must be empty, got "
                 f"{request.namespace!r}",
             )
+        await self._authorize(identity, ("get",), info, request.namespace, request.name)
         reflector = self.reflectors.acquire(info)
         try:
             await self._ready(reflector)

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 
 from prometheus_client import REGISTRY
 
-from steward import grpc_tracing
 from steward.controllers.deployment.controller import NAME, build
 from steward.kube import KubeClient, load_access
 from steward.runtime.controller import ControllerOptions
 from steward.runtime.session import SessionOptions
+from steward.security import SecurityConfigError, add_client_arguments, client_from_args
 from steward.serving import start_loop_health, start_metrics_server, stop_metrics_server
 from steward.telemetry import configure_tracing
 
@@ -40,10 +40,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=5, help="concurrent syncs (default 5)")
     parser.add_argument("--namespace", default="", help="watch only this namespace")
     parser.add_argument("--standby", action="store_true", help="stand by if another is active")
+    add_client_arguments(parser)
     parser.add_argument(
         "--metrics", default=None, help="serve Prometheus metrics on host:port (default: off)"
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        args.security = client_from_args(args)
+    except SecurityConfigError as err:
+        parser.error(str(err))
+    return args
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -54,13 +60,13 @@ async def run(args: argparse.Namespace) -> None:
     )
     metrics = start_metrics_server(args.metrics, REGISTRY) if args.metrics else None
     try:
-        async with grpc_tracing.insecure_channel(args.informer) as channel:
+        async with args.security.channel(args.informer) as channel:
             controller = build(
                 channel,
                 api,
                 ControllerOptions(max_concurrent_reconciles=args.workers, namespace=args.namespace),
             )
-            session = SessionOptions(controller=NAME, standby=args.standby)
+            session = SessionOptions(controller=NAME, standby=args.standby, security=args.security)
             await controller.run(manager=args.manager, session=session if args.manager else None)
     finally:
         stop_metrics_server(metrics)

@@ -15,7 +15,6 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from steward import grpc_tracing
 from steward.controllers.job.controller import (
     MANAGED_BY,
     NAME,
@@ -25,6 +24,7 @@ from steward.controllers.job.controller import (
 from steward.kube import KubeClient, load_access
 from steward.runtime.controller import ControllerOptions
 from steward.runtime.session import SessionOptions
+from steward.security import SecurityConfigError, add_client_arguments, client_from_args
 from steward.serving import start_loop_health
 from steward.telemetry import configure_tracing
 
@@ -54,7 +54,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--namespace", default="", help="watch only this namespace")
     parser.add_argument("--standby", action="store_true", help="stand by if another is active")
-    return parser.parse_args(argv)
+    add_client_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        args.security = client_from_args(args)
+    except SecurityConfigError as err:
+        parser.error(str(err))
+    return args
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -62,7 +68,7 @@ async def run(args: argparse.Namespace) -> None:
     start_loop_health()  # /healthz and /readyz on $STEWARD_HEALTH_LISTEN, when set
     api = KubeClient(load_access(args.kubeconfig), user_agent="steward-job-controller", workers=16)
     try:
-        async with grpc_tracing.insecure_channel(args.informer) as channel:
+        async with args.security.channel(args.informer) as channel:
             controller = build(
                 channel,
                 api,
@@ -71,7 +77,7 @@ async def run(args: argparse.Namespace) -> None:
                     managed_by=args.managed_by, take_unmanaged=args.take_unmanaged
                 ),
             )
-            session = SessionOptions(controller=NAME, standby=args.standby)
+            session = SessionOptions(controller=NAME, standby=args.standby, security=args.security)
             await controller.run(manager=args.manager, session=session if args.manager else None)
     finally:
         api.close()
