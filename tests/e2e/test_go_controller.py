@@ -3,7 +3,9 @@ manager and the session's cluster (kube-controller-manager's Deployment controll
 
 The binary is built with ``make -C runtimes/go build`` once per module, runs as a
 subprocess, and keeps each Deployment's pod template annotated with the hash of the
-ConfigMaps it uses; the manager decides which instance is active.
+ConfigMaps it uses; the manager decides which instance is active. The informer and the
+manager serve mutual TLS with RBAC authorization, and the binary dials them with the
+admin's client certificate from the ``STEWARD_TLS_*`` variables.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from kubernetes import client
 from steward.cluster import LocalCluster
 from steward.informer import InformerOptions, InformerServer
 from steward.manager import ManagerOptions
-from steward.security import DEVELOPMENT
+from steward.security import ClientSecurity, ServingSecurity
 from steward.v1 import manager_pb2 as mpb
 from tests.manager.conftest import FAST, RunningManager
 
@@ -60,12 +62,12 @@ def build_go_runtime() -> None:
 class RunningInformer:
     """An :class:`InformerServer` on its own event loop in a background thread."""
 
-    def __init__(self, kubeconfig: str) -> None:
+    def __init__(self, kubeconfig: str, security: ServingSecurity) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="informer")
         self._thread.start()
         self.server = InformerServer(
-            InformerOptions(security=DEVELOPMENT, listen="127.0.0.1:0", kubeconfig=kubeconfig)
+            InformerOptions(security=security, listen="127.0.0.1:0", kubeconfig=kubeconfig)
         )
         try:
             self.address = f"127.0.0.1:{self._call(self.server.start())}"
@@ -88,13 +90,33 @@ class RunningInformer:
             self._close_loop()
 
 
-class ControllerProcess:
-    """A controller binary run as a subprocess, its stdout and stderr in files."""
+def security_env(security: ClientSecurity) -> dict[str, str]:
+    """The ``STEWARD_*`` variables with which a Go or TypeScript controller dials as
+    ``security`` does (mutual TLS files)."""
+    assert security.ca_file and security.cert_file and security.key_file
+    return {
+        "STEWARD_TLS_CA_FILE": security.ca_file,
+        "STEWARD_TLS_CERT_FILE": security.cert_file,
+        "STEWARD_TLS_KEY_FILE": security.key_file,
+    }
 
-    def __init__(self, argv: list[str], log_dir: Path, label: str) -> None:
+
+class ControllerProcess:
+    """A controller binary run as a subprocess, its stdout and stderr in files. It gets
+    this process's environment without ``OTEL_*``, ``KUBECONFIG`` and ``STEWARD_*``,
+    plus ``env``."""
+
+    def __init__(
+        self, argv: list[str], log_dir: Path, label: str, env: dict[str, str] | None = None
+    ) -> None:
         self.label = label
         self.log_path = log_dir / f"{label}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "KUBECONFIG"))}
+        inherited = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("OTEL_", "KUBECONFIG", "STEWARD_"))
+        }
+        env = {**inherited, **(env or {})}
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
@@ -145,7 +167,7 @@ def go_binaries() -> None:
 
 @pytest.fixture
 def informer(cluster: LocalCluster) -> Iterator[str]:
-    running = RunningInformer(str(cluster.kubeconfig))
+    running = RunningInformer(str(cluster.kubeconfig), cluster.state.serving_security())
     try:
         yield running.address
     finally:
@@ -156,12 +178,13 @@ def informer(cluster: LocalCluster) -> Iterator[str]:
 def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
     running = RunningManager(
         ManagerOptions(
-            security=DEVELOPMENT,
+            security=cluster.state.serving_security(),
             listen="127.0.0.1:0",
             kubeconfig=str(cluster.kubeconfig),
             namespace=namespace,
             timing=FAST,
-        )
+        ),
+        client=cluster.client_security(),
     )
     try:
         yield running
@@ -178,8 +201,10 @@ def start_confighash(
     manager: RunningManager,
     tmp_path: Path,
 ) -> Iterator[Callable[..., ControllerProcess]]:
-    """Start bin/confighash instances watching the test's namespace; all killed after."""
+    """Start bin/confighash instances watching the test's namespace, dialing with the
+    admin's certificate (system:masters: it may register any name); all killed after."""
     started: list[ControllerProcess] = []
+    admin = security_env(cluster.client_security("admin"))
 
     def start(label: str, *extra: str) -> ControllerProcess:
         argv = [
@@ -194,7 +219,7 @@ def start_confighash(
             namespace,
             *extra,
         ]
-        proc = ControllerProcess(argv, tmp_path, label)
+        proc = ControllerProcess(argv, tmp_path, label, admin)
         started.append(proc)
         return proc
 
@@ -314,3 +339,21 @@ def test_confighash_rolls_deployments_and_fails_over(
     # SIGTERM deregisters and exits 0.
     assert standby.terminate() == 0, standby.logs()
     eventually(lambda: controller().holder == "", "the name to be released")
+
+
+def test_confighash_refuses_to_start_without_tls_or_plaintext(
+    go_binaries: None, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Neither the TLS variables nor STEWARD_INSECURE_PLAINTEXT: exit 1 at once, saying
+    which variables to set (the informer's address is never dialed)."""
+    argv = [str(CONFIGHASH), "--informer", "127.0.0.1:1", "--kubeconfig", str(cluster.kubeconfig)]
+    proc = ControllerProcess(argv, tmp_path, "no-security")
+    assert proc.wait_exit() == 1, proc.logs()
+    logs = proc.logs()
+    for variable in (
+        "STEWARD_TLS_CA_FILE",
+        "STEWARD_TLS_CERT_FILE",
+        "STEWARD_TLS_KEY_FILE",
+        "STEWARD_INSECURE_PLAINTEXT=true",
+    ):
+        assert variable in logs, logs

@@ -1,6 +1,9 @@
 """The TypeScript runtime end to end: its example controller (namespace-labeller), run by
 node against a real informer and manager and the session's cluster, labels namespaces by
-rule, follows rule changes and label edits, and hands over to a standby."""
+rule, follows rule changes and label edits, and hands over to a standby. The informer and
+the manager serve mutual TLS with RBAC authorization; the example dials them with the
+admin's client certificate from the ``STEWARD_TLS_*`` variables, and refuses to start
+without them."""
 
 from __future__ import annotations
 
@@ -21,7 +24,6 @@ from kubernetes import client
 from steward.cluster import LocalCluster
 from steward.informer import InformerOptions, InformerServer
 from steward.manager import ManagerOptions
-from steward.security import DEVELOPMENT
 from steward.v1 import manager_pb2 as mpb
 from tests.manager.conftest import FAST, RunningManager
 
@@ -58,12 +60,13 @@ def built() -> Path:
 def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
     running = RunningManager(
         ManagerOptions(
-            security=DEVELOPMENT,
+            security=cluster.state.serving_security(),
             listen="127.0.0.1:0",
             kubeconfig=str(cluster.kubeconfig),
             namespace=namespace,
             timing=FAST,
-        )
+        ),
+        client=cluster.client_security(),
     )
     try:
         yield running
@@ -75,7 +78,9 @@ def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
 async def informer(cluster: LocalCluster) -> AsyncIterator[str]:
     server = InformerServer(
         InformerOptions(
-            security=DEVELOPMENT, listen="127.0.0.1:0", kubeconfig=str(cluster.kubeconfig)
+            security=cluster.state.serving_security(),
+            listen="127.0.0.1:0",
+            kubeconfig=str(cluster.kubeconfig),
         )
     )
     await server.start()
@@ -83,6 +88,22 @@ async def informer(cluster: LocalCluster) -> AsyncIterator[str]:
         yield f"127.0.0.1:{server.port}"
     finally:
         await server.stop()
+
+
+def _environment() -> dict[str, str]:
+    """This process's environment without ``OTEL_*`` and ``STEWARD_*``."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "STEWARD_"))}
+
+
+def _tls_env(cluster: LocalCluster) -> dict[str, str]:
+    """The admin's mTLS files (system:masters: it may register any name) as ``STEWARD_*``."""
+    admin = cluster.client_security("admin")
+    assert admin.ca_file and admin.cert_file and admin.key_file
+    return {
+        "STEWARD_TLS_CA_FILE": admin.ca_file,
+        "STEWARD_TLS_CERT_FILE": admin.cert_file,
+        "STEWARD_TLS_KEY_FILE": admin.key_file,
+    }
 
 
 class Instance:
@@ -131,7 +152,7 @@ async def start(
         if standby:
             args.append("--standby")
         log_path = tmp_path / f"instance-{len(instances)}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env = {**_environment(), **_tls_env(cluster)}
         with log_path.open("wb") as log:
             proc = await asyncio.create_subprocess_exec(
                 "node", *args, stdout=log, stderr=subprocess.STDOUT, env=env
@@ -262,3 +283,33 @@ async def test_second_instance_is_refused_or_stands_by_and_takes_over(
         lambda: _labels(core, two).get("ha") == "yes", "the promoted standby", standby
     )
     assert await standby.stop() == 0, standby.log()
+
+
+async def test_refuses_to_start_without_tls_or_plaintext(
+    built: Path, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Neither the TLS variables nor STEWARD_INSECURE_PLAINTEXT: a non-zero exit at once,
+    naming the variables (nothing is dialed)."""
+    proc = await asyncio.create_subprocess_exec(
+        "node",
+        str(built),
+        "--rule",
+        "a=b:^never$",
+        "--informer",
+        "127.0.0.1:1",
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=_environment(),
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60.0)
+    text = out.decode(errors="replace")
+    assert proc.returncode == 2, text
+    for variable in (
+        "STEWARD_TLS_CA_FILE",
+        "STEWARD_TLS_CERT_FILE",
+        "STEWARD_TLS_KEY_FILE",
+        "STEWARD_INSECURE_PLAINTEXT=true",
+    ):
+        assert variable in text, text

@@ -18,6 +18,13 @@
 //		Complete(conn, func(m *steward.Mirror) steward.Reconciler { return &reconciler{m} })
 //	err = ctrl.RunWithManager(ctx, "127.0.0.1:50062", steward.SessionOptions{})
 //
+// Connections to the informer and the manager are mutual TLS: DialOptions turns a
+// SecurityConfig (SecurityConfigFromEnv reads the STEWARD_TLS_* variables, as the Python
+// runtime does) into grpc.DialOptions, and refuses plaintext unless it is asked for.
+//
+//	dial, err := steward.DialOptions(steward.SecurityConfigFromEnv())
+//	conn, err := grpc.NewClient("127.0.0.1:50061", dial...)
+//
 // Every reconcile runs in a span whose parent is the trace context of the first event
 // coalesced into its key (links to the others); TracingTransport carries the span's
 // traceparent to kube-apiserver. SetupTracing configures the OpenTelemetry SDK from the

@@ -21,6 +21,9 @@ import {
   RegistrationRefusedError,
   type Request,
   type Result,
+  SecurityConfigError,
+  channelCredentials,
+  clientSecurityFromEnv,
   configureTracing,
   labelsChanged,
   loadKubeconfig,
@@ -33,6 +36,8 @@ const OWNED = "steward.dev/namespace-labeller-keys";
 
 const HELP = `usage: node dist/examples/namespace-labeller.js --rule KEY=VALUE:REGEX [--rule ...]
        [--informer HOST:PORT] [--manager HOST:PORT] [--kubeconfig FILE] [--name NAME] [--standby]
+       [--tls-ca-file FILE --tls-cert-file FILE --tls-key-file FILE] [--token-file FILE]
+       [--tls-server-name NAME] [--insecure-plaintext]
 
 Labels namespaces by their names: with --rule 'team=payments:^pay-', every namespace whose
 name matches ^pay- gets the label team=payments. When a namespace stops matching a rule
@@ -48,6 +53,18 @@ never touched. The first matching rule wins for a label key.
   --standby               wait as a standby if another instance holds the name
                           (otherwise such a registration is refused)
   -h, --help              this text
+
+Security: the informer and the manager are dialed with mutual TLS.
+  --tls-ca-file FILE      CA of their certificates (default $STEWARD_TLS_CA_FILE)
+  --tls-cert-file FILE    client certificate (default $STEWARD_TLS_CERT_FILE)
+  --tls-key-file FILE     its key (default $STEWARD_TLS_KEY_FILE)
+  --token-file FILE       bearer token presented as this controller's identity, re-read
+                          when it changes (default $STEWARD_TOKEN_FILE)
+  --tls-server-name NAME  name their certificates carry, when not the dialed host
+                          (default $STEWARD_TLS_SERVER_NAME)
+  --insecure-plaintext    dial without TLS, development only
+                          (default $STEWARD_INSECURE_PLAINTEXT=true)
+Without the TLS files or plaintext it exits 2 at once, naming the variables.
 
 Tracing: spans go over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (service name
 steward-controller-NAME). Logs go to stderr. SIGTERM deregisters and exits 0.`;
@@ -128,6 +145,12 @@ async function main(argv: string[]): Promise<number> {
         kubeconfig: { type: "string" },
         name: { type: "string", default: "namespace-labeller" },
         standby: { type: "boolean", default: false },
+        "tls-ca-file": { type: "string" },
+        "tls-cert-file": { type: "string" },
+        "tls-key-file": { type: "string" },
+        "token-file": { type: "string" },
+        "tls-server-name": { type: "string" },
+        "insecure-plaintext": { type: "boolean" },
         help: { type: "boolean", short: "h", default: false },
       },
       strict: true,
@@ -148,11 +171,28 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n\n${HELP}\n`);
     return 2;
   }
+  const env = clientSecurityFromEnv();
+  let credentials;
+  try {
+    credentials = channelCredentials({
+      caFile: values["tls-ca-file"] ?? env.caFile,
+      certFile: values["tls-cert-file"] ?? env.certFile,
+      keyFile: values["tls-key-file"] ?? env.keyFile,
+      tokenFile: values["token-file"] ?? env.tokenFile,
+      serverName: values["tls-server-name"] ?? env.serverName,
+      insecurePlaintext: values["insecure-plaintext"] ?? env.insecurePlaintext,
+    });
+  } catch (err) {
+    if (!(err instanceof SecurityConfigError)) throw err;
+    process.stderr.write(`namespace-labeller: ${err.message}\n`);
+    return 2;
+  }
   const name = values.name ?? "namespace-labeller";
   const shutdownTracing = configureTracing(`steward-controller-${name}`);
   const api = new KubeClient(loadKubeconfig(values.kubeconfig), name);
   const controller = new ControllerBuilder(name)
     .for(NAMESPACES, labelsChanged)
+    .withOptions({ credentials })
     .complete(values.informer ?? "127.0.0.1:50061", (mirror) => new NamespaceLabeller(mirror, api, rules));
   const stop = new AbortController();
   process.on("SIGTERM", () => stop.abort());

@@ -25,9 +25,16 @@
  * worker also checks the lease before each reconcile. The mirror keeps syncing while
  * standing by, so a promoted standby starts with a warm cache. Heartbeats carry the pool's
  * status. Shutdown deregisters, so a standby takes over without waiting for the lease.
+ *
+ * # Security
+ * The informer and the manager are dialed with {@link ControllerOptions.credentials}, by
+ * default {@link securityFromEnv}: mutual TLS with the files of `STEWARD_TLS_CA_FILE`,
+ * `STEWARD_TLS_CERT_FILE` and `STEWARD_TLS_KEY_FILE` (plus `STEWARD_TOKEN_FILE`), or
+ * plaintext with `STEWARD_INSECURE_PLAINTEXT=true`; with neither, `complete` (given an
+ * address) and `run` (given a manager) throw `SecurityConfigError`.
  */
 
-import { credentials } from "@grpc/grpc-js";
+import type { ChannelCredentials } from "@grpc/grpc-js";
 import { InformerServiceClient, type ResourceType } from "./gen/steward/v1/informer";
 import type { InstanceStatus } from "./gen/steward/v1/manager";
 import { log } from "./log";
@@ -39,6 +46,7 @@ import {
   type Result,
   requestKey,
 } from "./reconcile";
+import { securityFromEnv } from "./security";
 import { ManagerSession, type SessionOptions } from "./session";
 import { WorkerPool, type WorkerStatus } from "./workers";
 import type { TraceContext } from "./workqueue";
@@ -76,6 +84,12 @@ export interface ControllerOptions {
   resyncPeriodMs?: number;
   /** How long in-flight reconciles may finish on shutdown. Defaults to 30 000 ms. */
   shutdownGraceMs?: number;
+  /**
+   * How to dial the informer (when `complete` is given an address) and the manager.
+   * Defaults to {@link securityFromEnv}: mutual TLS from the `STEWARD_TLS_*` variables, or
+   * plaintext with `STEWARD_INSECURE_PLAINTEXT=true`.
+   */
+  credentials?: ChannelCredentials;
 }
 
 /** How to run a controller. */
@@ -164,6 +178,9 @@ export class Controller {
   /** Run until `signal` aborts (see the module docs). */
   async run(options: RunOptions): Promise<void> {
     const { signal } = options;
+    // Settle how to dial the manager before starting anything: a misconfiguration fails here.
+    const managerCredentials =
+      options.manager === undefined ? undefined : (this.options.credentials ?? securityFromEnv());
     const stopMirror = new AbortController();
     const mirror = this.mirror.run(stopMirror.signal);
     const aborted = new Promise<void>((resolve) => {
@@ -190,6 +207,7 @@ export class Controller {
               return this.stopWorkers(false);
             },
           },
+          managerCredentials,
         );
         await Promise.race([mirror, aborted, this.session.run()]);
       }
@@ -345,27 +363,34 @@ export class ControllerBuilder {
   }
 
   /**
-   * Build the controller. `informer` is the informer's host:port (plaintext) or a client;
-   * `reconciler` may be a factory taking the mirror.
+   * Build the controller. `informer` is the informer's host:port, dialed with the options'
+   * `credentials` (default {@link securityFromEnv}, which throws `SecurityConfigError`
+   * when the environment says neither TLS nor plaintext), or a client; `reconciler` may be
+   * a factory taking the mirror.
    */
   complete(
     informer: string | InformerServiceClient,
     reconciler: Reconciler | ((mirror: Mirror) => Reconciler),
   ): Controller {
     if (this.primary === undefined) throw new Error(`controller ${this.name} needs a primary type: call for()`);
-    const client =
-      typeof informer === "string"
-        ? new InformerServiceClient(informer, credentials.createInsecure(), {
-            "grpc.max_receive_message_length": 64 * 1024 * 1024,
-          })
-        : informer;
+    let options = this.options;
+    let client: InformerServiceClient;
+    if (typeof informer === "string") {
+      const creds = options.credentials ?? securityFromEnv();
+      options = { ...options, credentials: creds }; // the manager is dialed the same way
+      client = new InformerServiceClient(informer, creds, {
+        "grpc.max_receive_message_length": 64 * 1024 * 1024,
+      });
+    } else {
+      client = informer;
+    }
     return new Controller(
       this.name,
       client,
       this.primary,
       this.routes,
       reconciler,
-      this.options,
+      options,
       [...this.types.values()],
     );
   }

@@ -56,6 +56,16 @@ export {
   requestKey,
 } from "./reconcile";
 export {
+  type ClientSecurity,
+  SECURITY_ENV,
+  SecurityConfigError,
+  TokenFile,
+  channelCredentials,
+  clientSecurityFromEnv,
+  securityFromEnv,
+  validateClientSecurity,
+} from "./security";
+export {
   ManagerSession,
   RUNTIME_VERSION,
   RegistrationRefusedError,

@@ -29,9 +29,9 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import {
+  type ChannelCredentials,
   type ClientDuplexStream,
   type ServiceError,
-  credentials,
   status as GrpcStatus,
 } from "@grpc/grpc-js";
 import type { ResourceType } from "./gen/steward/v1/informer";
@@ -48,6 +48,7 @@ import {
 import type { Duration } from "./gen/google/protobuf/duration";
 import { log } from "./log";
 import { sleep } from "./mirror";
+import { securityFromEnv } from "./security";
 
 /** The version of this runtime, sent in the registration. */
 export const RUNTIME_VERSION = "0.1.0";
@@ -135,10 +136,16 @@ export class ManagerSession {
   private registeredOnce = false;
   private streamEnded: (() => void) | undefined;
 
+  /**
+   * A session with the manager at `target` (host:port), dialed with `channelCredentials`:
+   * by default {@link securityFromEnv}, which throws `SecurityConfigError` when the
+   * environment says neither mutual TLS nor plaintext.
+   */
   constructor(
     readonly target: string,
     options: SessionOptions,
     private readonly callbacks: SessionCallbacks = {},
+    channelCredentials: ChannelCredentials = securityFromEnv(),
   ) {
     this.options = {
       controller: options.controller,
@@ -150,7 +157,7 @@ export class ManagerSession {
       reconnectInitialMs: options.reconnectInitialMs ?? 100,
       stopTimeoutMs: options.stopTimeoutMs ?? 5_000,
     };
-    this.client = new ManagerServiceClient(target, credentials.createInsecure());
+    this.client = new ManagerServiceClient(target, channelCredentials);
   }
 
   /**

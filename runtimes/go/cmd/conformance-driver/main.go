@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/steward-dev/steward/runtimes/go/steward"
 )
@@ -124,7 +123,14 @@ func main() {
 func run(informer string, workers int) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	conn, err := grpc.NewClient(informer, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The conformance kit's fake informer serves plaintext on loopback; say so explicitly
+	// rather than take the STEWARD_* environment.
+	dial, err := steward.DialOptions(steward.SecurityConfig{InsecurePlaintext: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conformance-driver:", err)
+		return 2
+	}
+	conn, err := grpc.NewClient(informer, dial...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance-driver:", err)
 		return 2

@@ -20,7 +20,6 @@ import (
 	"syscall"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/steward-dev/steward/runtimes/go/kube"
 	"github.com/steward-dev/steward/runtimes/go/steward"
@@ -38,6 +37,12 @@ to kube-apiserver with the credentials of --kubeconfig. With --manager it regist
 Steward's manager under --name and reconciles only while it is the active instance; a
 second instance is refused (ALREADY_EXISTS) unless it runs with --standby, in which case it
 waits and takes over when the active one goes away.
+
+It dials the informer and the manager with mutual TLS: --tls-ca-file, --tls-cert-file and
+--tls-key-file, or STEWARD_TLS_CA_FILE, STEWARD_TLS_CERT_FILE and STEWARD_TLS_KEY_FILE
+(eval "$(steward cluster env)" exports the admin's); --token-file or STEWARD_TOKEN_FILE
+adds a bearer token. Plaintext needs --insecure-plaintext or STEWARD_INSECURE_PLAINTEXT=true
+(development only); without either it exits 1 at once.
 
 Spans go to OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (service steward-controller-NAME).
 
@@ -57,19 +62,25 @@ func main() {
 	namespace := fs.String("namespace", "", "watch only this namespace (default: all)")
 	standby := fs.Bool("standby", false, "stand by when another instance holds the name, instead of exiting")
 	workers := fs.Int("workers", 2, "concurrent reconciles")
+	var security steward.SecurityConfig
+	steward.AddSecurityFlags(fs, &security)
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fs.Usage()
 		os.Exit(2)
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
-	if err := run(*informer, *manager, *kubeconfig, *name, *namespace, *standby, *workers); err != nil {
+	if err := run(security, *informer, *manager, *kubeconfig, *name, *namespace, *standby, *workers); err != nil {
 		fmt.Fprintln(os.Stderr, "confighash:", err)
 		os.Exit(1)
 	}
 }
 
-func run(informer, manager, kubeconfig, name, namespace string, standby bool, workers int) error {
+func run(security steward.SecurityConfig, informer, manager, kubeconfig, name, namespace string, standby bool, workers int) error {
+	dial, err := steward.DialOptions(security)
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	shutdown, err := steward.SetupTracing(ctx, "steward-controller-"+name)
@@ -83,7 +94,7 @@ func run(informer, manager, kubeconfig, name, namespace string, standby bool, wo
 		return err
 	}
 	api := kube.NewClient(cfg, "steward-controller-"+name)
-	conn, err := grpc.NewClient(informer, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(informer, dial...)
 	if err != nil {
 		return err
 	}
@@ -95,7 +106,7 @@ func run(informer, manager, kubeconfig, name, namespace string, standby bool, wo
 	if manager == "" {
 		return ctrl.Run(ctx)
 	}
-	mconn, err := grpc.NewClient(manager, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	mconn, err := grpc.NewClient(manager, dial...)
 	if err != nil {
 		return err
 	}

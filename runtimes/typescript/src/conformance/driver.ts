@@ -14,6 +14,7 @@ import { ControllerBuilder } from "../controller";
 import { log } from "../log";
 import { MirrorError, resourceType, sleep } from "../mirror";
 import { type ReconcileInfo, type Request, type Result, requestKey } from "../reconcile";
+import { channelCredentials } from "../security";
 
 const SLEEP_ANNOTATION = "conformance.steward.dev/sleep-ms";
 const FAIL_ANNOTATION = "conformance.steward.dev/fail-times";
@@ -62,7 +63,9 @@ async function main(argv: string[]): Promise<number> {
 
   const controller = new ControllerBuilder("conformance")
     .for(CONFIGMAPS)
-    .withOptions({ maxConcurrentReconciles: workers })
+    // The conformance kit's fake informer serves plaintext on loopback: say so explicitly
+    // rather than take the STEWARD_* environment.
+    .withOptions({ maxConcurrentReconciles: workers, credentials: channelCredentials({ insecurePlaintext: true }) })
     .complete(args.informer, (mirror) => ({
       async reconcile(request: Request, info: ReconcileInfo): Promise<Result> {
         const startNs = wallNs();
