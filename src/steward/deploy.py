@@ -126,9 +126,10 @@ own ServiceAccount bound to exactly its role of deploy/rbac (the informer: list/
 cluster-wide; the manager: Leases in `steward` only; the Job controller: Jobs' status,
 pods, events; the ReplicaSet controller: ReplicaSets' status, pods, events; the
 Deployment controller: Deployments' status, ReplicaSets, events); Services for the
-informer (50061) and the manager (50062, the leader only is ready); network policies
+informer (50061) and the manager (50062, the leader only is ready), both mutual TLS
+from the Secrets steward-<service>-tls (see the README: Deploy as pods); network policies
 (only controller pods reach the informer and the manager; egress to DNS and the API
-server only); gRPC and HTTP health probes, requests and limits, OTEL_* variables.
+server only); HTTP health probes, requests and limits, OTEL_* variables.
 
 The ReplicaSet and Deployment controllers take every ReplicaSet and Deployment (these
 have no spec.managedBy): apply them only where kube-controller-manager runs without its

@@ -3,6 +3,8 @@ returns None when the work was done, else a sentence saying what did not happen.
 
 A ``give_up`` callable ends the wait early (it says the service logged a refusal, see
 :meth:`tests.deploy.harness.Process.forbidden`); without it each waits its deadline.
+The exercises dial the informer and the manager as ``security`` says (mutual TLS, and
+the caller's token if it has one).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import grpc
 
 from steward.cluster import LocalCluster
+from steward.security import ClientSecurity
 from steward.v1 import informer_pb2, informer_pb2_grpc, manager_pb2, manager_pb2_grpc
 
 MANAGED_BY = "steward.io/job-controller"
@@ -45,11 +48,13 @@ def watch_pods(
     informer: str,
     namespace: str,
     *,
+    security: ClientSecurity,
     deadline: float = 45.0,
     give_up: GiveUp = _never,
 ) -> str | None:
-    """The informer at ``informer`` streams the pods of ``namespace``: a pod created
-    before comes in the snapshot (before INITIAL_EVENTS_END), one created after as ADDED."""
+    """The informer at ``informer`` streams the pods of ``namespace`` to the caller of
+    ``security``: a pod created before comes in the snapshot (before INITIAL_EVENTS_END),
+    one created after as ADDED."""
     before, after = f"before-{uuid.uuid4().hex[:5]}", f"after-{uuid.uuid4().hex[:5]}"
     cluster.api("POST", f"/api/v1/namespaces/{namespace}/pods", _pod(before), ok=(201,))
     pods = informer_pb2.ResourceType(group="", version="v1", resource="pods")
@@ -59,7 +64,7 @@ def watch_pods(
     end = time.monotonic() + deadline
     snapshot: set[str] = set()
     synced = False
-    with grpc.insecure_channel(informer) as channel:
+    with security.sync_channel(informer) as channel:
         stream = informer_pb2_grpc.InformerServiceStub(channel).Watch(request, timeout=deadline)
         try:
             for response in stream:
@@ -87,10 +92,11 @@ def watch_pods(
     return "no INITIAL_EVENTS_END" if not synced else f"no ADDED event for pod {after}"
 
 
-def controller_holder(manager: str, name: str = "job") -> str:
+def controller_holder(manager: str, name: str = "job", *, security: ClientSecurity) -> str:
     """The instance the manager at ``manager`` names as the controller's holder ('' if
-    none, or the manager does not answer)."""
-    with grpc.insecure_channel(manager) as channel:
+    none, or the manager does not answer; ``security``'s caller needs get of
+    controllers.steward.io)."""
+    with security.sync_channel(manager) as channel:
         try:
             reply = manager_pb2_grpc.ManagerServiceStub(channel).GetController(
                 manager_pb2.GetControllerRequest(name=name), timeout=2.0
@@ -102,12 +108,17 @@ def controller_holder(manager: str, name: str = "job") -> str:
 
 
 def wait_registered(
-    manager: str, name: str = "job", *, deadline: float = 60.0, give_up: GiveUp = _never
+    manager: str,
+    name: str = "job",
+    *,
+    security: ClientSecurity,
+    deadline: float = 60.0,
+    give_up: GiveUp = _never,
 ) -> str | None:
     """The manager at ``manager`` has an active instance of the controller ``name``."""
     end = time.monotonic() + deadline
     while time.monotonic() < end and not give_up():
-        if controller_holder(manager, name):
+        if controller_holder(manager, name, security=security):
             return None
         time.sleep(0.25)
     return f"the manager names no active instance of the {name} controller"

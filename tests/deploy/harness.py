@@ -4,8 +4,13 @@ processes against the session cluster, under the identities the manifests grant.
 A Deployment's container becomes a process with the same command, arguments and
 environment; only what a pod gets from its surroundings is substituted: the downward API
 values (pod name, namespace, IP), listen and Service addresses (loopback and free ports),
-and the credentials (a kubeconfig holding a TokenRequest token of the container's
-ServiceAccount, named by ``KUBECONFIG``, where a pod would use its mounted token).
+the credentials (a kubeconfig holding a TokenRequest token of the container's
+ServiceAccount, named by ``KUBECONFIG``, where a pod would use its mounted token), and
+the volumes that carry credentials, each a local directory whose path replaces the
+mount path in the environment and the arguments: a Secret holds ``tls.crt``,
+``tls.key`` and ``ca.crt`` issued by the cluster's CA (a serving certificate for
+loopback when a Service selects the pods, else a client certificate), a projected
+``serviceAccountToken`` a TokenRequest token of the ServiceAccount for its audience.
 """
 
 from __future__ import annotations
@@ -24,18 +29,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
 import yaml
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
 from steward import deploy
 from steward.cluster import ClusterError, LocalCluster
+from steward.cluster.pki import CertificateAuthority
+from steward.security import DEFAULT_AUDIENCE, ClientSecurity
 from steward.serving import free_port
 
 Doc = dict[str, Any]
 
 NAMESPACE = "steward"
 """The namespace the manifests put everything in."""
+
+TOKEN_AUDIENCE = DEFAULT_AUDIENCE
+"""The audience the informer and the manager accept tokens for."""
 
 VENV_BIN = Path(sys.executable).parent
 KUBECTL = str(VENV_BIN / "kubectl")
@@ -113,16 +121,23 @@ def new_namespace(cluster: LocalCluster, prefix: str) -> str:
     return name
 
 
-def token(cluster: LocalCluster, namespace: str, service_account: str) -> str:
-    """A one-hour token of the ServiceAccount (TokenRequest API)."""
+def token(
+    cluster: LocalCluster,
+    namespace: str,
+    service_account: str,
+    *,
+    audience: str | None = None,
+    expiration: int = 3600,
+) -> str:
+    """A token of the ServiceAccount (TokenRequest API), for ``audience`` if given (else
+    the API server's)."""
+    spec: dict[str, Any] = {"expirationSeconds": expiration}
+    if audience is not None:
+        spec["audiences"] = [audience]
     reply = cluster.api(
         "POST",
         f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
-        {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 3600},
-        },
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
         ok=(201,),
     )
     value: str = reply["status"]["token"]
@@ -217,6 +232,8 @@ class Process:
     log: Path
     ports: dict[int, int]
     """Container port → local port."""
+    mounts: dict[str, Path] = field(default_factory=dict)
+    """Mount path of a credentials volume → the local directory standing for it."""
     proc: subprocess.Popen[bytes] | None = None
 
     def address(self, container_port: int) -> str:
@@ -232,9 +249,13 @@ class Process:
         return "\n".join(self.output().splitlines()[-lines:])
 
     def forbidden(self) -> bool:
-        """Whether the process logged an API server refusal (403)."""
+        """Whether the process logged a refusal: the API server's (403), or the informer's
+        or the manager's (gRPC PERMISSION_DENIED or UNAUTHENTICATED)."""
         text = self.output()
-        return "HTTP 403" in text or "Forbidden" in text or " 403 " in text
+        return any(
+            mark in text
+            for mark in ("HTTP 403", "Forbidden", " 403 ", "PERMISSION_DENIED", "UNAUTHENTICATED")
+        )
 
     def stop(self) -> None:
         if self.proc is None:
@@ -255,16 +276,29 @@ class Launcher:
 
     docs: list[Doc]
     workdir: Path
+    cluster: LocalCluster
+    """Issues the credentials: its CA signs certificates, its API server tokens."""
     endpoints: dict[str, str] = field(default_factory=dict)
     """``service:port`` (as the manifests name a Service) → local ``host:port``."""
 
-    def prepare(self, deployment_name: str, kubeconfig: Path, pod: Pod | None = None) -> Process:
+    def prepare(
+        self,
+        deployment_name: str,
+        kubeconfig: Path,
+        pod: Pod | None = None,
+        service_account: str | None = None,
+    ) -> Process:
         """The process for the Deployment's container: command, args and env as rendered,
-        with the substitutions described in the module docs."""
+        with the substitutions described in the module docs. Projected tokens are of
+        ``service_account`` (default: the pod's) in the manifests' namespace."""
         deployment = find(self.docs, "Deployment", deployment_name)
         c = container(deployment)
         pod = pod or Pod(name=f"{deployment_name}-{uuid.uuid4().hex[:5]}")
         ports = {p["containerPort"]: free_port() for p in c.get("ports", [])}
+        home = self.workdir / pod.name
+        home.mkdir(parents=True, exist_ok=True)
+        sa = service_account or deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        mounts = self._volumes(deployment, sa, home / "volumes")
         env: dict[str, str] = {}
         for entry in c.get("env", []):
             if "value" in entry:
@@ -273,16 +307,15 @@ class Launcher:
                 ref = entry.get("valueFrom", {}).get("fieldRef")
                 assert ref, f"{deployment_name}: unsupported env source {entry}"
                 env[entry["name"]] = field_ref(ref["fieldPath"], pod)
-        env = {k: self._local(v, ports, pod) for k, v in env.items()}
+        env = {k: self._local(v, ports, pod, mounts) for k, v in env.items()}
         argv = [
-            self._local(expand(a, env), ports, pod) for a in [*c["command"], *c.get("args", [])]
+            self._local(expand(a, env), ports, pod, mounts)
+            for a in [*c["command"], *c.get("args", [])]
         ]
         path = f"{VENV_BIN}:/usr/bin:/bin"
         exe = shutil.which(argv[0], path=path)
         assert exe, f"{argv[0]} not found on {path}"
         argv[0] = exe
-        home = self.workdir / pod.name
-        home.mkdir(parents=True, exist_ok=True)
         full_env = {
             **IMAGE_ENV,
             "PATH": path,
@@ -291,15 +324,88 @@ class Launcher:
             **env,
             "KUBECONFIG": str(kubeconfig),
         }
-        return Process(deployment_name, argv, full_env, self.workdir / f"{pod.name}.log", ports)
+        log = self.workdir / f"{pod.name}.log"
+        return Process(deployment_name, argv, full_env, log, ports, mounts)
 
-    def _local(self, value: str, ports: dict[int, int], pod: Pod) -> str:
+    def _local(self, value: str, ports: dict[int, int], pod: Pod, mounts: dict[str, Path]) -> str:
         for port, local in ports.items():
             for host in ("0.0.0.0", pod.ip):
                 value = value.replace(f"{host}:{port}", f"127.0.0.1:{local}")
         for service, address in self.endpoints.items():
             value = re.sub(rf"(?<![\w.-]){re.escape(service)}(?![\w])", address, value)
+        for mount, local_dir in sorted(mounts.items(), key=lambda m: -len(m[0])):
+            pattern = rf"(?<![\w./-]){re.escape(mount.rstrip('/'))}(?=/|$|[^\w.-])"
+            value = re.sub(pattern, str(local_dir).replace("\\", "\\\\"), value)
         return value
+
+    def _volumes(self, deployment: Doc, service_account: str, into: Path) -> dict[str, Path]:
+        """The container's Secret and projected volumes, made locally: mount path → dir."""
+        spec = deployment["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in spec.get("volumes") or []}
+        mounts: dict[str, Path] = {}
+        for mount in container(deployment).get("volumeMounts") or []:
+            volume = volumes[mount["name"]]
+            local = into / mount["name"]
+            if "secret" in volume:
+                assert "subPath" not in mount, f"{mount}: subPath is not supported here"
+                self._secret(deployment, volume["secret"], volume["secret"]["secretName"], local)
+            elif "projected" in volume:
+                assert "subPath" not in mount, f"{mount}: subPath is not supported here"
+                for source in volume["projected"]["sources"]:
+                    if "secret" in source:
+                        self._secret(deployment, source["secret"], source["secret"]["name"], local)
+                    elif "serviceAccountToken" in source:
+                        self._token(source["serviceAccountToken"], service_account, local)
+                    else:
+                        raise AssertionError(f"no local equivalent for the source {source}")
+            else:
+                continue  # emptyDir and the like: nothing a pod gets from its surroundings
+            mounts[mount["mountPath"]] = local
+        return mounts
+
+    def _secret(self, deployment: Doc, source: Doc, name: str, into: Path) -> None:
+        """A kubernetes.io/tls Secret with ca.crt, as cert-manager writes it, issued by the
+        cluster's CA for the Deployment's name: a serving certificate (loopback and the
+        Services' names) if Services select its pods, else a client certificate."""
+        assert "items" not in source, f"Secret {name}: items are not supported here"
+        into.mkdir(parents=True, exist_ok=True)
+        ca = CertificateAuthority.load(self.cluster.directory / "pki")
+        common_name = deployment["metadata"]["name"]
+        services = self.services_of(deployment)
+        if services:
+            dns = ["localhost"]
+            for svc in services:
+                dns += [svc, f"{svc}.{NAMESPACE}", f"{svc}.{NAMESPACE}.svc"]
+            ca.issue(
+                "tls", common_name, server=True, ips=("127.0.0.1",), dns=tuple(dns), directory=into
+            )
+        else:
+            ca.issue("tls", common_name, client=True, directory=into)
+        shutil.copyfile(ca.pair.cert, into / "ca.crt")
+
+    def _token(self, source: Doc, service_account: str, into: Path) -> None:
+        into.mkdir(parents=True, exist_ok=True)
+        value = token(
+            self.cluster,
+            NAMESPACE,
+            service_account,
+            audience=source.get("audience"),
+            expiration=int(source.get("expirationSeconds", 3600)),
+        )
+        path = into / source["path"]
+        path.write_text(value)
+        path.chmod(0o600)
+
+    def services_of(self, deployment: Doc) -> list[str]:
+        """The Services whose selector matches the Deployment's pods."""
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        return [
+            d["metadata"]["name"]
+            for d in self.docs
+            if d["kind"] == "Service"
+            and d["spec"].get("selector")
+            and d["spec"]["selector"].items() <= labels.items()
+        ]
 
     def start(self, process: Process) -> Process:
         with process.log.open("wb") as log:
@@ -339,22 +445,56 @@ def wait_for(
         time.sleep(0.2)
 
 
-def grpc_probe(deployment: Doc, kind: str) -> tuple[int, str]:
-    """(container port, service) of the container's gRPC ``kind`` probe."""
-    probe = container(deployment)[kind]["grpc"]
-    return int(probe["port"]), str(probe.get("service", ""))
+def named_port(deployment: Doc, port: int | str) -> int:
+    """The container port ``port`` names (a number is itself)."""
+    if isinstance(port, int):
+        return port
+    named = {p["name"]: p["containerPort"] for p in container(deployment).get("ports", [])}
+    return int(named[port])
 
 
-def grpc_serving(address: str, service: str) -> bool:
-    """Whether the standard health service at ``address`` says SERVING for ``service``."""
-    with grpc.insecure_channel(address) as channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=2.0
-            )
-        except grpc.RpcError:
-            return False
-    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+def grpc_port(deployment: Doc) -> int:
+    """The container's port named ``grpc``."""
+    return named_port(deployment, "grpc")
+
+
+def http_probe(deployment: Doc, kind: str) -> tuple[int, str]:
+    """(container port, path) of the container's HTTP ``kind`` probe."""
+    probe = container(deployment)[kind]["httpGet"]
+    return named_port(deployment, probe["port"]), str(probe["path"])
+
+
+def probe_url(deployment: Doc, process: Process, kind: str) -> str:
+    """Where the kubelet's ``kind`` probe would ask ``process``."""
+    port, path = http_probe(deployment, kind)
+    return f"http://{process.address(port)}{path}"
+
+
+def caller(
+    cluster: LocalCluster,
+    workdir: Path,
+    name: str,
+    *,
+    service_account: str | None = None,
+) -> ClientSecurity:
+    """A client of Steward's services: a client certificate with the common name ``name``
+    (no group: no rights of its own), and, with ``service_account``, a token of it for
+    the audience steward, which is then the caller's identity."""
+    directory = workdir / "callers" / f"{name}-{uuid.uuid4().hex[:5]}"
+    directory.mkdir(parents=True)
+    ca = CertificateAuthority.load(cluster.directory / "pki")
+    pair = ca.issue("tls", name, client=True, directory=directory)
+    token_file: str | None = None
+    if service_account is not None:
+        path = directory / "token"
+        path.write_text(token(cluster, NAMESPACE, service_account, audience=TOKEN_AUDIENCE))
+        token_file = str(path)
+    return ClientSecurity(
+        ca_file=str(ca.pair.cert),
+        cert_file=str(pair.cert),
+        key_file=str(pair.key),
+        token_file=token_file,
+    )
 
 
 def http_ok(url: str) -> bool:
@@ -396,21 +536,25 @@ __all__ = [
     "IMAGE_ENV",
     "KUBECTL",
     "NAMESPACE",
+    "TOKEN_AUDIENCE",
     "Launcher",
     "Pod",
     "Process",
     "apply",
+    "caller",
     "container",
     "ensure_namespace",
     "env_of",
     "expand",
     "find",
-    "grpc_probe",
-    "grpc_serving",
+    "grpc_port",
     "http_ok",
+    "http_probe",
     "identity",
     "kubectl",
+    "named_port",
     "new_namespace",
+    "probe_url",
     "rbac_docs",
     "render",
     "service_account_of",

@@ -4,11 +4,14 @@ The local overlay's namespace, ServiceAccounts, roles and bindings are applied f
 ``apps_cluster`` (tests/deploy/conftest.py: upstream's ReplicaSet and Deployment
 controllers off); each service then runs as a local process with its container's
 command, arguments and environment (see tests/deploy/harness.py for the substitutions)
-and a token of its own ServiceAccount, and does its job: the informer serves a watch of
-pods, the manager registers the controllers, a Job runs to completion under Steward's Job
-controller (``spec.managedBy``, ``--no-take-unmanaged`` from the manifest: upstream's Job
-controller runs too), and a ReplicaSet adopts, creates and deletes pods and reports them
-ready under Steward's ReplicaSet controller.
+and a token of its own ServiceAccount, the informer and the manager serving mutual TLS
+with certificates of the cluster's CA, the controllers dialing them with a client
+certificate and a projected token (audience steward) of their ServiceAccount; and each
+does its job: the informer serves a watch of pods, the manager registers the
+controllers, a Job runs to completion under Steward's Job controller
+(``spec.managedBy``, ``--no-take-unmanaged`` from the manifest: upstream's Job controller
+runs too), and a ReplicaSet adopts, creates and deletes pods and reports them ready under
+Steward's ReplicaSet controller.
 
 The Deployment controller's manifest is covered by rendering and the server-side dry run
 (tests/deploy/test_manifests.py) only.
@@ -21,24 +24,29 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import grpc
 import pytest
 
 from steward.cluster import LocalCluster
+from steward.security import ClientSecurity
+from steward.v1 import informer_pb2, informer_pb2_grpc
 from tests.deploy import exercises
 from tests.deploy.harness import (
     NAMESPACE,
+    TOKEN_AUDIENCE,
     Doc,
     Launcher,
     Process,
     apply,
+    caller,
     container,
     ensure_namespace,
     env_of,
     find,
-    grpc_probe,
-    grpc_serving,
+    grpc_port,
     http_ok,
     identity,
+    probe_url,
     rbac_docs,
     render,
     service_account_of,
@@ -60,22 +68,21 @@ class Stack:
     launcher: Launcher
     kubeconfigs: dict[str, Path]
     processes: dict[str, Process]
+    admin: ClientSecurity
+    """The cluster's admin (system:masters): may read the manager's registry."""
+    watcher: ClientSecurity
+    """A caller with the Job controller's ServiceAccount token (audience steward)."""
 
     def address(self, name: str) -> str:
-        port, _ = grpc_probe(find(self.docs, "Deployment", name), "readinessProbe")
-        return self.processes[name].address(port)
+        return self.processes[name].address(grpc_port(find(self.docs, "Deployment", name)))
 
 
 def start_ready(launcher: Launcher, name: str, kubeconfig: Path, docs: list[Doc]) -> Process:
     """Start a gRPC service and wait until its readiness probe (as the manifest states it:
-    port and health service name) would pass."""
+    HTTP path and port) would pass."""
     process = launcher.start(launcher.prepare(name, kubeconfig))
-    port, service = grpc_probe(find(docs, "Deployment", name), "readinessProbe")
-    wait_for(
-        lambda: grpc_serving(process.address(port), service),
-        f"{name}'s readiness probe (health of {service!r})",
-        process,
-    )
+    url = probe_url(find(docs, "Deployment", name), process, "readinessProbe")
+    wait_for(partial(http_ok, url), f"{name}'s readiness probe {url}", process)
     return process
 
 
@@ -87,7 +94,7 @@ def stack(apps_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) 
     ensure_namespace(cluster, NAMESPACE, labels)
     apply(cluster, rbac_docs(docs))
     workdir = tmp_path_factory.mktemp("deployed")
-    launcher = Launcher(docs, workdir)
+    launcher = Launcher(docs, workdir, cluster)
     kubeconfigs = {
         name: identity(cluster, docs, service_account_of(docs, name), workdir)
         for name in (INFORMER, MANAGER, *CONTROLLERS)
@@ -100,7 +107,11 @@ def stack(apps_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) 
         launcher.expose(MANAGER, processes[MANAGER])
         for name in CONTROLLERS:
             processes[name] = launcher.start(launcher.prepare(name, kubeconfigs[name]))
-        yield Stack(docs, launcher, kubeconfigs, processes)
+        watcher = caller(
+            cluster, workdir, "steward-deploy-test", service_account=service_account_of(docs, JOB)
+        )
+        admin = cluster.client_security("admin")
+        yield Stack(docs, launcher, kubeconfigs, processes, admin, watcher)
     finally:
         for name in (*CONTROLLERS, MANAGER, INFORMER):
             if name in processes:
@@ -129,7 +140,9 @@ def test_informer_serves_a_watch_of_pods(
     stack: Stack, apps_cluster: LocalCluster, apps_namespace: str
 ) -> None:
     informer = stack.processes[INFORMER]
-    problem = exercises.watch_pods(apps_cluster, stack.address(INFORMER), apps_namespace)
+    problem = exercises.watch_pods(
+        apps_cluster, stack.address(INFORMER), apps_namespace, security=stack.watcher
+    )
     assert problem is None, f"{problem}\ninformer log:\n{informer.tail()}"
     assert not informer.forbidden(), informer.tail()
 
@@ -137,7 +150,9 @@ def test_informer_serves_a_watch_of_pods(
 @pytest.mark.parametrize("deployment", list(CONTROLLERS))
 def test_manager_registers_the_controllers(stack: Stack, deployment: str) -> None:
     manager, controller = stack.processes[MANAGER], stack.processes[deployment]
-    problem = exercises.wait_registered(stack.address(MANAGER), CONTROLLERS[deployment])
+    problem = exercises.wait_registered(
+        stack.address(MANAGER), CONTROLLERS[deployment], security=stack.admin
+    )
     assert problem is None, (
         f"{problem}\nmanager log:\n{manager.tail()}\ncontroller log:\n{controller.tail()}"
     )
@@ -147,7 +162,8 @@ def test_job_runs_to_completion_under_stewards_controller(
     stack: Stack, apps_cluster: LocalCluster, apps_namespace: str
 ) -> None:
     controller = stack.processes[JOB]
-    assert exercises.wait_registered(stack.address(MANAGER)) is None, controller.tail()
+    registered = exercises.wait_registered(stack.address(MANAGER), security=stack.admin)
+    assert registered is None, controller.tail()
     problem = exercises.run_job(apps_cluster, apps_namespace)
     assert problem is None, f"{problem}\ncontroller log:\n{controller.tail()}"
     for process in stack.processes.values():
@@ -158,7 +174,9 @@ def test_replicaset_pods_are_made_and_ready_under_stewards_controller(
     stack: Stack, apps_cluster: LocalCluster, apps_namespace: str
 ) -> None:
     controller = stack.processes[REPLICASET]
-    registered = exercises.wait_registered(stack.address(MANAGER), CONTROLLERS[REPLICASET])
+    registered = exercises.wait_registered(
+        stack.address(MANAGER), CONTROLLERS[REPLICASET], security=stack.admin
+    )
     assert registered is None, controller.tail()
     problem = exercises.run_replicaset(apps_cluster, apps_namespace)
     assert problem is None, f"{problem}\ncontroller log:\n{controller.tail()}"
@@ -166,13 +184,70 @@ def test_replicaset_pods_are_made_and_ready_under_stewards_controller(
         assert not process.forbidden(), f"{process.name} was refused:\n{process.tail()}"
 
 
-@pytest.mark.parametrize("deployment", list(CONTROLLERS))
-def test_controller_answers_its_http_probes(stack: Stack, deployment: str) -> None:
-    c = container(find(stack.docs, "Deployment", deployment))
-    named = {p["name"]: p["containerPort"] for p in c["ports"]}
+@pytest.mark.parametrize("deployment", [INFORMER, MANAGER, *CONTROLLERS])
+def test_each_service_answers_its_http_probes(stack: Stack, deployment: str) -> None:
     process = stack.processes[deployment]
-    for kind in ("livenessProbe", "readinessProbe"):
-        probe = c[kind]["httpGet"]
-        port = named.get(probe["port"], probe["port"])
-        url = f"http://{process.address(int(port))}{probe['path']}"
+    for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+        url = probe_url(find(stack.docs, "Deployment", deployment), process, kind)
         wait_for(partial(http_ok, url), f"{deployment} {kind} {url}", process, 30)
+
+
+def _watch_code(address: str, security: ClientSecurity | None) -> grpc.StatusCode:
+    """The status a Watch of pods ends with at once (OK: it was served)."""
+    pods = informer_pb2.ResourceType(group="", version="v1", resource="pods")
+    request = informer_pb2.WatchRequest(
+        targets=[informer_pb2.WatchTarget(type=pods)], namespace="default", subscriber="probe"
+    )
+    channel = grpc.insecure_channel(address) if security is None else security.sync_channel(address)
+    with channel:
+        stream = informer_pb2_grpc.InformerServiceStub(channel).Watch(request, timeout=10)
+        try:
+            next(iter(stream))
+        except grpc.RpcError as err:
+            return err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
+        finally:
+            stream.cancel()
+    return grpc.StatusCode.OK
+
+
+def test_the_controllers_identity_is_their_service_accounts_token(
+    stack: Stack, apps_cluster: LocalCluster
+) -> None:
+    """The informer serves mutual TLS only; of the Job controller's credentials (as the
+    harness made its volume) the certificate alone names a user with no rights, and the
+    projected token is for the audience steward and names its ServiceAccount."""
+    informer = stack.address(INFORMER)
+    process = stack.processes[JOB]
+    env = process.env
+    for name in ("STEWARD_TLS_CA_FILE", "STEWARD_TLS_CERT_FILE", "STEWARD_TLS_KEY_FILE"):
+        assert Path(env[name]).is_file(), f"{name}={env[name]}"
+    assert _watch_code(informer, None) == grpc.StatusCode.UNAVAILABLE
+    certificate_only = ClientSecurity(
+        ca_file=env["STEWARD_TLS_CA_FILE"],
+        cert_file=env["STEWARD_TLS_CERT_FILE"],
+        key_file=env["STEWARD_TLS_KEY_FILE"],
+    )
+    assert _watch_code(informer, certificate_only) == grpc.StatusCode.PERMISSION_DENIED
+    review = apps_cluster.api(
+        "POST",
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {
+                "token": Path(env["STEWARD_TOKEN_FILE"]).read_text(),
+                "audiences": [TOKEN_AUDIENCE],
+            },
+        },
+        ok=(201,),
+    )
+    sa = service_account_of(stack.docs, JOB)
+    assert review["status"]["authenticated"] is True, review["status"]
+    assert review["status"]["user"]["username"] == f"system:serviceaccount:{NAMESPACE}:{sa}"
+    with_token = ClientSecurity(
+        ca_file=env["STEWARD_TLS_CA_FILE"],
+        cert_file=env["STEWARD_TLS_CERT_FILE"],
+        key_file=env["STEWARD_TLS_KEY_FILE"],
+        token_file=env["STEWARD_TOKEN_FILE"],
+    )
+    assert _watch_code(informer, with_token) == grpc.StatusCode.OK

@@ -38,10 +38,8 @@ CONTROLLERS = (
     "steward-controller-deployment",
 )
 STEWARD = ("steward-informer", "steward-manager", *CONTROLLERS)
-GRPC_SERVICES = {
-    "steward-informer": "steward.v1.InformerService",
-    "steward-manager": "steward.v1.ManagerService",
-}
+SERVERS = {"steward-informer": "STEWARD_INFORMER", "steward-manager": "STEWARD_MANAGER"}
+"""The gRPC servers and the prefix of their environment variables."""
 ALLOWED_VOLUMES = {
     "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
     "persistentVolumeClaim", "projected", "secret",
@@ -165,20 +163,38 @@ def test_pod_specs_are_restricted_probed_and_bounded(overlay: str, jaeger: bool)
                 assert set(c["resources"][kind]) >= {"cpu", "memory"}, f"{name}: {kind}"
 
 
+def _mounted_files(deployment: Doc) -> dict[str, tuple[Doc, Doc]]:
+    """Mount path → (volume mount, volume) of the container's read-only volumes."""
+    spec = deployment["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec.get("volumes") or []}
+    return {
+        m["mountPath"]: (m, volumes[m["name"]])
+        for m in container(deployment).get("volumeMounts") or []
+        if m.get("readOnly")
+    }
+
+
+def _http_probes(c: Doc) -> dict[str, Doc]:
+    return {
+        kind: c[kind]["httpGet"] for kind in ("livenessProbe", "readinessProbe", "startupProbe")
+    }
+
+
 @pytest.mark.unit
 def test_probes_ask_what_each_service_serves() -> None:
-    from steward.informer.server import SERVICE_NAME as INFORMER_SERVICE
-    from steward.manager.server import SERVICE_NAME as MANAGER_SERVICE
-
-    assert {INFORMER_SERVICE, MANAGER_SERVICE} == set(GRPC_SERVICES.values())
     docs = render("local")
-    for name, service in GRPC_SERVICES.items():
+    for name in SERVERS:
         c = container(find(docs, "Deployment", name))
-        grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "grpc")
-        listen = next(a for a in c["args"] if a.startswith("--listen="))
-        assert listen == f"--listen=0.0.0.0:{grpc_port}"
-        assert c["livenessProbe"]["grpc"] == {"port": grpc_port, "service": ""}
-        assert c["readinessProbe"]["grpc"] == {"port": grpc_port, "service": service}
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        assert f"--listen=0.0.0.0:{ports['grpc']}" in c["args"], name
+        # The kubelet cannot present a client certificate: plain HTTP on its own port.
+        assert f"--health-listen=0.0.0.0:{ports['health']}" in c["args"], name
+        assert ports["health"] != ports["grpc"]
+        assert _http_probes(c) == {
+            "livenessProbe": {"path": "/healthz", "port": "health"},
+            "readinessProbe": {"path": "/readyz", "port": "health"},
+            "startupProbe": {"path": "/healthz", "port": "health"},
+        }, name
     for name in CONTROLLERS:
         c = container(find(docs, "Deployment", name))
         health_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "health")
@@ -194,6 +210,59 @@ def test_probes_ask_what_each_service_serves() -> None:
         c = container(find(docs, "Deployment", name))
         metrics_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "metrics")
         assert f"--metrics=0.0.0.0:{metrics_port}" in c["args"], name
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("overlay", "jaeger"), VARIANTS)
+def test_servers_require_mutual_tls_from_their_secret(overlay: str, jaeger: bool) -> None:
+    docs = render(overlay, with_jaeger=jaeger)
+    for name, prefix in SERVERS.items():
+        d = find(docs, "Deployment", name)
+        c = container(d)
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        mount, volume = _mounted_files(d)["/etc/steward/tls"]
+        assert volume["secret"]["secretName"] == f"{name}-tls", name
+        assert env[f"{prefix}_TLS_CERT_FILE"] == "/etc/steward/tls/tls.crt"
+        assert env[f"{prefix}_TLS_KEY_FILE"] == "/etc/steward/tls/tls.key"
+        assert env[f"{prefix}_CLIENT_CA_FILE"] == "/etc/steward/tls/ca.crt"
+        assert mount["readOnly"] is True
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("overlay", "jaeger"), VARIANTS)
+def test_controllers_dial_with_a_certificate_and_their_service_accounts_token(
+    overlay: str, jaeger: bool
+) -> None:
+    docs = render(overlay, with_jaeger=jaeger)
+    for name in CONTROLLERS:
+        d = find(docs, "Deployment", name)
+        env = {e["name"]: e.get("value") for e in container(d)["env"]}
+        _, volume = _mounted_files(d)["/var/run/secrets/steward.io"]
+        sources = volume["projected"]["sources"]
+        assert {"secret": {"name": f"{name}-tls"}} in sources, name
+        assert {
+            "serviceAccountToken": {
+                "audience": "steward",
+                "expirationSeconds": 3600,
+                "path": "token",
+            }
+        } in sources, name
+        assert env["STEWARD_TLS_CA_FILE"] == "/var/run/secrets/steward.io/ca.crt"
+        assert env["STEWARD_TLS_CERT_FILE"] == "/var/run/secrets/steward.io/tls.crt"
+        assert env["STEWARD_TLS_KEY_FILE"] == "/var/run/secrets/steward.io/tls.key"
+        assert env["STEWARD_TOKEN_FILE"] == "/var/run/secrets/steward.io/token"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("overlay", "jaeger"), VARIANTS)
+def test_no_overlay_turns_security_off(overlay: str, jaeger: bool) -> None:
+    for d in deployments(render(overlay, with_jaeger=jaeger)):
+        c = container(d)
+        env = [f"{e['name']}={e.get('value')}" for e in c.get("env", [])]
+        words = [*c.get("args", []), *env]
+        for word in words:
+            assert "INSECURE_PLAINTEXT" not in word and "--insecure-plaintext" not in word, word
+            assert "AlwaysAllow" not in word and "AUTHORIZATION_MODE" not in word, word
 
 
 @pytest.mark.unit

@@ -4,12 +4,16 @@ service can no longer do its work.
 For each rule of each role bound to a service's ServiceAccount, a copy of the role without
 that rule is bound (by copies of the manifest's bindings) to a fresh ServiceAccount, and
 the service runs one short exercise under that identity, the other services at their full
-rights: the informer serves a watch of pods, the manager leads and registers the Job
-controller, the Job controller runs a Job to completion (adoption, pods, status, Events),
-the ReplicaSet controller keeps a ReplicaSet's pods as it scales (adoption, creation,
-deletion, status, Events). It all runs in ``apps_cluster`` (tests/deploy/conftest.py),
-where upstream's ReplicaSet controller is off. The exercise must then fail: it did not
-finish, or the service was refused (403). A rule whose removal changes nothing fails the
+rights: the informer serves a watch of pods to a caller with a token (so it reviews the
+token and the caller's access), the manager leads and registers the Job controller
+(reviewing the controller's token and its register), the Job controller runs a Job to
+completion (adoption, pods, status, Events), the ReplicaSet controller keeps a
+ReplicaSet's pods as it scales (adoption, creation, deletion, status, Events); each
+controller dials the informer and the manager with its own projected token, so their
+list/watch and register rules are checked there. It all runs in ``apps_cluster``
+(tests/deploy/conftest.py), where upstream's ReplicaSet controller is off. The exercise
+must then fail: it did not finish, or the service was refused (403, or the informer's
+or the manager's PERMISSION_DENIED). A rule whose removal changes nothing fails the
 test, named, unless this cluster is known to make it redundant, which is checked, not
 assumed (see ``REDUNDANT_HERE``).
 
@@ -31,6 +35,7 @@ import pytest
 import yaml
 
 from steward.cluster import LocalCluster
+from steward.security import ClientSecurity
 from tests.deploy import exercises
 from tests.deploy.harness import (
     KUBECTL,
@@ -40,11 +45,13 @@ from tests.deploy.harness import (
     Pod,
     Process,
     apply,
+    caller,
     ensure_namespace,
     find,
-    grpc_probe,
-    grpc_serving,
+    grpc_port,
+    http_ok,
     new_namespace,
+    probe_url,
     render,
     service_account_of,
     token,
@@ -87,10 +94,13 @@ class Bench(Site):
 
     informer: Process
     manager: Process
+    admin: ClientSecurity
+    """The cluster's admin (system:masters): may read the manager's registry."""
+    watcher: ClientSecurity
+    """A caller with a token of a ServiceAccount that may list and watch pods."""
 
     def address(self, process: Process) -> str:
-        port, _ = grpc_probe(find(self.docs, "Deployment", process.name), "readinessProbe")
-        return process.address(port)
+        return process.address(grpc_port(find(self.docs, "Deployment", process.name)))
 
 
 def bindings_of(docs: list[Doc], service_account: str) -> list[Doc]:
@@ -179,18 +189,28 @@ def remove(bench: Site, ident: Identity) -> None:
 
 def start(bench: Site, deployment: str, ident: Identity) -> Process:
     pod = Pod(name=f"{deployment}-{ident.service_account[-6:]}", namespace=ident.lease_namespace)
-    return bench.launcher.start(bench.launcher.prepare(deployment, ident.kubeconfig, pod))
+    process = bench.launcher.prepare(deployment, ident.kubeconfig, pod, ident.service_account)
+    return bench.launcher.start(process)
+
+
+def _ready(docs: list[Doc], process: Process) -> Callable[[], bool]:
+    """Whether ``process``'s readiness probe (as its manifest states it) passes."""
+    url = probe_url(find(docs, "Deployment", process.name), process, "readinessProbe")
+    return lambda: http_ok(url)
 
 
 # The exercises: None when the service did its work, else what went wrong. --------------
 def exercise_informer(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
     informer = start(bench, INFORMER, ident)
     try:
-        port, service = grpc_probe(find(bench.docs, "Deployment", INFORMER), "readinessProbe")
-        wait_for(lambda: grpc_serving(informer.address(port), service), "informer ready", informer)
+        wait_for(_ready(bench.docs, informer), "informer ready", informer)
         ns = bench.namespace("watch")
         return exercises.watch_pods(
-            bench.cluster, informer.address(port), ns, give_up=informer.forbidden
+            bench.cluster,
+            bench.address(informer),
+            ns,
+            security=bench.watcher,
+            give_up=informer.forbidden,
         ), informer
     finally:
         informer.stop()
@@ -200,17 +220,23 @@ def exercise_manager(bench: Bench, ident: Identity) -> tuple[str | None, Process
     manager = start(bench, MANAGER, ident)
     controller: Process | None = None
     try:
-        launcher = Launcher(bench.docs, bench.workdir, dict(bench.launcher.endpoints))
+        launcher = Launcher(
+            bench.docs, bench.workdir, bench.cluster, dict(bench.launcher.endpoints)
+        )
         launcher.expose(MANAGER, manager)
-        port, service = grpc_probe(find(bench.docs, "Deployment", MANAGER), "readinessProbe")
-        end_ready = _until(lambda: grpc_serving(manager.address(port), service), manager)
+        end_ready = _until(_ready(bench.docs, manager), manager)
         if end_ready is not None:
             return end_ready, manager
         full = identity_for(bench, JOB, None, None)
         try:
-            controller = launcher.start(launcher.prepare(JOB, full.kubeconfig))
+            controller = launcher.start(
+                launcher.prepare(JOB, full.kubeconfig, service_account=full.service_account)
+            )
+            running = controller
             return exercises.wait_registered(
-                manager.address(port), give_up=manager.forbidden
+                bench.address(manager),
+                security=bench.admin,
+                give_up=lambda: manager.forbidden() or running.forbidden(),
             ), manager
         finally:
             if controller is not None:
@@ -224,7 +250,7 @@ def exercise_job(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
     controller = start(bench, JOB, ident)
     try:
         problem = exercises.wait_registered(
-            bench.address(bench.manager), give_up=controller.forbidden
+            bench.address(bench.manager), security=bench.admin, give_up=controller.forbidden
         )
         if problem is None:
             ns = bench.namespace("job")
@@ -238,7 +264,10 @@ def exercise_replicaset(bench: Bench, ident: Identity) -> tuple[str | None, Proc
     controller = start(bench, REPLICASET, ident)
     try:
         problem = exercises.wait_registered(
-            bench.address(bench.manager), "replicaset", give_up=controller.forbidden
+            bench.address(bench.manager),
+            "replicaset",
+            security=bench.admin,
+            give_up=controller.forbidden,
         )
         if problem is None:
             ns = bench.namespace("rs")
@@ -385,19 +414,24 @@ def bench(apps_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) 
     ensure_namespace(cluster, NAMESPACE, labels)
     apply(cluster, [d for d in docs if d["kind"] in ("ClusterRole", "Role")])
     workdir = tmp_path_factory.mktemp("mutations")
-    launcher = Launcher(docs, workdir)
+    launcher = Launcher(docs, workdir, cluster)
     partial = Site(cluster, docs, launcher, workdir)
     informer = start(partial, INFORMER, identity_for(partial, INFORMER, None, None))
     manager: Process | None = None
     try:
-        port, service = grpc_probe(find(docs, "Deployment", INFORMER), "readinessProbe")
-        wait_for(lambda: grpc_serving(informer.address(port), service), "informer", informer)
+        wait_for(_ready(docs, informer), "informer", informer)
         launcher.expose(INFORMER, informer)
         manager = start(partial, MANAGER, identity_for(partial, MANAGER, None, None))
-        mport, mservice = grpc_probe(find(docs, "Deployment", MANAGER), "readinessProbe")
-        wait_for(lambda: grpc_serving(manager.address(mport), mservice), "manager", manager)
+        wait_for(_ready(docs, manager), "manager", manager)
         launcher.expose(MANAGER, manager)
-        yield Bench(cluster, docs, launcher, workdir, informer, manager)
+        # The informer exercise's caller: a token of a ServiceAccount with the Job
+        # controller's full role (pods list and watch among it).
+        reader = identity_for(partial, JOB, None, None)
+        watcher = caller(
+            cluster, workdir, "steward-deploy-test", service_account=reader.service_account
+        )
+        admin = cluster.client_security("admin")
+        yield Bench(cluster, docs, launcher, workdir, informer, manager, admin, watcher)
     finally:
         if manager is not None:
             manager.stop()
@@ -423,7 +457,7 @@ def test_every_rule_of_the_services_roles_is_needed(bench: Bench, deployment: st
                 problem, process = EXERCISES[deployment](bench, ident)
                 refused = process.forbidden()
                 if problem is not None or refused:
-                    why = "refused (403)" if refused else problem
+                    why = "refused (403 or PERMISSION_DENIED)" if refused else problem
                     needed.append(f"{_describe(role, index, rule)}: {why}")
                 else:
                     explain = REDUNDANT_HERE.get(_rule_key(role, rule))
