@@ -545,10 +545,14 @@ class Guard:
                 "POST", "/apis/authentication.k8s.io/v1/tokenreviews", body
             )
         except ApiUnavailableError as err:
+            log.warning("cannot review a caller's token: %s", err)
             raise AuthError(
                 grpc.StatusCode.UNAVAILABLE, f"cannot review the caller's token now: {err}"
             ) from err
         except ApiStatusError as err:
+            # Most likely this server's own identity may not create tokenreviews: say so
+            # where the operator looks, not only to the refused caller.
+            log.warning("cannot review a caller's token: HTTP %d: %s", err.status, err)
             raise AuthError(
                 grpc.StatusCode.UNAVAILABLE,
                 f"the API server refused to review the caller's token: {err}",
@@ -620,6 +624,8 @@ class Guard:
                 "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body
             )
         except ApiError as err:
+            http = f"HTTP {err.status}: " if isinstance(err, ApiStatusError) else ""
+            log.warning("cannot review %s's access: %s%s", identity, http, err)
             raise AuthError(
                 grpc.StatusCode.UNAVAILABLE, f"cannot review the caller's access now: {err}"
             ) from err
