@@ -61,6 +61,11 @@ class ApiUnavailableError(ApiError):
     """The API server cannot be reached (or did not answer in time)."""
 
 
+class FencedError(ApiUnavailableError):
+    """A write refused before it was sent: this instance does not hold its controller's
+    lease (see :attr:`KubeClient.write_fence`). Retryable: the active instance will."""
+
+
 class ApiStatusError(ApiError):
     """The API server answered with an error status."""
 
@@ -258,6 +263,14 @@ class KubeClient:
         # then discards) a new TLS connection per request.
         self._pool = pool_manager(access, num_pools=2, maxsize=max(8, workers))
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube")
+        self.write_fence: Callable[[], bool] | None = None
+        """When set, every write (any method but GET) first asks it, on the thread that
+        sends the request, and is refused with :class:`FencedError` when it answers
+        False: a controller instance sets it to "I hold the lease", so a process that was
+        paused past its renew deadline never writes after it resumes, not even a write
+        that was already queued (see ``steward.runtime.controller.Controller.fence``)."""
+        self.fenced_writes = 0
+        """Writes refused by :attr:`write_fence`."""
 
     def close(self) -> None:
         """Drop pooled connections and threads; calls in flight may fail."""
@@ -288,6 +301,13 @@ class KubeClient:
             token = self.access.token()
             if token:
                 headers["Authorization"] = token
+        fence = self.write_fence
+        if fence is not None and method != "GET" and not fence():
+            self.fenced_writes += 1
+            raise FencedError(
+                f"{method} {route(path)} not sent: this instance does not hold its "
+                "controller's lease (fenced)"
+            )
         try:
             response = self._pool.request(
                 method,

@@ -41,6 +41,7 @@ from typing import cast
 import grpc
 from prometheus_client import CollectorRegistry
 
+from steward.kube import KubeClient
 from steward.runtime.mirror import Change, Indexer, Mirror, MirrorOptions, TypeKey, type_key
 from steward.runtime.reconcile import Reconciler, Request, Result
 from steward.runtime.session import ManagerSession, SessionOptions
@@ -230,6 +231,13 @@ class Controller:
                 registry=self.options.registry,
             ),
         )
+
+    def fence(self, *clients: KubeClient) -> None:
+        """Refuse the writes of ``clients`` while this instance does not hold the lease
+        (their :attr:`~steward.kube.KubeClient.write_fence`): after a pause past the
+        renew deadline, even a write already queued is not sent."""
+        for api in clients:
+            api.write_fence = self.may_reconcile
 
     def may_reconcile(self) -> bool:
         """True unless a manager session exists and this instance does not hold the lease."""

@@ -77,6 +77,7 @@ async def run(args: argparse.Namespace) -> None:
                     managed_by=args.managed_by, take_unmanaged=args.take_unmanaged
                 ),
             )
+            controller.fence(api)  # no write unless holding the lease
             session = SessionOptions(controller=NAME, standby=args.standby, security=args.security)
             await controller.run(manager=args.manager, session=session if args.manager else None)
     finally:

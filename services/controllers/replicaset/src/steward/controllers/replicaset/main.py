@@ -67,6 +67,7 @@ async def run(args: argparse.Namespace) -> None:
                 api,
                 ControllerOptions(max_concurrent_reconciles=args.workers, namespace=args.namespace),
             )
+            controller.fence(api)  # no write unless holding the lease
             session = SessionOptions(controller=NAME, standby=args.standby, security=args.security)
             await controller.run(manager=args.manager, session=session if args.manager else None)
     finally:
