@@ -28,6 +28,8 @@ from tests.faults.conftest import CONFIGMAPS, assert_clear_refusal
 from tests.informer.conftest import RunningInformer, informer_kubeconfig
 from tests.manager.conftest import FAST, RunningManager
 
+PLAINTEXT_FLAGS = ["--insecure-plaintext"]
+"""What the flag tests add so the security settings are complete."""
 STREAMS = 5
 """--max-watch-streams-per-peer and --max-sessions-per-peer of the servers here."""
 STANDBYS = 2
@@ -183,12 +185,12 @@ def test_informer_flags() -> None:
     informer_server.add_arguments(parser)
     text = parser.format_help()
     assert "--max-selector-length" in text and "--max-watch-streams-per-peer" in text
-    options = informer_server.options_from_args(parser.parse_args([]))
+    options = informer_server.options_from_args(parser.parse_args(PLAINTEXT_FLAGS))
     assert options.max_selector_length == 4096
     assert options.max_watch_streams_per_peer == 100
     for flag in ("--max-selector-length", "--max-watch-streams-per-peer"):
         with pytest.raises(ValueError, match=flag):
-            informer_server.options_from_args(parser.parse_args([flag, "0"]))
+            informer_server.options_from_args(parser.parse_args([flag, "0", *PLAINTEXT_FLAGS]))
 
 
 # Manager ---------------------------------------------------------------------------------
@@ -383,9 +385,9 @@ def test_manager_flags() -> None:
     manager_server.add_arguments(parser)
     text = parser.format_help()
     assert "--max-sessions-per-peer" in text and "--max-standbys" in text
-    options = manager_server.options_from_args(parser.parse_args([]))
+    options = manager_server.options_from_args(parser.parse_args(PLAINTEXT_FLAGS))
     assert options.max_sessions_per_peer == 100
     assert options.max_standbys == 16
     for flag in ("--max-sessions-per-peer", "--max-standbys"):
         with pytest.raises(ValueError, match=flag):
-            manager_server.options_from_args(parser.parse_args([flag, "0"]))
+            manager_server.options_from_args(parser.parse_args([flag, "0", *PLAINTEXT_FLAGS]))

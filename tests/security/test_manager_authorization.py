@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
@@ -235,3 +236,49 @@ def test_an_operator_verb_is_checked_per_controller_name(
         err = rpc_error(lambda: stub.DisableController(pb.DisableControllerRequest(name=other)))
     assert err.code() == PERMISSION_DENIED, err.details()
     assert repr(other) in (err.details() or "")
+
+
+def test_a_revoked_register_ends_the_session_and_the_lease(
+    secure_manager: RunningManager, pki: Pki, rbac: Rbac, channels: Channels
+) -> None:
+    """Revoking ``register`` ends the active instance's Session at the next re-check: it
+    stops being active, and the manager names no holder of the name any more."""
+    name = f"revoked-{rand()}"
+    owner, operator = (f"test:{who}-{rand()}" for who in ("owner", "op"))
+    registers = rbac.cluster_role(
+        [
+            {
+                "apiGroups": [STEWARD_GROUP],
+                "resources": ["controllers"],
+                "resourceNames": [name],
+                "verbs": ["register"],
+            }
+        ]
+    )
+    binding = rbac.bind(registers, owner)
+    reads = rbac.cluster_role(
+        [{"apiGroups": [STEWARD_GROUP], "resources": ["controllers"], "verbs": ["get"]}]
+    )
+    rbac.bind(reads, operator)
+    rbac.wait_allowed(owner, "register", "controllers", group=STEWARD_GROUP, name=name)
+    rbac.wait_allowed(operator, "get", "controllers", group=STEWARD_GROUP, name=name)
+    reader = channels.manager(pki.client(operator), secure_manager.address)
+
+    active = SessionThread(secure_manager.address, name, pki.client(owner))
+    try:
+        active.wait_active()
+        rbac.unbind(binding)
+        rbac.wait_allowed(
+            owner, "register", "controllers", group=STEWARD_GROUP, name=name, expect=False
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            found = reader.GetController(pb.GetControllerRequest(name=name), timeout=30)
+            if not active.session.active.is_set() and not found.controller.holder:
+                break
+            time.sleep(0.5)
+        assert not active.session.active.is_set(), "still active after the revocation"
+        found = reader.GetController(pb.GetControllerRequest(name=name), timeout=30)
+        assert not found.controller.holder, found.controller
+    finally:
+        active.close()

@@ -211,6 +211,19 @@ class ManagerSession:
                     if err.code() == grpc.StatusCode.FAILED_PRECONDITION:
                         log.warning("%s: %s; retrying", self.options.controller, err.details())
                         delay = max(delay, self.retry_period)
+                    elif err.code() in (
+                        grpc.StatusCode.PERMISSION_DENIED,
+                        grpc.StatusCode.UNAUTHENTICATED,
+                    ):
+                        # Retried (RBAC may be granted later), loudly and at the slowest
+                        # pace: nothing changes until an operator acts.
+                        log.error(
+                            "%s: the manager refused this identity: %s %s; retrying",
+                            self.options.controller,
+                            err.code().name,
+                            err.details(),
+                        )
+                        delay = max(delay, self.retry_period)
                     else:
                         log.info(
                             "%s: session ended: %s %s",

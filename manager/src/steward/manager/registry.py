@@ -118,6 +118,8 @@ class Connection:
     """One Session stream. The registry sends on it through :meth:`send` / :meth:`close`."""
 
     peer: str = ""
+    caller: str = ""
+    """Who the limits count it against: ``user <name>`` or ``connection <peer>``."""
     instance_id: str = ""
     controller: str = ""
     registration: manager_pb2.Registration | None = None

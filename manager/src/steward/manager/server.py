@@ -94,7 +94,8 @@ class ManagerOptions:
     shutdown_grace: float = 5.0
     """Seconds unary calls in flight may take to finish on shutdown. Defaults to 5."""
     max_sessions_per_peer: int = DEFAULT_MAX_SESSIONS_PER_PEER
-    """Sessions one client connection may hold at once. Defaults to 100."""
+    """Sessions one caller (its identity, else its connection) may hold at once. Defaults
+    to 100."""
     max_standbys: int = DEFAULT_MAX_STANDBYS
     """Standby instances one controller may have. Defaults to 16."""
     security: ServingSecurity = field(default_factory=ServingSecurity)
@@ -391,7 +392,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=int(
             env("STEWARD_MANAGER_MAX_SESSIONS_PER_PEER", str(DEFAULT_MAX_SESSIONS_PER_PEER))
         ),
-        help="Sessions one client connection (usually: one client process) may hold at "
+        help="Sessions one caller (its identity; with AlwaysAllow, its connection) may hold at "
         "once; one more is refused with "
         "RESOURCE_EXHAUSTED (default: %(default)s)",
     )

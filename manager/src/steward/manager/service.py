@@ -13,9 +13,10 @@ logged and answered INTERNAL; it never stops the process.
 Bytes that are not a valid request message (truncated, corrupt, bad UTF-8) are
 INVALID_ARGUMENT, for a unary call and for any message of a Session alike; a message over
 gRPC's receive limit (4 MiB) is RESOURCE_EXHAUSTED before it reaches the service. A
-peer connection may hold at most ``max_sessions_per_peer`` Sessions at once; one more is
-RESOURCE_EXHAUSTED (a client process's channels to one address usually share one
-connection, so the limit is in effect per client process). Status messages keep at most
+caller may hold at most ``max_sessions_per_peer`` Sessions at once; one more is
+RESOURCE_EXHAUSTED. A caller is its identity when callers are authenticated (RBAC), else
+its connection (a client process's channels to one address usually share one).
+Status messages keep at most
 the first kilobyte of what they echo, so a refusal always fits in the response's
 metadata. What a registration or heartbeat may carry is bounded by the registry
 (:mod:`steward.manager.registry`).
@@ -84,7 +85,7 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
         self.not_leader = not_leader
         self.registration_timeout = registration_timeout
         self.max_sessions_per_peer = max_sessions_per_peer
-        """Sessions one connection may hold at once; one more is RESOURCE_EXHAUSTED."""
+        """Sessions one caller may hold at once; one more is RESOURCE_EXHAUSTED."""
         self.connections: set[Connection] = set()
 
     async def _identify(self, context: _Context) -> Identity:
@@ -122,19 +123,22 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
         await self._check_leader(context)
         identity = await self._identify(context)
         peer = context.peer() or "unknown"
-        held = sum(1 for c in self.connections if c.peer == peer)
+        # Limits count per caller: its identity when callers are authenticated, else
+        # its connection.
+        caller = f"user {identity.user}" if self.guard.enabled else f"connection {peer}"
+        held = sum(1 for c in self.connections if c.caller == caller)
         if held >= self.max_sessions_per_peer:
             await _abort(
                 context,
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"this connection already holds {held} Sessions, the most the manager "
-                "allows (--max-sessions-per-peer)",
+                f"{caller} already holds {held} Sessions, the most the manager allows "
+                "(--max-sessions-per-peer)",
             )
-        conn = Connection(peer=peer)
+        conn = Connection(peer=peer, caller=caller)
         self.connections.add(conn)
-        reader = asyncio.get_running_loop().create_task(
-            self._read(request_iterator, conn, identity)
-        )
+        loop = asyncio.get_running_loop()
+        reader = loop.create_task(self._read(request_iterator, conn, identity))
+        recheck = loop.create_task(self._recheck(conn, identity)) if self.guard.enabled else None
         try:
             while True:
                 item = await conn.outbox.get()
@@ -145,8 +149,30 @@ class ManagerService(pb_grpc.ManagerServiceServicer):
                 yield item
         finally:
             reader.cancel()
+            if recheck is not None:
+                recheck.cancel()
             self.connections.discard(conn)
             self.registry.disconnected(conn)
+
+    async def _recheck(self, conn: Connection, identity: Identity) -> None:
+        """Re-authorize a registered Session every interval: when ``register`` of its
+        name is revoked, the Session ends PERMISSION_DENIED (its lease lapses as after a
+        broken stream, and a standby allowed to hold the name takes over). The API
+        server being away keeps the Session."""
+        interval = self.guard.security.recheck_interval
+        while not conn.closed:
+            await asyncio.sleep(interval)
+            if not conn.controller or conn.closed:
+                continue
+            try:
+                await self._authorize(identity, "register", conn.controller)
+            except RegistryError as err:
+                if err.code == grpc.StatusCode.UNAVAILABLE:
+                    log.warning("cannot re-authorize %s's Session now: %s", identity, err.message)
+                    continue
+                log.info("ending %s's Session of %s: %s", identity, conn.controller, err.message)
+                conn.close(err.code, err.message)
+                return
 
     async def _read(
         self,

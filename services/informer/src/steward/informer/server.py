@@ -82,7 +82,8 @@ class InformerOptions:
     max_selector_length: int = DEFAULT_MAX_SELECTOR_LENGTH
     """Longest label or field selector a request may carry (characters). Defaults to 4096."""
     max_watch_streams_per_peer: int = DEFAULT_MAX_STREAMS_PER_PEER
-    """Watch streams one client connection may hold open at once. Defaults to 100."""
+    """Watch streams one caller (its identity, else its connection) may hold open at once.
+    Defaults to 100."""
     security: ServingSecurity = field(default_factory=ServingSecurity)
     """mTLS and authorization; the default needs TLS files (see steward.security)."""
 
@@ -310,7 +311,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=int(
             env("STEWARD_INFORMER_MAX_WATCH_STREAMS_PER_PEER", str(DEFAULT_MAX_STREAMS_PER_PEER))
         ),
-        help="Watch streams one client connection (usually: one client process) may hold "
+        help="Watch streams one caller (its identity; with AlwaysAllow, its connection) may hold "
         "open at once; one more is "
         "refused with RESOURCE_EXHAUSTED (one Watch can name several types) "
         "(default: %(default)s)",

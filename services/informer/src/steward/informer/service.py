@@ -17,10 +17,11 @@ limit (4 MiB) is ``RESOURCE_EXHAUSTED`` before it reaches the service. Also
 not a DNS label (lower case), a namespace, name or subscriber longer than 253 characters,
 more than :data:`MAX_TARGETS` targets, and a label or field selector longer than
 ``ServiceOptions.max_selector_length`` (which bounds a selector's number of terms and the
-cost of matching it). A peer connection may hold at most
+cost of matching it). A caller may hold at most
 ``ServiceOptions.max_streams_per_peer`` Watch streams at once; one more is
-``RESOURCE_EXHAUSTED``. (A client process's channels to one address usually share one
-connection, so the limit is in effect per client process.) Status messages quote at most
+``RESOURCE_EXHAUSTED``. A caller is its identity when callers are authenticated (RBAC),
+else its connection (a client process's channels to one address usually share one).
+Status messages quote at most
 the first kilobyte of what they echo, so a refusal always fits in the response's
 metadata.
 """
@@ -91,7 +92,7 @@ class ServiceOptions:
     """Longest label or field selector a request may carry, in characters; longer ones
     are INVALID_ARGUMENT. Defaults to 4096."""
     max_streams_per_peer: int = DEFAULT_MAX_STREAMS_PER_PEER
-    """Watch streams one connection may hold open at once; one more is
+    """Watch streams one caller (identity, else connection) may hold open at once; one more is
     RESOURCE_EXHAUSTED. Defaults to 100."""
 
 
@@ -159,7 +160,7 @@ class InformerService(pb_grpc.InformerServiceServicer):
         self.metrics = metrics
         self.options = options or ServiceOptions()
         self._streams: dict[str, int] = {}
-        """Open Watch streams per peer (connection)."""
+        """Open Watch streams per caller (``user <name>`` or ``connection <peer>``)."""
 
     # Validation -----------------------------------------------------------------------
     async def _resolve(self, rtype: pb.ResourceType) -> ResourceInfo:
@@ -304,18 +305,21 @@ class InformerService(pb_grpc.InformerServiceServicer):
         max_batch = min(max_batch, MAX_BATCH)
         peer = context.peer() or "unknown"
         subscriber = request.subscriber or peer
-        open_streams = self._streams.get(peer, 0)
+        # Limits count per caller: its identity when callers are authenticated, else
+        # its connection.
+        caller = f"user {identity.user}" if self.guard.enabled else f"connection {peer}"
+        open_streams = self._streams.get(caller, 0)
         if open_streams >= self.options.max_streams_per_peer:
             await _abort(
                 context,
                 _RequestError(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"this connection already holds {open_streams} Watch streams, the most "
+                    f"{caller} already holds {open_streams} Watch streams, the most "
                     f"the informer allows (--max-watch-streams-per-peer): one Watch takes "
                     "several targets, or close streams first",
                 ),
             )
-        self._streams[peer] = open_streams + 1
+        self._streams[caller] = open_streams + 1
         acquired: list[Reflector] = []
         sub: Subscription | None = None
         revoked: list[_RequestError] = []
@@ -363,9 +367,9 @@ class InformerService(pb_grpc.InformerServiceServicer):
         finally:
             if recheck is not None:
                 recheck.cancel()
-            remaining = self._streams.pop(peer, 1) - 1
+            remaining = self._streams.pop(caller, 1) - 1
             if remaining > 0:
-                self._streams[peer] = remaining
+                self._streams[caller] = remaining
             if sub is not None:
                 self.fanout.remove(sub)
             for reflector in acquired:
