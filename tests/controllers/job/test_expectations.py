@@ -22,6 +22,22 @@ class Clock:
         return self.now
 
 
+def test_an_outcome_observed_twice_does_not_eat_into_the_next_expectation() -> None:
+    """A creation lowered when its sync was cancelled, then seen after all, leaves the
+    count below zero; the next expectation of creations is still counted in full, also
+    while deletions are pending."""
+    exp = Expectations(Clock())
+    exp.expect(KEY, adds=1, dels=1)
+    exp.creation_observed(KEY)  # the cancelled sync's accounting
+    exp.creation_observed(KEY)  # the pod's event: creations now at -1, a deletion pending
+    exp.expect(KEY, adds=2)
+    exp.deletion_observed(KEY)
+    exp.creation_observed(KEY)
+    assert not exp.satisfied(KEY), "one creation is still pending"
+    exp.creation_observed(KEY)
+    assert exp.satisfied(KEY)
+
+
 def test_creations_and_deletions_must_be_observed() -> None:
     exp = Expectations(Clock())
     assert exp.satisfied(KEY)

@@ -342,15 +342,21 @@ class ReplicaSetReconciler:
         self.expectations.expect_creations(key, count)
         created = 0
         first: ApiError | None = None
-        for size in slow_start_batches(count):
-            results = await asyncio.gather(*(self._create_one(rs) for _ in range(size)))
-            failed = [r for r in results if r is not None]
-            created += size - len(failed)
-            if failed:
-                first = failed[0]
-                break
-        for _ in range(count - created):
-            self.expectations.creation_observed(key)  # failed or never attempted
+        try:
+            for size in slow_start_batches(count):
+                results = await asyncio.gather(*(self._create_one(rs) for _ in range(size)))
+                failed = [r for r in results if r is not None]
+                created += size - len(failed)
+                if failed:
+                    first = failed[0]
+                    break
+        finally:
+            # Failed, never attempted, or cancelled with the outcome unknown (the instance
+            # stopped being active mid-sync): expecting them would stall the ReplicaSet
+            # until the expectations expire; a pod that was created after all is seen
+            # by the next sync.
+            for _ in range(count - created):
+                self.expectations.creation_observed(key)
         return first
 
     async def _create_one(self, rs: dict[str, Any]) -> ApiError | None:
@@ -378,7 +384,12 @@ class ReplicaSetReconciler:
         related = self._related_pods(rs)
         victims = ranking.pods_to_delete(active, related, count, self.clock())
         self.expectations.expect_deletions(key, [_pod_key(p) for p in victims])
-        results = await asyncio.gather(*(self._delete_one(rs, key, p) for p in victims))
+        try:
+            results = await asyncio.gather(*(self._delete_one(rs, key, p) for p in victims))
+        except asyncio.CancelledError:
+            for pod in victims:  # outcome unknown: the next sync sees what is left
+                self.expectations.deletion_observed(key, _pod_key(pod))
+            raise
         return next((r for r in results if r is not None), None)
 
     async def _delete_one(
