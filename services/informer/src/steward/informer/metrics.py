@@ -55,6 +55,14 @@ class InformerMetrics:
             ["subscriber", "resource"],
             registry=self.registry,
         )
+        self.resumes = Counter(
+            "steward_informer_watch_resumes",
+            "Watch targets that asked to resume from a resource version, by resource and how "
+            "they were served: replayed from the history, or REPLACED with a snapshot "
+            "because the version had left it.",
+            ["resource", "result"],
+            registry=self.registry,
+        )
         self.denied = Counter(
             "steward_informer_authorization_denied",
             "Calls or streams refused (or ended) because the caller may not list, watch or get "

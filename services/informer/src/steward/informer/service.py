@@ -345,6 +345,9 @@ class InformerService(pb_grpc.InformerServiceServicer):
                     if resume is not None
                     else None
                 )
+                if resume is not None:
+                    result = "replaced" if history is None else "replayed"
+                    self.metrics.resumes.labels(str(reflector.name), result).inc()
                 if history is None:
                     feed.start_with_snapshot(replaced=resume is not None)
                 else:
