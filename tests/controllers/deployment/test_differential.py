@@ -72,6 +72,41 @@ def comparable_status(d: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def without_lost_creation(d: dict[str, Any], rss: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`comparable_status` of upstream's Deployment, its one known race undone.
+
+    Upstream's controller creates the new ReplicaSet and only then records
+    ``NewReplicaSetCreated`` in the status, from its informer's copy of the Deployment.
+    When that copy is behind its own previous status write (on a loaded machine), the
+    write fails with a conflict; the next sync finds the ReplicaSet existing and records
+    nothing, and since the Progressing condition is replaced only when its status or
+    reason changes, a Recreate rollout (whose scale-down may not show progress first)
+    can end with ``NewReplicaSetAvailable`` still naming the previous ReplicaSet. The
+    condition then says what upstream meant: the newest ReplicaSet (highest revision)
+    has progressed. Steward's status is held to that, exactly."""
+    status = comparable_status(d)
+    revisions = {
+        rs["metadata"]["name"]: int(
+            (rs["metadata"].get("annotations") or {}).get("deployment.kubernetes.io/revision", 0)
+        )
+        for rs in rss
+    }
+    if not revisions:
+        return status
+    newest = max(revisions, key=lambda name: revisions[name])
+    conditions = []
+    for ctype, cstatus, reason, message in status["conditions"]:
+        if (
+            ctype == "Progressing"
+            and reason == "NewReplicaSetAvailable"
+            and (message or "").startswith('ReplicaSet "')
+            and f'"{newest}"' not in message
+        ):
+            message = f'ReplicaSet "{newest}" has successfully progressed.'
+        conditions.append((ctype, cstatus, reason, message))
+    return {**status, "conditions": sorted(conditions)}
+
+
 def comparable_rss(rss: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     keys = (
         "deployment.kubernetes.io/revision",
@@ -188,20 +223,12 @@ async def history(api: KubeClient, ns: str) -> None:
     await eventually(cleaned, "cleanup")
 
 
-RECREATE_DIVERGES = pytest.mark.xfail(
-    strict=False,
-    reason="known divergence, not yet fixed: under load Steward's Progressing condition "
-    "can keep naming the previous ReplicaSet after a Recreate rollout (same status and "
-    "reason, so the message is not replaced), where upstream names the new one",
-)
-
-
 @pytest.mark.parametrize(
     "scenario",
     [
         new_rich,
         rolling,
-        pytest.param(recreate, marks=RECREATE_DIVERGES),
+        recreate,
         proportional,
         rollback,
         history,
@@ -222,7 +249,8 @@ async def test_same_replica_sets_and_status(
         await asyncio.sleep(2)  # let both settle before the final reads
         upstream_d, steward_d = get(kube, ns, "rich"), get(skube, sns, "rich")
         assert comparable_rss(replica_sets(skube, sns)) == comparable_rss(replica_sets(kube, ns))
-        assert comparable_status(steward_d) == comparable_status(upstream_d)
+        expected = without_lost_creation(upstream_d, replica_sets(kube, ns))
+        assert comparable_status(steward_d) == expected
     finally:
         kube.request("DELETE", f"/api/v1/namespaces/{ns}")
 

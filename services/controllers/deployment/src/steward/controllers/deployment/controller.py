@@ -10,7 +10,13 @@ Deployment status with the Deployment's, so a write from a stale mirror fails wi
 conflict; the sync then ends with a rate-limited requeue and the next one starts from
 fresh state. While the mirror has not yet shown a write of this controller (a created
 ReplicaSet, a newer resource version) the Deployment's sync waits: that write's own
-event brings it back. Events are best effort: a failure to record one is logged.
+event brings it back. A sync may write an object more than once, so every resource
+version this controller's writes replaced counts as stale, not only the last one. A new
+ReplicaSet is created only after a fresh read shows the mirror's Deployment is current,
+and its ``NewReplicaSetCreated`` condition is retried on a fresh copy should the status
+write conflict: upstream replaces the Progressing condition only when its status or
+reason changes, so a lost intermediate reason would leave the previous ReplicaSet named
+in it after the rollout. Events are best effort: a failure to record one is logged.
 
 # Rollback
 ``kubectl rollout undo`` re-applies an old template; the ReplicaSet with that template
@@ -111,9 +117,11 @@ class DeploymentReconciler:
         self.api = api
         self.clock = clock
         self._events: set[asyncio.Task[None]] = set()
-        self._superseded: dict[tuple[str, str, str], str] = {}
-        """(kind, namespace, name) → the resource version our last write replaced: while
-        the mirror still shows it, it is behind our own write."""
+        self._superseded: dict[tuple[str, str, str], set[str]] = {}
+        """(kind, namespace, name) → the resource versions our writes replaced since the
+        mirror last showed a newer one: while the mirror shows one of them, it is behind
+        our own writes (a sync may write an object twice, so the version before the last
+        write is not the only stale one)."""
         self._created: dict[tuple[str, str], dict[str, float]] = {}
         """Per Deployment, ReplicaSets it created that the mirror has not shown yet (by
         name, with when); an entry older than :data:`EXPECTATION_TTL` is ignored, so a
@@ -125,9 +133,13 @@ class DeploymentReconciler:
         obj = change.obj
         if obj.type != _RS_KEY:
             return
+        key = ("ReplicaSet", obj.namespace, obj.name)
         if change.kind is ChangeKind.DELETED:
-            self._superseded.pop(("ReplicaSet", obj.namespace, obj.name), None)
+            self._superseded.pop(key, None)
             return
+        stale = self._superseded.get(key)
+        if stale is not None and obj.resource_version not in stale:
+            del self._superseded[key]  # the mirror caught up with our writes
         ref = obj.controller_owner()
         if ref is not None and _is_deployment_ref(ref):
             pending = self._created.get((obj.namespace, ref.name))
@@ -184,8 +196,8 @@ class DeploymentReconciler:
             self._created.pop((ns, name), None)
             self._superseded.pop(("Deployment", ns, name), None)
             return Result()
-        if self._superseded.get(("Deployment", ns, name)) == obj.resource_version:
-            return Result()
+        if obj.resource_version in self._superseded.get(("Deployment", ns, name), ()):
+            return Result()  # our newer write is on its way to the mirror
         self._superseded.pop(("Deployment", ns, name), None)
         if self.awaiting_creation(ns, name):
             return Result()  # a ReplicaSet we created is on its way to the mirror
@@ -205,15 +217,15 @@ class DeploymentReconciler:
 
     def stale_rs(self, rs: Obj) -> bool:
         m = meta(rs)
-        return self._superseded.get(("ReplicaSet", m["namespace"], m["name"])) == m.get(
-            "resourceVersion"
-        )
+        key = ("ReplicaSet", m["namespace"], m["name"])
+        return str(m.get("resourceVersion", "")) in self._superseded.get(key, ())
 
     def superseded(self, kind: str, before: Obj, after: Obj) -> None:
+        """Remember that a write replaced ``before``'s resource version with ``after``'s."""
         m = meta(before)
         key = (kind, m["namespace"], m["name"])
         if meta(after).get("resourceVersion") != m.get("resourceVersion"):
-            self._superseded[key] = str(m.get("resourceVersion", ""))
+            self._superseded.setdefault(key, set()).add(str(m.get("resourceVersion", "")))
 
     def event(self, d: Obj, etype: str, reason: str, message: str) -> None:
         """Record an Event on the Deployment in the background (best effort)."""
@@ -514,6 +526,7 @@ class _Sync:
         context = outgoing_headers()
         if context:
             body["metadata"]["annotations"].update(context)
+        await self.ensure_current()
         already = False
         pending = self.rec._created.setdefault((self.ns, self.name), {})
         pending[name] = time.monotonic()
@@ -560,8 +573,25 @@ class _Sync:
             self.rec.event(
                 d, "Normal", "ScalingReplicaSet", f"Scaled up replica set {name} from 0 to {count}"
             )
-        needs = ro.set_deployment_revision(self.d, str(new_revision))
-        if not already and ro.progress_deadline(self.d) is not None:
+        if self.record_creation(str(new_revision), name, announce=not already):
+            try:
+                await self.update_status()
+            except ConflictError:
+                # The Deployment changed since the fresh read. The ReplicaSet exists now,
+                # and the next sync would find it rather than create it: record its
+                # creation on the Deployment as it is now, or it is never recorded.
+                await self.refresh()
+                if ro.find_new(self.d, [created]) is None:
+                    raise  # the template changed again: the next sync starts over
+                if self.record_creation(str(new_revision), name, announce=not already):
+                    await self.update_status()
+        return created
+
+    def record_creation(self, revision: str, name: str, *, announce: bool) -> bool:
+        """Set the Deployment's revision and (for a ReplicaSet this sync created) the
+        ``NewReplicaSetCreated`` condition; whether the status needs writing."""
+        needs = ro.set_deployment_revision(self.d, revision)
+        if announce and ro.progress_deadline(self.d) is not None:
             ro.set_condition(
                 self.status,
                 ro.new_condition(
@@ -573,9 +603,27 @@ class _Sync:
                 ),
             )
             needs = True
-        if needs:
-            await self.update_status()
-        return created
+        return needs
+
+    async def refresh(self) -> None:
+        """Continue from the Deployment as the API server has it now."""
+        fresh = await self.api.arequest(
+            "GET", f"/apis/apps/v1/namespaces/{self.ns}/deployments/{self.name}"
+        )
+        if meta(fresh).get("uid") != meta(self.d).get("uid"):
+            raise Stale  # deleted and created again: the new one's events bring it
+        self.d = fresh
+
+    async def ensure_current(self) -> None:
+        """Raise :class:`Stale` unless the API server's Deployment is the one this sync
+        works from: a new ReplicaSet is created only from current state (its creation is
+        not undone by a failed status write, the Deployment's next version shows up in
+        the mirror and brings the sync back)."""
+        fresh = await self.api.arequest(
+            "GET", f"/apis/apps/v1/namespaces/{self.ns}/deployments/{self.name}"
+        )
+        if meta(fresh).get("resourceVersion") != meta(self.d).get("resourceVersion"):
+            raise Stale
 
     # Paused and scaling --------------------------------------------------------------------------
     async def check_paused_conditions(self) -> None:

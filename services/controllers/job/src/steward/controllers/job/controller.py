@@ -146,10 +146,12 @@ class JobReconciler:
         self._ours: dict[JobKey, str] = {}
         """UIDs of the Jobs this controller manages (including deleted ones not yet
         cleaned up), by key."""
-        self._superseded: dict[JobKey, str] = {}
-        """Per Job, the resource version our last status write replaced: while the mirror
-        still shows it, the mirror is behind our own write and a sync would count from a
-        stale status; the write's own event brings the Job back."""
+        self._superseded: dict[JobKey, set[str]] = {}
+        """Per Job, the resource versions our status writes replaced since the mirror last
+        showed a newer one: while the mirror shows one of them, it is behind our own write
+        and a sync would count from a stale status; the write's own event brings the Job
+        back. A sync can write twice (new uncounted pods, then their counts), so the
+        version before its last write is not the only stale one."""
         mirror.add_handler(self.observe)
 
     def manages(self, job: dict[str, Any]) -> bool:
@@ -220,7 +222,7 @@ class JobReconciler:
         job = obj.object
         if not self.manages(job):
             return Result()
-        if self._superseded.get(key) == obj.resource_version:
+        if obj.resource_version in self._superseded.get(key, ()):
             return Result()  # our newer write is on its way to the mirror
         self._superseded.pop(key, None)
         job_uid = str(job["metadata"].get("uid", ""))
@@ -240,6 +242,8 @@ class JobReconciler:
             backoff=self.backoffs.get(key),
         )
         plan = sync.plan()
+        if plan.create and counted_behind(job, owned) and await self._behind_server(job):
+            return Result()  # the Job's newer version is on its way to the mirror
         errors: list[Exception] = []
         created = deleted = 0
         if plan.delete:
@@ -264,6 +268,18 @@ class JobReconciler:
         if errors:
             raise errors[0]
         return Result(requeue_after=plan.requeue_after or 0.0)
+
+    async def _behind_server(self, job: dict[str, Any]) -> bool:
+        """Whether the API server has a newer version of the Job than ``job``."""
+        meta = job["metadata"]
+        try:
+            fresh = await self.api.arequest(
+                "GET", f"/apis/batch/v1/namespaces/{meta['namespace']}/jobs/{meta['name']}"
+            )
+        except NotFoundError:
+            return True  # gone: its deletion is on its way to the mirror
+        fresh_meta = fresh.get("metadata") or {}
+        return bool(fresh_meta.get("resourceVersion") != meta.get("resourceVersion"))
 
     async def _claim(self, job: dict[str, Any], headers: dict[str, str]) -> list[dict[str, Any]]:
         """The Job's pods: those it controls and whose labels match its selector; orphans
@@ -400,21 +416,30 @@ class JobReconciler:
         ns = job["metadata"]["namespace"]
         self.expectations.expect(key, adds=len(bodies))
         created = 0
+        settled = 0
+        """Creations whose expectation is accounted for: created (the pod's event lowers
+        it) or failed (lowered here)."""
         queue = list(bodies)
-        for size in slow_start_batches(len(bodies)):
-            batch, queue = queue[:size], queue[size:]
-            results = await asyncio.gather(
-                *(self._create_one(job, ns, body, headers) for body in batch)
-            )
-            failed = [r for r in results if r is not None]
-            created += len(batch) - len(failed)
-            for err in failed:
+        try:
+            for size in slow_start_batches(len(bodies)):
+                batch, queue = queue[:size], queue[size:]
+                results = await asyncio.gather(
+                    *(self._create_one(job, ns, body, headers) for body in batch)
+                )
+                failed = [r for r in results if r is not None]
+                created += len(batch) - len(failed)
+                settled += len(batch)
+                for err in failed:
+                    self.expectations.creation_observed(key)
+                    errors.append(err)
+                if failed:
+                    break
+        finally:
+            # Never attempted, or cancelled with the outcome unknown (the instance stopped
+            # being active mid-sync): expecting them would stall the Job until the
+            # expectations expire; a pod that was created after all is seen next sync.
+            for _ in range(len(bodies) - settled):
                 self.expectations.creation_observed(key)
-                errors.append(err)
-            if failed:
-                for _ in queue:
-                    self.expectations.creation_observed(key)  # never attempted
-                break
         return created
 
     async def _create_one(
@@ -449,7 +474,15 @@ class JobReconciler:
         """Delete pods (their finalizer removed first, so they are not counted as failed).
         Returns how many are gone or going."""
         self.expectations.expect(key, dels=len(victims))
-        results = await asyncio.gather(*(self._delete_one(job, key, p, headers) for p in victims))
+        try:
+            results = await asyncio.gather(
+                *(self._delete_one(job, key, p, headers) for p in victims)
+            )
+        except asyncio.CancelledError:
+            # Outcome unknown; each deletion that did happen is seen next sync.
+            for _ in victims:
+                self.expectations.deletion_observed(key)
+            raise
         for err in results:
             if err is not None:
                 errors.append(err)
@@ -511,7 +544,12 @@ class JobReconciler:
                 return None
             return pods.uid(pod)
 
-        results = await asyncio.gather(*(one(p) for p in victims))
+        try:
+            results = await asyncio.gather(*(one(p) for p in victims))
+        except asyncio.CancelledError:
+            for uid in uids:  # outcome unknown: the next sync sees each pod as it is
+                self.expectations.removal_observed(key, uid)
+            raise
         return {u for u in results if u is not None}
 
     async def _write_status(
@@ -527,7 +565,7 @@ class JobReconciler:
         )
         before = meta.get("resourceVersion", "")
         if (written.get("metadata") or {}).get("resourceVersion") != before:
-            self._superseded[(meta["namespace"], meta["name"])] = before
+            self._superseded.setdefault((meta["namespace"], meta["name"]), set()).add(before)
         return written
 
     def _event(self, job: dict[str, Any], etype: str, reason: str, message: str) -> None:
@@ -573,6 +611,24 @@ class JobReconciler:
         task = asyncio.get_running_loop().create_task(send())
         self._events.add(task)
         task.add_done_callback(self._events.discard)
+
+
+def counted_behind(job: dict[str, Any], owned: Sequence[dict[str, Any]]) -> bool:
+    """Whether the Job's status may be older than its pods: more of them finished without
+    the tracking finalizer (and are not in ``uncountedTerminatedPods``) than the status
+    counts. A pod loses the finalizer only after the status recorded it, so a status that
+    does not count it was read before that write; creating pods from it would exceed the
+    completions. (A pod that finished without ever having the finalizer makes this true
+    as well; the caller then checks the API server's version before acting.)"""
+    status = job.get("status") or {}
+    uncounted = status.get("uncountedTerminatedPods") or {}
+    listed = {*(uncounted.get("succeeded") or ()), *(uncounted.get("failed") or ())}
+    finished = sum(
+        1
+        for p in owned
+        if pods.terminal(p) and not pods.has_finalizer(p) and pods.uid(p) not in listed
+    )
+    return finished > int(status.get("succeeded") or 0) + int(status.get("failed") or 0)
 
 
 def build(
