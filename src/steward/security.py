@@ -181,12 +181,16 @@ def add_serving_arguments(parser: argparse.ArgumentParser, env_prefix: str) -> N
         return os.environ.get(f"{env_prefix}_{name}", default)
 
     group = parser.add_argument_group("security (see the README: Security)")
-    group.add_argument("--tls-cert-file", default=env("TLS_CERT_FILE"), help="serving cert")
-    group.add_argument("--tls-key-file", default=env("TLS_KEY_FILE"), help="its key")
+    group.add_argument(
+        "--tls-cert-file",
+        default=env("TLS_CERT_FILE"),
+        help="serving certificate (PEM), re-read when it changes",
+    )
+    group.add_argument("--tls-key-file", default=env("TLS_KEY_FILE"), help="its private key (PEM)")
     group.add_argument(
         "--client-ca-file",
         default=env("CLIENT_CA_FILE"),
-        help="CA of the client certificates callers must present",
+        help="CA bundle (PEM) that signs the client certificates callers must present",
     )
     group.add_argument(
         "--insecure-plaintext",
@@ -350,11 +354,19 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
     """The security flags of a client; each defaults to ``$STEWARD_<FLAG>``."""
     env = os.environ.get
     group = parser.add_argument_group("security (see the README: Security)")
-    group.add_argument("--tls-ca-file", default=env("STEWARD_TLS_CA_FILE"), help="server CA")
     group.add_argument(
-        "--tls-cert-file", default=env("STEWARD_TLS_CERT_FILE"), help="client certificate"
+        "--tls-ca-file",
+        default=env("STEWARD_TLS_CA_FILE"),
+        help="CA bundle (PEM) of the servers' certificates",
     )
-    group.add_argument("--tls-key-file", default=env("STEWARD_TLS_KEY_FILE"), help="its key")
+    group.add_argument(
+        "--tls-cert-file",
+        default=env("STEWARD_TLS_CERT_FILE"),
+        help="this client's certificate (PEM)",
+    )
+    group.add_argument(
+        "--tls-key-file", default=env("STEWARD_TLS_KEY_FILE"), help="its private key (PEM)"
+    )
     group.add_argument(
         "--token-file",
         default=env("STEWARD_TOKEN_FILE"),
