@@ -272,6 +272,7 @@ def test_paused_active_instance_is_fenced(
     than its lease; the standby takes over. Once resumed, the old instance must not send
     a single write to the API server: all its requests pass a recording proxy."""
     proxy = RecordingApiProxy(fault_cluster, "controller-job", tmp_path)
+    paused: Service | None = None
     try:
         stack.start_informer()
         stack.start_manager()
@@ -304,6 +305,8 @@ def test_paused_active_instance_is_fenced(
         assert paused.proc.poll() in (None, 0), paused.tail()
         assert stack.holder_pid("job") == standby.pid
     finally:
+        if paused is not None:
+            paused.stop()  # out of the stack's list once resumed; it may stand by
         proxy.close()
     record(
         f"SIGSTOP of the active Job controller for {resumed - stopped:.0f} s "
