@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kubernetes import client, config
@@ -21,15 +20,22 @@ from steward.cluster.progress import Progress
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """The session's local control plane (upstream controllers all on)."""
-    state_dir: Path = tmp_path_factory.mktemp("steward-test-cluster")
+def local_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    *,
+    nodes: int = 3,
+    controllers: str = "*",
+) -> Iterator[LocalCluster]:
+    """A local control plane ``steward-test-<name>-<pid>`` for a fixture to yield from:
+    torn down afterwards, also on failure. Without the Go toolchain it skips, except in
+    CI, where it fails."""
     cfg = ClusterConfig(
-        name=f"steward-test-{os.getpid()}",
-        state_dir=state_dir,
-        nodes=3,
+        name=f"steward-test-{name}-{os.getpid()}",
+        state_dir=tmp_path_factory.mktemp(f"{name}-cluster"),
+        nodes=nodes,
         die_with_parent=True,
+        controllers=controllers,
     )
     try:
         running = LocalCluster.up(cfg, progress=Progress(interval=15.0))
@@ -41,6 +47,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield running
     finally:
         running.down(progress=Progress(quiet=True))
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The session's local control plane (upstream controllers all on)."""
+    yield from local_cluster(tmp_path_factory, "session")
 
 
 @pytest.fixture(scope="session")

@@ -11,16 +11,14 @@ exercise names Steward's controller in ``spec.managedBy``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 
-from steward.cluster import ClusterConfig, LocalCluster, ToolchainError
-from steward.cluster.progress import Progress
+from steward.cluster import LocalCluster
+from tests.conftest import local_cluster
 from tests.deploy.harness import new_namespace
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 APPS_CONTROLLERS = "*,-replicaset,-deployment"
 """kube-controller-manager's ``--controllers`` in ``apps_cluster``."""
 
@@ -29,23 +27,7 @@ APPS_CONTROLLERS = "*,-replicaset,-deployment"
 def apps_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A local control plane (3 kwok nodes) without upstream's ReplicaSet and Deployment
     controllers."""
-    cfg = ClusterConfig(
-        name=f"steward-test-deploy-{os.getpid()}",
-        state_dir=tmp_path_factory.mktemp("apps-cluster"),
-        nodes=3,
-        die_with_parent=True,
-        controllers=APPS_CONTROLLERS,
-    )
-    try:
-        running = LocalCluster.up(cfg, progress=Progress(interval=15.0))
-    except ToolchainError as err:
-        if IN_CI:
-            raise
-        pytest.skip(f"no local control plane: {err}")
-    try:
-        yield running
-    finally:
-        running.down(progress=Progress(quiet=True))
+    yield from local_cluster(tmp_path_factory, "deploy", controllers=APPS_CONTROLLERS)
 
 
 @pytest.fixture

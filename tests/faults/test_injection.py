@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from steward.cluster import ClusterConfig, LocalCluster, ToolchainError
-from steward.cluster.progress import Progress
+from steward.cluster import LocalCluster
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
 from steward.v1 import manager_pb2
+from tests.conftest import local_cluster
 from tests.faults.stack import (
     LEASE,
     RecordingApiProxy,
@@ -46,7 +46,6 @@ from tests.informer.proxy import CuttableProxy
 
 pytestmark = pytest.mark.integration
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 CONVERGE_WITHIN = 240.0
 SLOW_SECONDS = float(os.environ.get("STEWARD_FAULT_SLOW_SECONDS", "60"))
 """How long the slow controller cannot keep up."""
@@ -106,23 +105,9 @@ def fault_table(request: pytest.FixtureRequest) -> Iterator[None]:
 def fault_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A control plane of this module's own: upstream's Job, ReplicaSet and Deployment
     controllers off (Steward's run instead), 2 kwok nodes."""
-    cfg = ClusterConfig(
-        name=f"steward-test-faults-{os.getpid()}",
-        state_dir=tmp_path_factory.mktemp("fault-cluster"),
-        nodes=2,
-        die_with_parent=True,
-        controllers="*,-job,-replicaset,-deployment",
+    yield from local_cluster(
+        tmp_path_factory, "faults", nodes=2, controllers="*,-job,-replicaset,-deployment"
     )
-    try:
-        running = LocalCluster.up(cfg, progress=Progress(interval=15.0))
-    except ToolchainError as err:
-        if IN_CI:
-            raise
-        pytest.skip(f"no local control plane: {err}")
-    try:
-        yield running
-    finally:
-        running.down(progress=Progress(quiet=True))
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -27,16 +26,15 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from steward.cluster import ClusterConfig, LocalCluster, ToolchainError
+from steward.cluster import LocalCluster
 from steward.cluster.pki import CertificateAuthority
-from steward.cluster.progress import Progress
 from steward.controllers.replicaset.controller import build
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
 from steward.runtime.controller import Controller, ControllerOptions
 from steward.security import DEVELOPMENT
+from tests.conftest import local_cluster
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parents[3]
 IDENTITY = "controller-replicaset"
 USER = "steward:controller:replicaset"
@@ -115,23 +113,7 @@ def controller_kubeconfig(cluster: LocalCluster) -> Path:
 @pytest.fixture(scope="package")
 def rs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A local control plane without upstream's ReplicaSet controller (3 kwok nodes)."""
-    cfg = ClusterConfig(
-        name=f"steward-test-rs-{os.getpid()}",
-        state_dir=tmp_path_factory.mktemp("rs-cluster"),
-        nodes=3,
-        die_with_parent=True,
-        controllers="*,-replicaset",
-    )
-    try:
-        running = LocalCluster.up(cfg, progress=Progress(interval=15.0))
-    except ToolchainError as err:
-        if IN_CI:
-            raise
-        pytest.skip(f"no local control plane: {err}")
-    try:
-        yield running
-    finally:
-        running.down(progress=Progress(quiet=True))
+    yield from local_cluster(tmp_path_factory, "rs", controllers="*,-replicaset")
 
 
 @pytest.fixture(scope="package")
