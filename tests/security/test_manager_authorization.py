@@ -6,6 +6,7 @@ identity can neither take a name over nor wait on it as a standby; the operator 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
@@ -53,9 +54,23 @@ class SessionThread:
             self.call(self.session.close())
             self.run.result(30)
         finally:
+            # gRPC's own tasks of the Sessions the manager ended (each reconnection's
+            # request stream) and their async generators end here, not when the loop
+            # is garbage.
+            with contextlib.suppress(Exception):
+                self.call(_cancel_the_rest(), 30)
+            with contextlib.suppress(Exception):
+                self.call(self.loop.shutdown_asyncgens(), 30)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=30)
             self.loop.close()
+
+
+async def _cancel_the_rest() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def register(

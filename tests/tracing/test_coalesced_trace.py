@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from kubernetes import client, config
 
@@ -38,7 +37,7 @@ def steward_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalC
 
 
 def _instances(cluster: LocalCluster) -> list[manager_pb2.InstanceInfo]:
-    with grpc.insecure_channel(cluster.state.manager_address) as channel:
+    with cluster.client_security().sync_channel(cluster.state.manager_address) as channel:
         stub = manager_pb2_grpc.ManagerServiceStub(channel)
         reply = stub.GetController(manager_pb2.GetControllerRequest(name="job"), timeout=5)
     return list(reply.controller.instances)

@@ -278,8 +278,12 @@ async def test_same_final_state(
     rs_controllers.start()
     sides = {"upstream": (upstream_kube, upstream_namespace), "steward": (rs_kube, rs_namespace)}
     await asyncio.gather(*(scenario.steps(kube, ns) for kube, ns in sides.values()))
-    for kube, ns in sides.values():
-        await eventually(functools.partial(scenario.done, kube, ns), f"{name} done in {ns}")
+    for side, (kube, ns) in sides.items():
+        await eventually(
+            functools.partial(scenario.done, kube, ns),
+            f"{name} done on the {side} side ({ns})",
+            within=CONVERGE_WITHIN,
+        )
     # Both reached the end state; wait until each has settled (see the module docs) and
     # they agree. Past the deadline, a side that never settled fails the test with what
     # it waits for; two settled sides that differ fail with the difference.
