@@ -245,7 +245,7 @@ class Workload:
                 out.append(f"deployment {name}: {len(stray)} pods of an old ReplicaSet")
             unready = [
                 f"{p['metadata']['name']} (phase {(p.get('status') or {}).get('phase')}, "
-                f"node {p['spec'].get('nodeName') or 'none'})"
+                f"node {p['spec'].get('nodeName') or 'none'}, Ready {_ready_condition(p)})"
                 for p in pods
                 if not _ready(p)
             ]
@@ -278,6 +278,17 @@ def _template(obj: dict[str, Any]) -> dict[str, Any]:
     meta.pop("creationTimestamp", None)
     template["metadata"] = meta
     return template
+
+
+def _ready_condition(pod: dict[str, Any]) -> str:
+    """The Ready condition in brief (who turned a pod not Ready, and when), for reports."""
+    for cond in (pod.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "Ready":
+            return (
+                f"{cond.get('status')} {cond.get('reason') or ''} {cond.get('message') or ''} "
+                f"since {cond.get('lastTransitionTime')}"
+            ).replace("  ", " ")
+    return "absent"
 
 
 def _ready(pod: dict[str, Any]) -> bool:
