@@ -23,7 +23,9 @@ Given a manager address, the controller registers with it
 manager says it is the active instance: START starts them (after a full resync of the
 primary type, so nothing that changed while standing by is missed), DRAIN stops them
 gracefully, STOP or a lost lease stops them at once — the lease is lost before another
-instance may start, so two instances never reconcile together. Every worker also checks
+instance may start, so two instances never reconcile together. Before its first reconcile
+a promoted instance waits until its mirror holds everything the informer holds
+(:meth:`~steward.runtime.mirror.Mirror.catch_up`). Every worker also checks
 the lease before each reconcile. The mirror keeps syncing while standing by, so a
 promoted standby starts with a warm cache. Heartbeats carry the pool's status. Shutdown
 deregisters, so a standby takes over without waiting for the lease to lapse.
@@ -34,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -198,6 +201,15 @@ class Controller:
 
     async def _work(self) -> None:
         await self.mirror.wait_synced()  # usually long done: the mirror syncs while standing by
+        # Read barrier: what the predecessor wrote just before it stopped may still be on its
+        # way to this mirror; reconciling without it would, say, create a Job's pod again.
+        started = time.monotonic()
+        await self.mirror.catch_up()
+        log.info(
+            "controller %s: mirror caught up with the informer in %.3fs",
+            self.name,
+            time.monotonic() - started,
+        )
         for obj in self.mirror.objects(self.primary):
             self.pool.queue.add(Request(obj.namespace, obj.name))
         await self.pool.run()

@@ -14,6 +14,14 @@ object it held of that type that the snapshot no longer has, and as modified eve
 whose resource version changed. Handlers therefore see a consistent story whatever
 happens to the connection.
 
+# Catching up on demand
+:meth:`Mirror.catch_up` is a read barrier: it reopens the stream (resuming, so nothing is
+sent twice) and returns once every type's INITIAL_EVENTS_END has arrived on the new
+stream, that is once the mirror holds everything the informer held when it was called.
+A standby promoted to active calls it before its first reconcile: the events it was fed
+while standing by may still sit in buffers between the informer and it, and acting on a
+cache that lacks the last objects its predecessor created would create them again.
+
 A request the informer refuses for good (NOT_FOUND for an unknown type, INVALID_ARGUMENT
 for a bad selector, PERMISSION_DENIED) is not retried: :meth:`Mirror.run` raises
 :class:`MirrorError` with the informer's message.
@@ -218,6 +226,13 @@ class Mirror:
         self._synced = asyncio.Event()
         self.reconnects = 0
         """How often the stream was reopened (for metrics and tests)."""
+        self._call: grpc.aio.UnaryStreamCall[pb.WatchRequest, pb.WatchResponse] | None = None
+        self._reopen = False
+        self._barriers: list[asyncio.Future[None]] = []
+        """Callers of :meth:`catch_up` waiting for the next stream to reach the present."""
+        self._stream_barriers: list[asyncio.Future[None]] = []
+        """Those the current stream answers once it has sent every INITIAL_EVENTS_END."""
+        self._stream_ended: set[TypeKey] = set()
 
     # Reading ----------------------------------------------------------------------------
     def get(
@@ -261,6 +276,22 @@ class Mirror:
         """Wait until every type's initial snapshot has arrived."""
         await self._synced.wait()
 
+    async def catch_up(self) -> None:
+        """Wait until the mirror holds everything the informer holds now (see the module
+        docs); the wait spans reconnections, so an informer that is down delays it."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._barriers.append(done)
+        call = self._call
+        if call is not None and not call.done():
+            self._reopen = True
+            call.cancel()
+        try:
+            await done
+        finally:
+            for waiting in (self._barriers, self._stream_barriers):
+                if done in waiting:
+                    waiting.remove(done)
+
     def add_handler(self, handler: Handler) -> None:
         """Call ``handler`` for every change from now on (after the objects already held
         are replayed to it as ADDED, so it never misses one)."""
@@ -286,11 +317,26 @@ class Mirror:
                 # A snapshot cut off midway is not a complete picture: never infer
                 # deletions from it (the next REPLACED starts a new one).
                 state.replacing = None
+            # Barriers not answered by the last stream (it ended early) wait for this one.
+            self._stream_barriers += self._barriers
+            self._barriers = []
+            self._stream_ended = set()
+            self._reopen = False
+            call = self._call = self._stub.Watch(self._request())
             try:
-                async for response in self._stub.Watch(self._request()):
+                async for response in call:
                     delivered = True
                     self._apply(response.events)
                 log.info("informer ended the watch stream; reconnecting")
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not self._reopen or (task is not None and task.cancelling()):
+                    raise
+                # catch_up() ended this stream to resume at once on a new one.
+                self._barriers += self._stream_barriers
+                self._stream_barriers = []
+                self.reconnects += 1
+                continue
             except grpc.aio.AioRpcError as err:
                 if err.code() in _PERMANENT:
                     raise MirrorError(err.code(), err.details() or "") from None
@@ -300,6 +346,10 @@ class Mirror:
                     err.details(),
                     delay,
                 )
+            finally:
+                self._call = None
+            self._barriers += self._stream_barriers
+            self._stream_barriers = []
             if delivered:
                 delay = self.options.initial_backoff
             self.reconnects += 1
@@ -336,6 +386,12 @@ class Mirror:
                 state.synced = True
                 if all(s.synced for s in self._state.values()):
                     self._synced.set()
+                self._stream_ended.add(key)
+                if self._stream_barriers and len(self._stream_ended) == len(self._state):
+                    for done in self._stream_barriers:
+                        if not done.done():
+                            done.set_result(None)
+                    self._stream_barriers = []
             elif kind in (pb.EVENT_TYPE_ADDED, pb.EVENT_TYPE_MODIFIED):
                 obj = MirrorObject(key, event.metadata, event.object)
                 if state.replacing is not None:
