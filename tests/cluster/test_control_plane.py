@@ -72,6 +72,28 @@ def test_kubectl_lists_simulated_nodes_ready(cluster: LocalCluster) -> None:
         assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
 
 
+def test_simulated_nodes_keep_renewed_leases(
+    core: client.CoreV1Api, api_client: client.ApiClient
+) -> None:
+    """Each node's Lease in kube-node-lease is renewed: without it the node lifecycle
+    controller sees the nodes silent for its grace period and marks every pod not Ready,
+    which kwok never undoes."""
+    coordination = client.CoordinationV1Api(api_client)
+    names = {str(n.metadata.name) for n in core.list_node().items}
+
+    def renewals() -> dict[str, Any]:
+        leases = coordination.list_namespaced_lease("kube-node-lease").items
+        return {str(lease.metadata.name): lease.spec.renew_time for lease in leases}
+
+    first = _eventually(
+        lambda: (r := renewals()) and set(r) >= names and r, what="a Lease for every node"
+    )
+    _eventually(
+        lambda: all(renewals()[n] > first[n] for n in names),
+        what="every node's Lease renewed",
+    )
+
+
 def test_upstream_job_controller_completes_a_job_on_kwok_nodes(
     api_client: client.ApiClient, namespace: str
 ) -> None:

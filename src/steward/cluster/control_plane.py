@@ -66,6 +66,10 @@ SERVICE_CIDR = "10.96.0.0/24"
 SERVICE_IP = "10.96.0.1"
 POD_CIDR = "10.244.0.0/16"
 
+NODE_LEASE_SECONDS = 40
+"""Duration of the simulated nodes' Leases in kube-node-lease (kubelet's default); kwok
+renews them well within it."""
+
 COMPONENTS = (
     "jaeger",
     "etcd",
@@ -724,6 +728,11 @@ class LocalCluster:
                 f"--kubeconfig={kubeconfigs['kwok']}",
                 f"--config={stages}",
                 "--manage-all-nodes=true",
+                # kwok keeps no node Lease unless told to, and updates a node's status only
+                # when one of its stages applies; the node lifecycle controller would then
+                # see every node silent for its grace period and mark every pod not Ready
+                # (kwok never readies a running pod again).
+                f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
                 f"--server-address={LOOPBACK}:{p['kwok']}",
                 f"--tls-cert-file={kwok_serving.cert}",
                 f"--tls-private-key-file={kwok_serving.key}",
