@@ -10,6 +10,7 @@ the caller's token if it has one).
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -66,6 +67,17 @@ def watch_pods(
     synced = False
     with security.sync_channel(informer) as channel:
         stream = informer_pb2_grpc.InformerServiceStub(channel).Watch(request, timeout=deadline)
+        # An informer refused by the API server sends nothing: stop waiting on the stream as
+        # soon as it logs the refusal, not at the deadline.
+        done = threading.Event()
+
+        def watchdog() -> None:
+            while not done.wait(0.25):
+                if give_up():
+                    stream.cancel()
+                    return
+
+        threading.Thread(target=watchdog, name="watch-give-up", daemon=True).start()
         try:
             for response in stream:
                 for event in response.events:
@@ -88,6 +100,7 @@ def watch_pods(
             details = err.details() if isinstance(err, grpc.Call) else str(err)
             return f"the Watch ended with {code}: {details}"
         finally:
+            done.set()
             stream.cancel()
     return "no INITIAL_EVENTS_END" if not synced else f"no ADDED event for pod {after}"
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -453,12 +454,14 @@ def test_every_rule_of_the_services_roles_is_needed(bench: Bench, deployment: st
     for role in roles:
         for index, rule in enumerate(role["rules"]):
             ident = identity_for(bench, deployment, role, index)
+            started = time.monotonic()
             try:
                 problem, process = EXERCISES[deployment](bench, ident)
                 refused = process.forbidden()
                 if problem is not None or refused:
                     why = "refused (403 or PERMISSION_DENIED)" if refused else problem
-                    needed.append(f"{_describe(role, index, rule)}: {why}")
+                    took = time.monotonic() - started
+                    needed.append(f"{_describe(role, index, rule)}: {why} [{took:.0f} s]")
                 else:
                     explain = REDUNDANT_HERE.get(_rule_key(role, rule))
                     if explain is not None and explain(bench, ident, rule):

@@ -26,7 +26,6 @@ becomes the new one again and its revision is raised, as upstream does. The long
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import logging
@@ -43,6 +42,7 @@ from steward.controllers.deployment.rollout import Obj, meta, replicas
 from steward.kube import ApiError, ConflictError, KubeClient, NotFoundError
 from steward.runtime import Request, Result, TraceContext
 from steward.runtime.controller import Controller, ControllerBuilder, ControllerOptions
+from steward.runtime.events import EventRecorder
 from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorObject, resource_type
 from steward.runtime.tracing import outgoing_headers
 
@@ -116,7 +116,14 @@ class DeploymentReconciler:
         self.mirror = mirror
         self.api = api
         self.clock = clock
-        self._events: set[asyncio.Task[None]] = set()
+        self.events = EventRecorder(
+            api,
+            api_version="apps/v1",
+            kind="Deployment",
+            component="deployment-controller",
+            reporting_component="steward.io/deployment-controller",
+            clock=clock,
+        )
         self._superseded: dict[tuple[str, str, str], set[str]] = {}
         """(kind, namespace, name) → the resource versions our writes replaced since the
         mirror last showed a newer one: while the mirror shows one of them, it is behind
@@ -227,44 +234,6 @@ class DeploymentReconciler:
         if meta(after).get("resourceVersion") != m.get("resourceVersion"):
             self._superseded.setdefault(key, set()).add(str(m.get("resourceVersion", "")))
 
-    def event(self, d: Obj, etype: str, reason: str, message: str) -> None:
-        """Record an Event on the Deployment in the background (best effort)."""
-        m = meta(d)
-        stamp = ro.format_time(self.clock())
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{m['name']}.", "namespace": m["namespace"]},
-            "involvedObject": {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "name": m["name"],
-                "namespace": m["namespace"],
-                "uid": m.get("uid", ""),
-                "resourceVersion": m.get("resourceVersion", ""),
-            },
-            "reason": reason,
-            "message": message,
-            "type": etype,
-            "source": {"component": "deployment-controller"},
-            "reportingComponent": "steward.io/deployment-controller",
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-
-        async def send() -> None:
-            try:
-                await self.api.arequest("POST", f"/api/v1/namespaces/{m['namespace']}/events", body)
-            except ApiError as err:
-                log.debug(
-                    "event %s on %s/%s not recorded: %s", reason, m["namespace"], m["name"], err
-                )
-
-        task = asyncio.get_running_loop().create_task(send())
-        self._events.add(task)
-        task.add_done_callback(self._events.discard)
-
 
 class _Sync:
     """One sync of one Deployment (``d`` is a private copy, changed as upstream's is)."""
@@ -292,7 +261,7 @@ class _Sync:
         if not selector or (
             not selector.get("matchLabels") and not selector.get("matchExpressions")
         ):
-            self.rec.event(
+            self.rec.events.event(
                 d,
                 "Warning",
                 "SelectingAll",
@@ -449,7 +418,7 @@ class _Sync:
         written = await self.update_rs(changed)
         if size_changes:
             way = "up" if before < size else "down"
-            self.rec.event(
+            self.rec.events.event(
                 self.d,
                 "Normal",
                 "ScalingReplicaSet",
@@ -567,10 +536,10 @@ class _Sync:
                 )
                 with contextlib.suppress(ApiError):
                     await self.update_status()
-            self.rec.event(d, "Warning", ro.FAILED_RS_CREATE, msg)
+            self.rec.events.event(d, "Warning", ro.FAILED_RS_CREATE, msg)
             raise
         if not already and count > 0:
-            self.rec.event(
+            self.rec.events.event(
                 d, "Normal", "ScalingReplicaSet", f"Scaled up replica set {name} from 0 to {count}"
             )
         if self.record_creation(str(new_revision), name, announce=not already):

@@ -32,7 +32,7 @@ import grpc
 
 from steward.controllers.job import pods
 from steward.controllers.job.expectations import Expectations, JobKey
-from steward.controllers.job.pods import TRACKING_FINALIZER, format_time
+from steward.controllers.job.pods import TRACKING_FINALIZER
 from steward.controllers.job.sync import (
     BackoffRecord,
     JobSync,
@@ -42,6 +42,7 @@ from steward.controllers.job.sync import (
 from steward.kube import ApiError, ApiStatusError, ConflictError, KubeClient, NotFoundError
 from steward.runtime import Request, Result, TraceContext
 from steward.runtime.controller import Controller, ControllerBuilder, ControllerOptions
+from steward.runtime.events import EventRecorder
 from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorObject, resource_type
 from steward.runtime.tracing import outgoing_headers
 
@@ -142,7 +143,14 @@ class JobReconciler:
         self.clock = clock
         self.expectations = Expectations()
         self.backoffs: dict[JobKey, BackoffRecord] = {}
-        self._events: set[asyncio.Task[None]] = set()
+        self.events = EventRecorder(
+            api,
+            api_version="batch/v1",
+            kind="Job",
+            component="job-controller",
+            reporting_component=self.options.managed_by,
+            clock=clock,
+        )
         self._ours: dict[JobKey, str] = {}
         """UIDs of the Jobs this controller manages (including deleted ones not yet
         cleaned up), by key."""
@@ -264,7 +272,7 @@ class JobReconciler:
             return Result(requeue=True)  # changed meanwhile: the next sync sees the new state
         self.backoffs[key] = sync.new_backoff
         for etype, reason, message in [*plan.events, *final.events]:
-            self._event(job, etype, reason, message)
+            self.events.event(job, etype, reason, message)
         if errors:
             raise errors[0]
         return Result(requeue_after=plan.requeue_after or 0.0)
@@ -458,9 +466,9 @@ class JobReconciler:
         except ApiError as err:
             if isinstance(err, ApiStatusError) and "being terminated" in err.message:
                 return None  # namespace going away: every creation would fail
-            self._event(job, "Warning", "FailedCreate", f"Error creating: {err}")
+            self.events.event(job, "Warning", "FailedCreate", f"Error creating: {err}")
             return err
-        self._event(job, "Normal", "SuccessfulCreate", f"Created pod: {pods.name(pod)}")
+        self.events.event(job, "Normal", "SuccessfulCreate", f"Created pod: {pods.name(pod)}")
         return None
 
     async def _delete(
@@ -508,9 +516,9 @@ class JobReconciler:
             return None
         except ApiError as err:
             self.expectations.deletion_observed(key)
-            self._event(job, "Warning", "FailedDelete", f"Error deleting: {err}")
+            self.events.event(job, "Warning", "FailedDelete", f"Error deleting: {err}")
             return err
-        self._event(job, "Normal", "SuccessfulDelete", f"Deleted pod: {meta['name']}")
+        self.events.event(job, "Normal", "SuccessfulDelete", f"Deleted pod: {meta['name']}")
         return None
 
     async def _remove_finalizers(
@@ -567,50 +575,6 @@ class JobReconciler:
         if (written.get("metadata") or {}).get("resourceVersion") != before:
             self._superseded.setdefault((meta["namespace"], meta["name"]), set()).add(before)
         return written
-
-    def _event(self, job: dict[str, Any], etype: str, reason: str, message: str) -> None:
-        """Record an Event on the Job in the background (best effort)."""
-        meta = job["metadata"]
-        stamp = format_time(self.clock())
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid", ""),
-                "resourceVersion": meta.get("resourceVersion", ""),
-            },
-            "reason": reason,
-            "message": message,
-            "type": etype,
-            "source": {"component": "job-controller"},
-            "reportingComponent": self.options.managed_by,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-
-        async def send() -> None:
-            try:
-                await self.api.arequest(
-                    "POST", f"/api/v1/namespaces/{meta['namespace']}/events", body
-                )
-            except ApiError as err:
-                log.debug(
-                    "event %s on %s/%s not recorded: %s",
-                    reason,
-                    meta["namespace"],
-                    meta["name"],
-                    err,
-                )
-
-        task = asyncio.get_running_loop().create_task(send())
-        self._events.add(task)
-        task.add_done_callback(self._events.discard)
 
 
 def counted_behind(job: dict[str, Any], owned: Sequence[dict[str, Any]]) -> bool:

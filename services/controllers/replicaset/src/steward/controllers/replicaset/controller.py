@@ -36,7 +36,6 @@ from steward.controllers.replicaset.sync import (
     Failure,
     calculate_status,
     controller_ref,
-    format_time,
     min_ready_seconds,
     next_check,
     pod_from_template,
@@ -48,6 +47,7 @@ from steward.controllers.replicaset.sync import (
 from steward.kube import ApiError, ApiStatusError, ConflictError, KubeClient, NotFoundError
 from steward.runtime import Request, Result, TraceContext
 from steward.runtime.controller import Controller, ControllerBuilder, ControllerOptions
+from steward.runtime.events import EventRecorder
 from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorObject, resource_type
 from steward.runtime.tracing import outgoing_headers
 
@@ -118,7 +118,14 @@ class ReplicaSetReconciler:
         self.api = api
         self.clock = clock
         self.expectations = Expectations()
-        self._events: set[asyncio.Task[None]] = set()
+        self.events = EventRecorder(
+            api,
+            api_version="apps/v1",
+            kind="ReplicaSet",
+            component=COMPONENT,
+            reporting_component="steward.io/replicaset-controller",
+            clock=clock,
+        )
         self._superseded: dict[Key, str] = {}
         """Per ReplicaSet, the resource version our last status write replaced: while the
         mirror still shows it, the mirror is behind our own write (the write's own event
@@ -372,10 +379,10 @@ class ReplicaSetReconciler:
         except ApiError as err:
             if isinstance(err, ApiStatusError) and "being terminated" in err.message:
                 return None  # namespace going away: every creation would fail
-            self._event(rs, "Warning", "FailedCreate", f"Error creating: {_message(err)}")
+            self.events.event(rs, "Warning", "FailedCreate", f"Error creating: {_message(err)}")
             return err
         name = (pod.get("metadata") or {}).get("name", "")
-        self._event(rs, "Normal", "SuccessfulCreate", f"Created pod: {name}")
+        self.events.event(rs, "Normal", "SuccessfulCreate", f"Created pod: {name}")
         return None
 
     async def _delete(
@@ -405,9 +412,9 @@ class ReplicaSetReconciler:
             return None
         except ApiError as err:
             self.expectations.deletion_observed(key, _pod_key(pod))
-            self._event(rs, "Warning", "FailedDelete", f"Error deleting: {_message(err)}")
+            self.events.event(rs, "Warning", "FailedDelete", f"Error deleting: {_message(err)}")
             return err
-        self._event(rs, "Normal", "SuccessfulDelete", f"Deleted pod: {meta['name']}")
+        self.events.event(rs, "Normal", "SuccessfulDelete", f"Deleted pod: {meta['name']}")
         return None
 
     def _related_pods(self, rs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -466,44 +473,6 @@ class ReplicaSetReconciler:
                 self._superseded[(meta["namespace"], meta["name"])] = before
             return written
         raise AssertionError("unreachable")
-
-    def _event(self, rs: dict[str, Any], etype: str, reason: str, message: str) -> None:
-        """Record an Event on the ReplicaSet in the background (best effort)."""
-        meta = rs["metadata"]
-        stamp = format_time(self.clock())
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid", ""),
-                "resourceVersion": meta.get("resourceVersion", ""),
-            },
-            "reason": reason,
-            "message": message,
-            "type": etype,
-            "source": {"component": COMPONENT},
-            "reportingComponent": "steward.io/replicaset-controller",
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-
-        async def send() -> None:
-            try:
-                await self.api.arequest(
-                    "POST", f"/api/v1/namespaces/{meta['namespace']}/events", body
-                )
-            except ApiError as err:
-                log.debug("event %s on %s/%s not recorded: %s", reason, *_ns_name(meta), err)
-
-        task = asyncio.get_running_loop().create_task(send())
-        self._events.add(task)
-        task.add_done_callback(self._events.discard)
 
 
 def _message(err: ApiError) -> str:
