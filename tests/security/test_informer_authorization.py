@@ -192,3 +192,40 @@ def test_a_revoked_role_binding_ends_the_watch(
         assert_denied(reader.error, user, "list|watch", "configmaps")
     finally:
         reader.cancel()
+
+
+def test_a_caller_cannot_probe_which_types_exist(
+    secure_informer: RunningInformer, pki: Pki, rbac: Rbac, channels: Channels, namespace: str
+) -> None:
+    """The caller is authorized before the type is looked up (as kube-apiserver does): one
+    without access is refused a type that does not exist exactly as one that does, while
+    one with access learns that it does not exist."""
+    user = f"test:configmaps-only-{rand()}"
+    role = rbac.cluster_role(
+        [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}]
+    )
+    rbac.bind(role, user)
+    rbac.wait_allowed(user, "watch", "configmaps")
+    stub = channels.informer(pki.client(user), secure_informer.address)
+    missing = pb.ResourceType(group="no-such.example.com", version="v1", resource="widgets")
+    for rtype, resource in ((missing, "widgets.no-such.example.com"), (SECRETS, "secrets")):
+        err = first_error(stub.Watch(watch_request(rtype, namespace), timeout=30))
+        assert_denied(err, user, "list", resource)
+        err = rpc_error(partial(stub.List, pb.ListRequest(type=rtype, namespace=namespace)))
+        assert_denied(err, user, "list", resource)
+        get = pb.GetRequest(type=rtype, namespace=namespace, name="x")
+        err = rpc_error(partial(stub.Get, get))
+        assert_denied(err, user, "get", resource)
+
+    widgets = f"test:widgets-{rand()}"
+    rbac.bind(
+        rbac.cluster_role(
+            [{"apiGroups": [missing.group], "resources": ["widgets"], "verbs": ["list", "watch"]}]
+        ),
+        widgets,
+    )
+    rbac.wait_allowed(widgets, "watch", "widgets", group=missing.group)
+    allowed = channels.informer(pki.client(widgets), secure_informer.address)
+    err = first_error(allowed.Watch(watch_request(missing, namespace), timeout=30))
+    assert err.code() == grpc.StatusCode.NOT_FOUND, err.details()
+    assert "unknown resource type" in (err.details() or "")

@@ -163,7 +163,19 @@ class InformerService(pb_grpc.InformerServiceServicer):
         """Open Watch streams per caller (``user <name>`` or ``connection <peer>``)."""
 
     # Validation -----------------------------------------------------------------------
-    async def _resolve(self, rtype: pb.ResourceType) -> ResourceInfo:
+    async def _resolve(
+        self,
+        rtype: pb.ResourceType,
+        identity: Identity,
+        verbs: tuple[str, ...],
+        namespace: str,
+        name: str = "",
+    ) -> ResourceInfo:
+        """The type's discovery information, once the request names it well and the caller
+        may do ``verbs`` to it in ``namespace``. The caller is authorized before the type is
+        looked up, as kube-apiserver does, so one who may not read a type cannot learn
+        whether it exists (PERMISSION_DENIED either way); the authorization that counts
+        follows the lookup (:meth:`_authorize`, which knows the type's scope)."""
         if not rtype.version or not rtype.resource:
             raise _RequestError(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -184,9 +196,10 @@ class InformerService(pb_grpc.InformerServiceServicer):
                 "lower-case DNS labels (e.g. group 'apps', version 'v1', resource "
                 "'deployments')",
             )
-        name = ResourceTypeName(rtype.group, rtype.version, rtype.resource)
+        await self._require(identity, verbs, rtype.group, rtype.resource, namespace, name)
+        type_name = ResourceTypeName(rtype.group, rtype.version, rtype.resource)
         try:
-            return await self.client.adiscover(name)
+            return await self.client.adiscover(type_name)
         except UnknownResourceError as err:
             raise _RequestError(
                 grpc.StatusCode.NOT_FOUND, f"unknown resource type {_type_label(rtype)}: {err}"
@@ -272,16 +285,21 @@ class InformerService(pb_grpc.InformerServiceServicer):
     ) -> None:
         """Raises PERMISSION_DENIED unless ``identity`` may do each of ``verbs`` to the type
         in ``namespace`` (all namespaces when empty) in the API server itself."""
+        scope = namespace if info.namespaced else ""
+        await self._require(identity, verbs, info.name.group, info.name.resource, scope, name)
+
+    async def _require(
+        self,
+        identity: Identity,
+        verbs: tuple[str, ...],
+        group: str,
+        resource: str,
+        namespace: str,
+        name: str,
+    ) -> None:
         for verb in verbs:
             try:
-                await self.guard.require(
-                    identity,
-                    verb,
-                    info.name.group,
-                    info.name.resource,
-                    namespace if info.namespaced else "",
-                    name,
-                )
+                await self.guard.require(identity, verb, group, resource, namespace, name)
             except AuthError as err:
                 self.metrics.denied.labels(verb).inc()
                 raise _RequestError(err.code, err.message) from err
@@ -298,7 +316,7 @@ class InformerService(pb_grpc.InformerServiceServicer):
         """
         identity = await self._well_formed(request, context)
         assert isinstance(request, pb.WatchRequest)
-        targets, flt = await self._guard(context, self._watch_targets(request))
+        targets, flt = await self._guard(context, self._watch_targets(request, identity))
         infos = [info for info, _ in targets]
         await self._guard(context, self._authorize_watch(identity, infos, request.namespace))
         max_batch = request.max_batch_size or self.options.default_batch
@@ -408,7 +426,7 @@ class InformerService(pb_grpc.InformerServiceServicer):
                 return
 
     async def _watch_targets(
-        self, request: pb.WatchRequest
+        self, request: pb.WatchRequest, identity: Identity
     ) -> tuple[list[tuple[ResourceInfo, int | None]], Filter]:
         if not request.targets:
             raise _RequestError(
@@ -438,7 +456,7 @@ class InformerService(pb_grpc.InformerServiceServicer):
         result: list[tuple[ResourceInfo, int | None]] = []
         seen: set[ResourceTypeName] = set()
         for target, resume in zip(request.targets, resumes, strict=True):
-            info = await self._resolve(target.type)
+            info = await self._resolve(target.type, identity, ("list", "watch"), request.namespace)
             if info.name in seen:
                 raise _RequestError(
                     grpc.StatusCode.INVALID_ARGUMENT,
@@ -467,7 +485,7 @@ class InformerService(pb_grpc.InformerServiceServicer):
         page_size = min(request.page_size or DEFAULT_PAGE, MAX_PAGE)
         digest = _filter_digest(request)
         after = _decode_page_token(request.page_token, digest) if request.page_token else None
-        info = await self._resolve(request.type)
+        info = await self._resolve(request.type, identity, ("list",), request.namespace)
         await self._authorize(identity, ("list",), info, request.namespace)
         reflector = self.reflectors.acquire(info)
         try:
@@ -504,7 +522,9 @@ class InformerService(pb_grpc.InformerServiceServicer):
             raise _RequestError(grpc.StatusCode.INVALID_ARGUMENT, "name is required")
         _check_length(request.name, "name")
         _check_length(request.namespace, "namespace")
-        info = await self._resolve(request.type)
+        info = await self._resolve(
+            request.type, identity, ("get",), request.namespace, request.name
+        )
         if info.namespaced and not request.namespace:
             raise _RequestError(
                 grpc.StatusCode.INVALID_ARGUMENT,
