@@ -54,10 +54,12 @@ type route struct {
 // every object of the primary type, so nothing that changed while standing by is
 // missed), DRAIN stops them gracefully, STOP or a lost lease stops them at once (their
 // reconciles' context is cancelled) — the lease is lost before another instance may
-// start, so two instances never reconcile together. Every worker also checks the lease
-// before each reconcile. The mirror keeps syncing while standing by, so a promoted
-// standby starts with a warm cache. Heartbeats carry the pool's status. Shutdown
-// deregisters, so a standby takes over without waiting for the lease to lapse.
+// start, so two instances never reconcile together. Before its first reconcile a
+// promoted instance waits until its mirror holds everything the informer holds
+// (Mirror.CatchUp). Every worker also checks the lease before each reconcile. The
+// mirror keeps syncing while standing by, so a promoted standby starts with a warm
+// cache. Heartbeats carry the pool's status. Shutdown deregisters, so a standby takes
+// over without waiting for the lease to lapse.
 type Controller struct {
 	Name   string
 	Mirror *Mirror
@@ -277,6 +279,14 @@ func (c *Controller) onStart(epoch uint64) {
 		case <-ctx.Done():
 			return
 		}
+		// Read barrier: what the predecessor wrote just before it stopped may still be on
+		// its way to this mirror; reconciling without it would, say, create a Job's pod
+		// again.
+		started := time.Now()
+		if err := c.Mirror.CatchUp(ctx); err != nil {
+			return // stopped before the mirror caught up
+		}
+		c.log.Info("mirror caught up with the informer", "controller", c.Name, "took", time.Since(started))
 		c.enqueuePrimary(pool)
 		if c.opts.ResyncPeriod > 0 {
 			go c.resync(ctx, pool)

@@ -194,6 +194,17 @@ type typeState struct {
 // Modified every one whose resource version changed (unchanged ones are not reported).
 // A snapshot cut off by a broken stream is never used to infer deletions.
 //
+// # Catching up on demand
+//
+// CatchUp is a read barrier: it reopens the stream at once (no backoff; resuming, so
+// nothing is delivered twice) and returns once every type's INITIAL_EVENTS_END has
+// arrived on a stream opened after it was called, that is once the mirror holds
+// everything the informer held when it was called. A stream that ends before that hands
+// the wait on to the next one, so an informer that is down delays it. A standby promoted
+// to active calls it before its first reconcile: the events it was fed while standing by
+// may still sit in buffers between the informer and it, and acting on a cache that lacks
+// the last objects its predecessor created would create them again.
+//
 // # Memory
 //
 // One Object per object (JSON bytes plus parsed metadata), plus index entries.
@@ -216,6 +227,18 @@ type Mirror struct {
 	synced     chan struct{}
 	syncedOnce sync.Once
 	reconnects atomic.Int64
+
+	barrierMu sync.Mutex
+	// cancelStream ends the current stream (nil between streams); reopen says CatchUp
+	// did, so Run reconnects at once.
+	cancelStream context.CancelFunc
+	reopen       bool
+	// barriers are CatchUp callers waiting for the next stream to reach the present;
+	// streamBarriers those the current stream answers once it has sent every type's
+	// INITIAL_EVENTS_END (streamEnded holds the types it has sent it for).
+	barriers       []chan struct{}
+	streamBarriers []chan struct{}
+	streamEnded    map[TypeKey]struct{}
 }
 
 // NewMirror returns a mirror of types, watched through conn (an informer). indexers adds
@@ -354,6 +377,42 @@ func (m *Mirror) AddHandler(h Handler) {
 	}
 }
 
+// CatchUp waits until the mirror holds everything the informer holds now (see the
+// type's docs): it reopens the stream at once and returns nil after every type's
+// INITIAL_EVENTS_END has arrived on a stream opened after the call, and the handlers
+// have seen what came before it. The wait spans reconnections (and lasts until Run runs
+// when it does not); it returns ctx's error when ctx ends first.
+func (m *Mirror) CatchUp(ctx context.Context) error {
+	done := make(chan struct{})
+	m.barrierMu.Lock()
+	m.barriers = append(m.barriers, done)
+	if m.cancelStream != nil {
+		m.reopen = true
+		m.cancelStream()
+	}
+	m.barrierMu.Unlock()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		m.barrierMu.Lock()
+		m.barriers = dropBarrier(m.barriers, done)
+		m.streamBarriers = dropBarrier(m.streamBarriers, done)
+		m.barrierMu.Unlock()
+		return ctx.Err()
+	}
+}
+
+func dropBarrier(list []chan struct{}, b chan struct{}) []chan struct{} {
+	out := list[:0]
+	for _, x := range list {
+		if x != b {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 func (m *Mirror) typeState(t TypeKey) *typeState {
 	st, ok := m.state[t]
 	if !ok {
@@ -373,12 +432,17 @@ func (m *Mirror) Run(ctx context.Context) error {
 			st.replacing = nil
 		}
 		m.mu.Unlock()
-		delivered, err := m.watchOnce(ctx)
+		delivered, reopened, err := m.watchOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if delivered {
 			delay = m.opts.InitialBackoff
+		}
+		if reopened { // CatchUp ended the stream to resume at once on a new one
+			m.log.Debug("reopening the watch stream to catch up")
+			m.reconnects.Add(1)
+			continue
 		}
 		if err != nil {
 			if st, ok := status.FromError(err); ok && permanentCodes[st.Code()] {
@@ -398,20 +462,37 @@ func (m *Mirror) Run(ctx context.Context) error {
 	}
 }
 
-func (m *Mirror) watchOnce(ctx context.Context) (delivered bool, err error) {
+// watchOnce runs one stream until it ends; reopened reports that CatchUp ended it.
+func (m *Mirror) watchOnce(ctx context.Context) (delivered, reopened bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	m.barrierMu.Lock()
+	// Barriers the last stream did not answer (it ended early) wait for this one.
+	m.streamBarriers = append(m.streamBarriers, m.barriers...)
+	m.barriers = nil
+	m.streamEnded = map[TypeKey]struct{}{}
+	m.reopen = false
+	m.cancelStream = cancel
+	m.barrierMu.Unlock()
+	defer func() {
+		m.barrierMu.Lock()
+		m.cancelStream = nil
+		reopened, m.reopen = m.reopen, false
+		m.barriers = append(m.barriers, m.streamBarriers...)
+		m.streamBarriers = nil
+		m.barrierMu.Unlock()
+	}()
 	stream, err := m.client.Watch(sctx, m.request())
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	for {
 		resp, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
-			return delivered, nil
+			return delivered, false, nil
 		}
 		if err != nil {
-			return delivered, err
+			return delivered, false, err
 		}
 		delivered = true
 		m.apply(resp.GetEvents())
@@ -439,6 +520,7 @@ func (m *Mirror) apply(events []*pb.Event) {
 	m.emitMu.Lock()
 	defer m.emitMu.Unlock()
 	var changes []Change
+	var ended []TypeKey
 	allSynced := false
 	m.mu.Lock()
 	for _, ev := range events {
@@ -461,6 +543,7 @@ func (m *Mirror) apply(events []*pb.Event) {
 				st.replacing = nil
 			}
 			st.synced = true
+			ended = append(ended, key)
 			allSynced = true
 			for _, s := range m.state {
 				allSynced = allSynced && s.synced
@@ -503,6 +586,26 @@ func (m *Mirror) apply(events []*pb.Event) {
 	if allSynced {
 		m.syncedOnce.Do(func() { close(m.synced) })
 	}
+	if len(ended) > 0 {
+		m.endInitialEvents(ended)
+	}
+}
+
+// endInitialEvents records that the current stream sent INITIAL_EVENTS_END for types and,
+// once it has for every type, answers the barriers waiting for it.
+func (m *Mirror) endInitialEvents(types []TypeKey) {
+	m.barrierMu.Lock()
+	defer m.barrierMu.Unlock()
+	for _, k := range types {
+		m.streamEnded[k] = struct{}{}
+	}
+	if len(m.streamEnded) < len(m.state) {
+		return
+	}
+	for _, done := range m.streamBarriers {
+		close(done)
+	}
+	m.streamBarriers = nil
 }
 
 func (m *Mirror) call(h Handler, c Change) {

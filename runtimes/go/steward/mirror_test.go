@@ -16,20 +16,26 @@ import (
 	pb "github.com/steward-dev/steward/runtimes/go/gen/steward/v1"
 )
 
-// script is what one Watch call of the scripted informer sends: batches, then the end
-// of the stream (nil: closed by the server; else that status).
+// script is what one Watch call of the scripted informer sends: batches; when gate is
+// set, once it is closed, after; then the end of the stream (nil: closed by the server;
+// else that status), or with hold nothing more until the client cancels.
 type script struct {
 	batches [][]*pb.Event
+	gate    chan struct{}
+	after   [][]*pb.Event
+	hold    bool
 	end     error
 }
 
 // scriptedInformer is a real gRPC InformerService that plays scripts, one per Watch
-// call, and records the requests. With no script left, a Watch waits until cancelled.
+// call, and records the requests and how many streams the client cancelled while they
+// were held. With no script left, a Watch waits until cancelled.
 type scriptedInformer struct {
 	pb.UnimplementedInformerServiceServer
-	scripts chan script
-	mu      sync.Mutex
-	reqs    []*pb.WatchRequest
+	scripts   chan script
+	mu        sync.Mutex
+	reqs      []*pb.WatchRequest
+	cancelled int
 }
 
 func (s *scriptedInformer) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[pb.WatchResponse]) error {
@@ -43,10 +49,35 @@ func (s *scriptedInformer) Watch(req *pb.WatchRequest, stream grpc.ServerStreami
 				return err
 			}
 		}
+		if sc.gate != nil {
+			select {
+			case <-sc.gate:
+			case <-stream.Context().Done():
+				return stream.Context().Err()
+			}
+			for _, b := range sc.after {
+				if err := stream.Send(&pb.WatchResponse{Events: b}); err != nil {
+					return err
+				}
+			}
+		}
+		if sc.hold {
+			<-stream.Context().Done()
+			s.mu.Lock()
+			s.cancelled++
+			s.mu.Unlock()
+			return stream.Context().Err()
+		}
 		return sc.end
 	case <-stream.Context().Done():
 		return stream.Context().Err()
 	}
+}
+
+func (s *scriptedInformer) cancelledStreams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cancelled
 }
 
 func (s *scriptedInformer) requests() []*pb.WatchRequest {
@@ -115,7 +146,12 @@ func (r *recorder) take() []string {
 
 func runMirror(t *testing.T, conn *grpc.ClientConn) (*Mirror, *recorder, chan error) {
 	t.Helper()
-	m, err := NewMirror(conn, []*pb.ResourceType{ConfigMaps}, MirrorOptions{Subscriber: "test", InitialBackoff: 10 * time.Millisecond}, nil)
+	return runMirrorOf(t, conn, []*pb.ResourceType{ConfigMaps}, 10*time.Millisecond)
+}
+
+func runMirrorOf(t *testing.T, conn *grpc.ClientConn, types []*pb.ResourceType, backoff time.Duration) (*Mirror, *recorder, chan error) {
+	t.Helper()
+	m, err := NewMirror(conn, types, MirrorOptions{Subscriber: "test", InitialBackoff: backoff}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,4 +260,148 @@ func TestMirrorPermanentErrorIsReturned(t *testing.T) {
 	if len(inf.requests()) != 1 {
 		t.Fatal("a permanent error is not retried")
 	}
+}
+
+func podMarker(typ pb.EventType, rv string) *pb.Event {
+	return &pb.Event{Type: typ, ResourceType: Pods, ResourceVersion: rv}
+}
+
+// startCatchUp calls CatchUp in the background; the channel gets its result.
+func startCatchUp(ctx context.Context, m *Mirror) chan error {
+	out := make(chan error, 1)
+	go func() { out <- m.CatchUp(ctx) }()
+	return out
+}
+
+func assertPending(t *testing.T, caught chan error, when string) {
+	t.Helper()
+	select {
+	case err := <-caught:
+		t.Fatalf("CatchUp returned (%v) %s", err, when)
+	default:
+	}
+}
+
+func awaitCaughtUp(t *testing.T, caught chan error) {
+	t.Helper()
+	select {
+	case err := <-caught:
+		if err != nil {
+			t.Fatalf("CatchUp = %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("timed out waiting for CatchUp")
+	}
+}
+
+func TestMirrorCatchUpReopensAStuckStream(t *testing.T) {
+	inf, conn := startInformer(t)
+	// The first stream reaches the present, then is stuck: it sends nothing more.
+	inf.scripts <- script{batches: [][]*pb.Event{{
+		cmEvent(pb.EventType_EVENT_TYPE_ADDED, "ns", "one", "5", "", 0),
+		marker(pb.EventType_EVENT_TYPE_INITIAL_EVENTS_END, "5"),
+		podMarker(pb.EventType_EVENT_TYPE_INITIAL_EVENTS_END, "6"),
+		marker(pb.EventType_EVENT_TYPE_BOOKMARK, "7"),
+	}}, hold: true}
+	// A backoff this long would outlast the test: the reopening must not wait for it.
+	m, rec, _ := runMirrorOf(t, conn, []*pb.ResourceType{ConfigMaps, Pods}, time.Hour)
+	<-m.Synced()
+	eventually(t, "the bookmark", func() bool { return m.ResourceVersion(cmKey) == "7" })
+	rec.take()
+
+	caught := startCatchUp(context.Background(), m)
+	eventually(t, "a second watch", func() bool { return len(inf.requests()) == 2 })
+	eventually(t, "the stuck stream to be cancelled", func() bool { return inf.cancelledStreams() == 1 })
+	req := inf.requests()[1]
+	if cm, pod := req.GetTargets()[0].GetResourceVersion(), req.GetTargets()[1].GetResourceVersion(); cm != "7" || pod != "6" {
+		t.Fatalf("the second watch resumes from %q and %q, want 7 and 6", cm, pod)
+	}
+	assertPending(t, caught, "before the second stream sent anything")
+
+	// The second stream sends what the first one held back and one type's
+	// INITIAL_EVENTS_END; CatchUp waits for every type's.
+	gate := make(chan struct{})
+	inf.scripts <- script{
+		batches: [][]*pb.Event{{
+			cmEvent(pb.EventType_EVENT_TYPE_ADDED, "ns", "two", "8", "8", 0),
+			marker(pb.EventType_EVENT_TYPE_INITIAL_EVENTS_END, "8"),
+		}},
+		gate:  gate,
+		after: [][]*pb.Event{{podMarker(pb.EventType_EVENT_TYPE_INITIAL_EVENTS_END, "8")}},
+		hold:  true,
+	}
+	eventually(t, "the second stream's events", func() bool { return m.Get(cmKey, "ns", "two") != nil })
+	assertPending(t, caught, "before every type's INITIAL_EVENTS_END on the second stream")
+	close(gate)
+	awaitCaughtUp(t, caught)
+	if got := rec.take(); len(got) != 1 || got[0] != "added ns/two@8" {
+		t.Fatalf("changes = %v: each event is delivered once", got)
+	}
+	if n := len(inf.requests()); n != 2 {
+		t.Fatalf("%d watches, want 2", n)
+	}
+}
+
+func TestMirrorCatchUpWaitsAcrossAFailedStream(t *testing.T) {
+	inf, conn := startInformer(t)
+	inf.scripts <- script{batches: [][]*pb.Event{{
+		cmEvent(pb.EventType_EVENT_TYPE_ADDED, "ns", "one", "5", "", 0),
+		marker(pb.EventType_EVENT_TYPE_INITIAL_EVENTS_END, "5"),
+	}}, hold: true}
+	m, _, _ := runMirror(t, conn)
+	<-m.Synced()
+
+	caught := startCatchUp(context.Background(), m)
+	eventually(t, "a second watch", func() bool { return len(inf.requests()) == 2 })
+	// The reopened stream fails before its INITIAL_EVENTS_END.
+	inf.scripts <- script{batches: [][]*pb.Event{{
+		cmEvent(pb.EventType_EVENT_TYPE_ADDED, "ns", "two", "8", "8", 0),
+	}}, end: status.Error(codes.Unavailable, "informer going away")}
+	eventually(t, "a third watch", func() bool { return len(inf.requests()) == 3 })
+	if rv := inf.requests()[2].GetTargets()[0].GetResourceVersion(); rv != "8" {
+		t.Fatalf("the third watch resumes from %q, want 8", rv)
+	}
+	if m.Get(cmKey, "ns", "two") == nil {
+		t.Fatal("the failed stream's event is applied")
+	}
+	assertPending(t, caught, "although no stream since the call reached the present")
+
+	inf.scripts <- script{batches: [][]*pb.Event{{
+		cmEvent(pb.EventType_EVENT_TYPE_ADDED, "ns", "three", "9", "9", 0),
+		marker(pb.EventType_EVENT_TYPE_INITIAL_EVENTS_END, "9"),
+	}}, hold: true}
+	awaitCaughtUp(t, caught)
+	if m.Get(cmKey, "ns", "three") == nil {
+		t.Fatal("CatchUp returned before the third stream's events were applied")
+	}
+}
+
+func TestMirrorCatchUpReturnsWhenCancelled(t *testing.T) {
+	inf, conn := startInformer(t)
+	inf.scripts <- script{batches: [][]*pb.Event{{marker(pb.EventType_EVENT_TYPE_INITIAL_EVENTS_END, "5")}}, hold: true}
+	m, _, _ := runMirror(t, conn)
+	<-m.Synced()
+	ctx, cancel := context.WithCancel(context.Background())
+	caught := startCatchUp(ctx, m)
+	eventually(t, "a second watch", func() bool { return len(inf.requests()) == 2 })
+	cancel()
+	select {
+	case err := <-caught:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("CatchUp = %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("CatchUp did not return when cancelled")
+	}
+	m.barrierMu.Lock()
+	left := len(m.barriers) + len(m.streamBarriers)
+	m.barrierMu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d barriers left behind", left)
+	}
+	// The mirror goes on: a later CatchUp is answered by the next stream.
+	caught = startCatchUp(context.Background(), m)
+	eventually(t, "a third watch", func() bool { return len(inf.requests()) == 3 })
+	inf.scripts <- script{batches: [][]*pb.Event{{marker(pb.EventType_EVENT_TYPE_INITIAL_EVENTS_END, "6")}}, hold: true}
+	awaitCaughtUp(t, caught)
 }

@@ -21,8 +21,10 @@
  * Given a manager address, the controller registers with it ({@link ManagerSession}) and
  * runs its workers only while the manager says it is the active instance: START starts them
  * (after a full resync of the primary type, so nothing that changed while standing by is
- * missed), DRAIN stops them gracefully, STOP or a lost lease stops them at once. Every
- * worker also checks the lease before each reconcile. The mirror keeps syncing while
+ * missed), DRAIN stops them gracefully, STOP or a lost lease stops them at once. Before its
+ * first reconcile a promoted instance waits until its mirror holds everything the informer
+ * holds ({@link Mirror.catchUp}), so it never acts without what its predecessor last wrote.
+ * Every worker also checks the lease before each reconcile. The mirror keeps syncing while
  * standing by, so a promoted standby starts with a warm cache. Heartbeats carry the pool's
  * status. Shutdown deregisters, so a standby takes over without waiting for the lease.
  *
@@ -113,6 +115,8 @@ export class Controller {
   /** The current worker pool (a new one each time the instance becomes active). */
   pool: WorkerPool;
   private workers: Promise<void> | undefined;
+  /** Aborted when the workers stop, to end a promotion still waiting for the mirror. */
+  private activation: AbortController | undefined;
   private readonly options: ControllerOptions;
 
   constructor(
@@ -246,17 +250,42 @@ export class Controller {
     log.info(`controller ${this.name}: active (epoch ${epoch}), starting workers`);
     const pool = this.newPool();
     this.pool = pool;
-    this.workers = this.mirror.waitSynced().then(() => {
-      if (this.pool !== pool || pool.queue.shuttingDown) return;
-      this.enqueueAll();
-      return pool.run();
+    const activation = new AbortController();
+    this.activation = activation;
+    this.workers = this.activate(pool, activation.signal);
+  }
+
+  private async activate(pool: WorkerPool, signal: AbortSignal): Promise<void> {
+    const stopped = (): boolean => signal.aborted || this.pool !== pool || pool.queue.shuttingDown;
+    // Usually long done: the mirror syncs while standing by.
+    await new Promise<void>((resolve) => {
+      signal.addEventListener("abort", () => resolve(), { once: true });
+      void this.mirror.waitSynced().then(resolve);
     });
+    if (stopped()) return;
+    // Read barrier: what the predecessor wrote just before it stopped may still be on its way
+    // to this mirror; reconciling without it would, say, create a Job's pod again.
+    const started = performance.now();
+    try {
+      await this.mirror.catchUp(signal);
+    } catch {
+      return; // the workers were stopped before the mirror caught up
+    }
+    log.info(
+      `controller ${this.name}: mirror caught up with the informer in ` +
+        `${((performance.now() - started) / 1000).toFixed(3)} s`,
+    );
+    if (stopped()) return;
+    this.enqueueAll();
+    await pool.run();
   }
 
   private async stopWorkers(graceful: boolean): Promise<void> {
     const running = this.workers;
     if (running === undefined) return;
     this.workers = undefined;
+    this.activation?.abort();
+    this.activation = undefined;
     await this.pool.stop(graceful);
     await running;
   }

@@ -14,6 +14,16 @@
  * object it held of that type that the snapshot lacks, and as modified every one whose
  * resource version changed (unchanged ones are not reported again).
  *
+ * # Catching up on demand
+ * {@link Mirror.catchUp} is a read barrier: it reopens the stream at once (no backoff;
+ * resuming, so nothing is sent twice) and resolves once every type's INITIAL_EVENTS_END has
+ * arrived on a stream opened after it was called, that is once the mirror holds everything
+ * the informer held when it was called. A stream that ends before that hands the wait to the
+ * next one, so while the informer is down the barrier waits. A standby promoted to active
+ * calls it before its first reconcile: the events it was fed while standing by may still sit
+ * in buffers between the informer and it, and acting on a cache that lacks the last objects
+ * its predecessor created would create them again.
+ *
  * A request the informer refuses for good (NOT_FOUND, INVALID_ARGUMENT, PERMISSION_DENIED,
  * UNAUTHENTICATED, UNIMPLEMENTED) is not retried: {@link Mirror.run} rejects with
  * {@link MirrorError} carrying the informer's message.
@@ -23,7 +33,7 @@
  * object only once someone asked for it), plus index entries.
  */
 
-import { type ServiceError, status as GrpcStatus } from "@grpc/grpc-js";
+import { type ClientReadableStream, type ServiceError, status as GrpcStatus } from "@grpc/grpc-js";
 import {
   type Event,
   EventType,
@@ -32,6 +42,7 @@ import {
   type OwnerReference,
   type ResourceType,
   type WatchRequest,
+  type WatchResponse,
 } from "./gen/steward/v1/informer";
 import { log } from "./log";
 import type { TraceContext } from "./workqueue";
@@ -208,6 +219,16 @@ export class Mirror {
   private readonly handlers: Handler[] = [];
   private syncedFlag = false;
   private syncWaiters: (() => void)[] = [];
+  /** The open Watch stream, while there is one. */
+  private call: ClientReadableStream<WatchResponse> | undefined;
+  /** Set by {@link catchUp} when it cancels the stream: reconnect at once. */
+  private reopen = false;
+  /** Callers of {@link catchUp} waiting for the next stream to reach the present. */
+  private barriers: (() => void)[] = [];
+  /** Those the current stream answers once it has sent every INITIAL_EVENTS_END. */
+  private streamBarriers: (() => void)[] = [];
+  /** The types whose INITIAL_EVENTS_END the current stream has sent. */
+  private readonly streamEnded = new Set<TypeKey>();
   readonly options: Required<MirrorOptions>;
 
   constructor(
@@ -273,6 +294,35 @@ export class Mirror {
   }
 
   /**
+   * Resolves once the mirror holds everything the informer holds now (see the module docs):
+   * the stream is reopened at once, and the wait spans reconnections, so an informer that is
+   * down delays it. Aborting `signal` rejects it with the signal's reason and drops the wait.
+   */
+  catchUp(signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve, reject) => {
+      if (signal?.aborted) {
+        reject(signal.reason);
+        return;
+      }
+      const onAbort = (): void => {
+        this.barriers = this.barriers.filter((b) => b !== done);
+        this.streamBarriers = this.streamBarriers.filter((b) => b !== done);
+        reject(signal?.reason);
+      };
+      const done = (): void => {
+        signal?.removeEventListener("abort", onAbort);
+        resolve();
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.barriers.push(done);
+      if (this.call !== undefined) {
+        this.reopen = true;
+        this.call.cancel();
+      }
+    });
+  }
+
+  /**
    * Call `handler` for every change from now on, after the objects already held are
    * replayed to it as added (so it never misses one).
    */
@@ -303,8 +353,14 @@ export class Mirror {
         // from it (the next REPLACED starts a new one).
         st.replacing = undefined;
       }
+      // Barriers the last stream did not answer (it ended early) wait for this one.
+      this.streamBarriers.push(...this.barriers);
+      this.barriers = [];
+      this.streamEnded.clear();
+      this.reopen = false;
       let delivered = false;
       const call = this.client.watch(this.request());
+      this.call = call;
       const onAbort = (): void => call.cancel();
       signal.addEventListener("abort", onAbort, { once: true });
       try {
@@ -312,19 +368,29 @@ export class Mirror {
           delivered = true;
           this.apply(response.events);
         }
-        log.info("informer ended the watch stream; reconnecting");
+        if (!this.reopen) log.info("informer ended the watch stream; reconnecting");
       } catch (err) {
         if (signal.aborted) return;
         const e = err as ServiceError;
         if (typeof e.code === "number" && PERMANENT.has(e.code)) {
           throw new MirrorError(e.code, e.details ?? e.message);
         }
-        log.warn(
-          `watch stream failed (${GrpcStatus[e.code] ?? e.code}: ${e.details ?? e.message}); ` +
-            `reconnecting in ${delay} ms`,
-        );
+        if (!this.reopen) {
+          log.warn(
+            `watch stream failed (${GrpcStatus[e.code] ?? e.code}: ${e.details ?? e.message}); ` +
+              `reconnecting in ${delay} ms`,
+          );
+        }
       } finally {
         signal.removeEventListener("abort", onAbort);
+        this.call = undefined;
+        this.barriers.push(...this.streamBarriers);
+        this.streamBarriers = [];
+      }
+      if (this.reopen) {
+        // catchUp() ended this stream to resume at once on a new one.
+        this.reconnects += 1;
+        continue;
       }
       if (delivered) delay = this.options.initialBackoffMs;
       this.reconnects += 1;
@@ -371,6 +437,12 @@ export class Mirror {
             const waiters = this.syncWaiters;
             this.syncWaiters = [];
             for (const w of waiters) w();
+          }
+          this.streamEnded.add(key);
+          if (this.streamBarriers.length > 0 && this.streamEnded.size === this.state.size) {
+            const answered = this.streamBarriers;
+            this.streamBarriers = [];
+            for (const done of answered) done();
           }
           break;
         case EventType.EVENT_TYPE_ADDED:

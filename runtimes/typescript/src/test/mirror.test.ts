@@ -1,7 +1,7 @@
 /**
  * The mirror and the conformance driver against a real gRPC server that plays the informer
  * from a script (one script per Watch connection): snapshot and sync, resume from the last
- * resource version, REPLACED, permanent errors.
+ * resource version, REPLACED, the catchUp read barrier, permanent errors.
  */
 
 import assert from "node:assert/strict";
@@ -150,6 +150,84 @@ describe("mirror", () => {
     ]);
     assert.equal(mirror.get(CM, "b", "gone"), undefined);
     assert.equal((mirror.get(CM, "a", "change")?.object["metadata"] as { name: string }).name, "change");
+    stop.abort();
+    await running;
+  });
+
+  it("catchUp reopens a stuck stream at once and waits for the new stream's INITIAL_EVENTS_END", async () => {
+    informer.requests.length = 0;
+    let firstCancelled = false;
+    let second: ServerWritableStream<WatchRequest, WatchResponse> | undefined;
+    informer.scripts = [
+      (call) => {
+        call.on("cancelled", () => (firstCancelled = true));
+        call.write({ events: [{ ...obj("a", "old", "4"), resourceVersion: "4" }] });
+        call.write({ events: [marker(EventType.EVENT_TYPE_INITIAL_EVENTS_END, "5")] });
+        call.write({ events: [marker(EventType.EVENT_TYPE_BOOKMARK, "8")] });
+        // ...then nothing more: the stream is stuck, though the informer has moved on.
+      },
+      (call) => (second = call),
+    ];
+    // A reconnection with backoff would wait a minute: the test would time out.
+    const mirror = new Mirror(client, [CM], { initialBackoffMs: 60_000 });
+    const changes: string[] = [];
+    mirror.addHandler((c: Change) => changes.push(`${c.kind} ${c.obj.key}@${c.obj.resourceVersion}`));
+    const stop = new AbortController();
+    const running = mirror.run(stop.signal);
+    await mirror.waitSynced();
+    await until(() => mirror.resourceVersion(CM) === "8", "the bookmark");
+
+    let caughtUp = false;
+    const barrier = mirror.catchUp().then(() => (caughtUp = true));
+    await until(() => second !== undefined, "the reopened stream");
+    assert.ok(firstCancelled, "the stuck stream was cancelled");
+    assert.equal(informer.requests.length, 2);
+    assert.equal(informer.requests[1]?.targets[0]?.resourceVersion, "8", "resumed from the last resource version");
+    second!.write({ events: [{ ...obj("a", "new", "9"), resourceVersion: "9" }] });
+    await until(() => mirror.get(CM, "a", "new") !== undefined, "the object the new stream sent");
+    assert.equal(caughtUp, false, "caught up before the new stream's INITIAL_EVENTS_END");
+    second!.write({ events: [marker(EventType.EVENT_TYPE_INITIAL_EVENTS_END, "9")] });
+    await barrier;
+    assert.equal(caughtUp, true);
+    assert.equal(mirror.reconnects, 1);
+    assert.deepEqual(changes, ["added a/old@4", "added a/new@9"], "nothing delivered twice");
+    stop.abort();
+    await running;
+  });
+
+  it("catchUp waits across a reopened stream that fails before INITIAL_EVENTS_END", async () => {
+    informer.requests.length = 0;
+    let third: ServerWritableStream<WatchRequest, WatchResponse> | undefined;
+    informer.scripts = [
+      (call) => {
+        call.write({ events: [{ ...obj("a", "old", "4"), resourceVersion: "4" }] });
+        call.write({ events: [marker(EventType.EVENT_TYPE_INITIAL_EVENTS_END, "5")] });
+        // stuck from here on
+      },
+      (call) => {
+        call.write({ events: [{ ...obj("a", "half", "6"), resourceVersion: "6" }] });
+        setTimeout(() => call.emit("error", { code: GrpcStatus.UNAVAILABLE, details: "informer restarting" }), 20);
+      },
+      (call) => (third = call),
+    ];
+    const mirror = new Mirror(client, [CM], { initialBackoffMs: 10 });
+    const stop = new AbortController();
+    const running = mirror.run(stop.signal);
+    await mirror.waitSynced();
+
+    let caughtUp = false;
+    const barrier = mirror.catchUp().then(() => (caughtUp = true));
+    await until(() => third !== undefined, "the stream after the failed one");
+    assert.equal(informer.requests.length, 3);
+    assert.equal(informer.requests[1]?.targets[0]?.resourceVersion, "5");
+    assert.equal(informer.requests[2]?.targets[0]?.resourceVersion, "6", "resumed after the failed stream");
+    assert.ok(mirror.get(CM, "a", "half") !== undefined);
+    assert.equal(caughtUp, false, "caught up although no stream reached INITIAL_EVENTS_END");
+    third!.write({ events: [marker(EventType.EVENT_TYPE_INITIAL_EVENTS_END, "7")] });
+    await barrier;
+    assert.equal(caughtUp, true);
+    assert.equal(mirror.resourceVersion(CM), "7");
+    assert.equal(mirror.reconnects, 2);
     stop.abort();
     await running;
   });
