@@ -89,6 +89,7 @@ async def _main(args: argparse.Namespace) -> None:
     api = KubeClient(load_access(args.kubeconfig), user_agent=NAME)
     async with args.security.channel(args.informer) as channel:
         controller = build(channel, api, ControllerOptions(namespace=args.namespace))
+        controller.fence(api)  # no write unless this instance holds the lease
         session = SessionOptions(controller=NAME, standby=args.standby, security=args.security)
         await controller.run(manager=args.manager, session=session if args.manager else None)
 
