@@ -9,15 +9,31 @@
  * (`steward.security.ClientSecurity`); see the README, section Security.
  *
  * # Files
- * The CA, certificate and key are read when the credentials are made (at start): rotated
- * certificate files take effect when the process restarts. The token file is read again
- * whenever its modification time or size changes (the kubelet rotates projected tokens in
- * place), and a token is only ever sent over TLS.
+ * The CA, certificate and key are read when the credentials are made (at start), where a
+ * file that cannot be used fails at once. Before every new connection (a new channel, or a
+ * channel reconnecting) the three files are checked again: when the modification time,
+ * size or inode of one has changed (cert-manager rewriting the mounted Secret), they are
+ * read again and that connection, and those after it, present the new certificate and
+ * trust the new CA; no restart is needed. Connections already open keep theirs (grpc-js
+ * may give a new channel with the same credentials and address an open connection). When the
+ * files are momentarily inconsistent (a certificate written before its key) or unusable,
+ * the last good set is kept and a warning is logged once, until they change again. The
+ * token file is read again whenever its modification time or size changes (the kubelet
+ * rotates projected tokens in place), and a token is only ever sent over TLS.
  */
 
 import { readFileSync, statSync } from "node:fs";
 import { checkServerIdentity } from "node:tls";
-import { type CallCredentials, type ChannelCredentials, Metadata, credentials } from "@grpc/grpc-js";
+import type { Socket } from "node:net";
+import {
+  CallCredentials,
+  type ChannelOptions,
+  ChannelCredentials,
+  Metadata,
+  credentials,
+  type experimental,
+} from "@grpc/grpc-js";
+import { log } from "./log";
 
 /** The environment variables {@link clientSecurityFromEnv} reads. */
 export const SECURITY_ENV = {
@@ -152,24 +168,109 @@ export class TokenFile {
   }
 }
 
+/** The TLS files of a {@link ClientSecurity}, as read at one time, and the credentials made of them. */
+interface TlsFiles {
+  /** Modification time, size and inode of the CA, certificate and key when they were checked. */
+  stamp: string;
+  credentials: ChannelCredentials;
+}
+
+function tlsStamp(paths: readonly string[]): string {
+  return paths
+    .map((path) => {
+      const st = statSync(path, { bigint: true });
+      return `${st.mtimeNs}:${st.size}:${st.ino}`;
+    })
+    .join("/");
+}
+
 /**
- * grpc-js channel credentials for `security`: TLS with the CA, the client certificate and
- * key, the server's name checked against `serverName` when given, and the token (if any)
- * with every call; insecure credentials only when `insecurePlaintext` says so.
+ * TLS channel credentials that read the CA, certificate and key again before a connection
+ * when the files have changed, keeping the last good set when the new one cannot be used.
  *
- * Throws {@link SecurityConfigError} naming the setting or file at fault, so that a
- * misconfigured controller fails at start rather than at its first call.
+ * grpc-js makes one secure connector per subchannel and calls its `connect` for every
+ * connection the subchannel opens (the first and each reconnection); the connector here
+ * delegates each of them to the credentials of the files as they are then.
  */
-export function channelCredentials(security: ClientSecurity): ChannelCredentials {
-  validateClientSecurity(security);
-  if (security.insecurePlaintext) return credentials.createInsecure();
+class ReloadingTlsCredentials extends ChannelCredentials {
+  private current: TlsFiles;
+  /** The stamp of the files last found unusable, so that they are warned about once. */
+  private refused = "";
+
+  constructor(
+    private readonly security: ClientSecurity,
+    private readonly make: (security: ClientSecurity) => ChannelCredentials,
+  ) {
+    super();
+    // Stamped before they are read, so that a change while reading is seen at the next check.
+    // An unreadable file fails here or in make, which names it.
+    const stamp = (() => {
+      try {
+        return tlsStamp(this.paths);
+      } catch {
+        return "";
+      }
+    })();
+    this.current = { stamp, credentials: make(security) };
+  }
+
+  private get paths(): string[] {
+    return [this.security.caFile!, this.security.certFile!, this.security.keyFile!];
+  }
+
+  /** The credentials of the files as they are now, or the last good ones. */
+  latest(): ChannelCredentials {
+    let stamp: string;
+    try {
+      stamp = tlsStamp(this.paths);
+    } catch (err) {
+      // A file missing (a Secret's files being swapped): named when it is read below.
+      stamp = `unreadable:${reason(err)}`;
+    }
+    if (stamp === this.current.stamp || stamp === this.refused) return this.current.credentials;
+    try {
+      this.current = { stamp, credentials: this.make(this.security) };
+      this.refused = "";
+      log.info(`client certificate reloaded from ${this.security.certFile} and ${this.security.keyFile}`);
+    } catch (err) {
+      this.refused = stamp;
+      log.warn(`keeping the current client certificate: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    return this.current.credentials;
+  }
+
+  override _isSecure(): boolean {
+    return true;
+  }
+
+  override _equals(other: ChannelCredentials): boolean {
+    return other === this;
+  }
+
+  override _createSecureConnector(
+    target: experimental.GrpcUri,
+    options: ChannelOptions,
+    callCredentials?: CallCredentials,
+  ): experimental.SecureConnector {
+    const calls = callCredentials ?? CallCredentials.createEmpty();
+    return {
+      connect: (socket: Socket): Promise<experimental.SecureConnectResult> =>
+        this.latest()._createSecureConnector(target, options, calls).connect(socket),
+      waitForReady: (): Promise<void> => Promise.resolve(),
+      getCallCredentials: (): CallCredentials => calls,
+      destroy: (): void => {},
+    };
+  }
+}
+
+/** TLS credentials of the files as they are now; throws {@link SecurityConfigError} naming the one at fault. */
+function readTls(security: ClientSecurity): ChannelCredentials {
   const ca = readPem(security.caFile!, "server CA");
   const cert = readPem(security.certFile!, "client certificate");
   const key = readPem(security.keyFile!, "client key");
   const serverName = security.serverName;
-  let tls: ChannelCredentials;
   try {
-    tls = credentials.createSsl(
+    return credentials.createSsl(
       ca,
       key,
       cert,
@@ -181,6 +282,21 @@ export function channelCredentials(security: ClientSecurity): ChannelCredentials
         `${security.keyFile} cannot be used: ${err instanceof Error ? err.message : String(err)}`,
     );
   }
+}
+
+/**
+ * grpc-js channel credentials for `security`: TLS with the CA, the client certificate and
+ * key (read again for a new connection when the files change; see the module's doc), the
+ * server's name checked against `serverName` when given, and the token (if any) with every
+ * call; insecure credentials only when `insecurePlaintext` says so.
+ *
+ * Throws {@link SecurityConfigError} naming the setting or file at fault, so that a
+ * misconfigured controller fails at start rather than at its first call.
+ */
+export function channelCredentials(security: ClientSecurity): ChannelCredentials {
+  validateClientSecurity(security);
+  if (security.insecurePlaintext) return credentials.createInsecure();
+  const tls = new ReloadingTlsCredentials({ ...security }, readTls);
   if (!security.tokenFile) return tls;
   const token = new TokenFile(security.tokenFile);
   token.header(); // fail now, naming the file

@@ -1,14 +1,19 @@
-/** Unit tests of the client security: settings, errors, the token file, and a real mTLS call. */
+/**
+ * Unit tests of the client security: settings, errors, the token file, and real mTLS calls,
+ * also with the certificate files rotated under a client.
+ */
 
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, renameSync, rmSync, utimesSync, writeFileSync } from "node:fs";
+import { type Socket, connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import {
   type ChannelCredentials,
   Client,
+  connectivityState as ConnectivityState,
   Metadata,
   Server,
   ServerCredentials,
@@ -187,14 +192,19 @@ describe("a call over mutual TLS", () => {
   });
   after(() => server.forceShutdown());
 
-  async function call(creds: ChannelCredentials): Promise<void> {
-    const c = new Client(target, creds);
+  function callOn(c: Client): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const deadline = new Date(Date.now() + 10_000);
+      c.makeUnaryRequest(path, identity, identity, Buffer.from("hi"), new Metadata(), { deadline },
+        (err: ServiceError | null) => (err ? reject(err) : resolve()));
+    });
+  }
+
+  /** One call on a new channel, over a new connection (no subchannel shared with other channels). */
+  async function call(creds: ChannelCredentials, to = target): Promise<void> {
+    const c = new Client(to, creds, { "grpc.use_local_subchannel_pool": 1 });
     try {
-      await new Promise<void>((resolve, reject) => {
-        const deadline = new Date(Date.now() + 10_000);
-        c.makeUnaryRequest(path, identity, identity, Buffer.from("hi"), new Metadata(), { deadline },
-          (err: ServiceError | null) => (err ? reject(err) : resolve()));
-      });
+      await callOn(c);
     } finally {
       c.close();
     }
@@ -229,5 +239,110 @@ describe("a call over mutual TLS", () => {
     writeFileSync(tokenFile, "token-2-rotated\n");
     await call(creds);
     assert.deepEqual(seen.pop(), { commonName: "controller-one", authorization: "Bearer token-2-rotated" });
+  });
+
+  it("presents a rotated certificate on new connections, keeping the last good one", async () => {
+    const pairA = issue(ca, "rotating-a");
+    const pairB = issue(ca, "rotating-b");
+    const certFile = join(dir, "rotating", "tls.crt");
+    const keyFile = join(dir, "rotating", "tls.key");
+    execFileSync("mkdir", ["-p", join(dir, "rotating")]);
+    // Each file replaced whole, as the kubelet swaps a Secret's files (no partial reads).
+    const put = (file: string, data: Buffer | string): void => {
+      writeFileSync(`${file}.new`, data);
+      renameSync(`${file}.new`, file);
+    };
+    const install = (pair: { cert: string; key: string }): void => {
+      put(certFile, readFileSync(pair.cert));
+      put(keyFile, readFileSync(pair.key));
+    };
+    install(pairA);
+    const creds = securityFromEnv({
+      STEWARD_TLS_CA_FILE: `${ca}.crt`,
+      STEWARD_TLS_CERT_FILE: certFile,
+      STEWARD_TLS_KEY_FILE: keyFile,
+      STEWARD_TLS_SERVER_NAME: "steward.test",
+    });
+
+    // A long-lived channel dials through a proxy whose connections the test can cut, so it
+    // reconnects with the same credentials.
+    const links = new Set<Socket>();
+    const proxy = createServer((down) => {
+      const up = connect(Number(target.split(":")[1]), "127.0.0.1");
+      links.add(down).add(up);
+      down.pipe(up).pipe(down);
+      const close = (): void => {
+        down.destroy();
+        up.destroy();
+      };
+      down.on("error", close).on("close", close);
+      up.on("error", close).on("close", close);
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+    const proxied = `127.0.0.1:${(proxy.address() as { port: number }).port}`;
+    const longLived = new Client(proxied, creds, { "grpc.use_local_subchannel_pool": 1 });
+    const reconnect = async (): Promise<void> => {
+      const channel = longLived.getChannel();
+      assert.equal(channel.getConnectivityState(false), ConnectivityState.READY);
+      for (const link of links) link.destroy();
+      await new Promise<void>((resolve, reject) =>
+        channel.watchConnectivityState(ConnectivityState.READY, Date.now() + 10_000, (err) =>
+          err ? reject(err) : resolve()),
+      );
+      await callOn(longLived);
+    };
+
+    const warnings: string[] = [];
+    const write = process.stderr.write;
+    process.stderr.write = ((chunk: string | Uint8Array, ...rest: never[]) => {
+      if (String(chunk).includes(" WARN ")) warnings.push(String(chunk));
+      return write.call(process.stderr, chunk, ...rest);
+    }) as typeof process.stderr.write;
+    try {
+      await call(creds);
+      assert.equal(seen.pop()?.commonName, "rotating-a");
+      await callOn(longLived);
+      assert.equal(seen.pop()?.commonName, "rotating-a");
+
+      install(pairB);
+      await call(creds); // a new channel
+      assert.equal(seen.pop()?.commonName, "rotating-b");
+      await callOn(longLived); // its connection is still open: the pair it was made with
+      assert.equal(seen.pop()?.commonName, "rotating-a");
+      await reconnect(); // a reconnection
+      assert.equal(seen.pop()?.commonName, "rotating-b");
+      assert.deepEqual(warnings, []);
+
+      // Garbage: the last good pair (B) is kept, with one warning however many connections.
+      put(certFile, "not a certificate\n");
+      put(keyFile, "not a key either\n");
+      await call(creds);
+      assert.equal(seen.pop()?.commonName, "rotating-b");
+      await call(creds);
+      assert.equal(seen.pop()?.commonName, "rotating-b");
+      await reconnect();
+      assert.equal(seen.pop()?.commonName, "rotating-b");
+      assert.equal(warnings.length, 1, warnings.join(""));
+      assert.match(warnings[0]!, /keeping the current client certificate: .*rotating\/tls\.crt holds no PEM data/);
+
+      // Half-rotated: A's certificate with B's key does not pair; still B, and a new warning.
+      put(certFile, readFileSync(pairA.cert));
+      put(keyFile, readFileSync(pairB.key));
+      await call(creds);
+      assert.equal(seen.pop()?.commonName, "rotating-b");
+      assert.equal(warnings.length, 2, warnings.join(""));
+      assert.match(warnings[1]!, /cannot be used/);
+
+      // Completed: A again.
+      put(keyFile, readFileSync(pairA.key));
+      await call(creds);
+      assert.equal(seen.pop()?.commonName, "rotating-a");
+      assert.equal(warnings.length, 2, warnings.join(""));
+    } finally {
+      process.stderr.write = write;
+      longLived.close();
+      for (const link of links) link.destroy();
+      await new Promise((resolve) => proxy.close(resolve));
+    }
   });
 });
