@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -25,22 +24,11 @@ from steward.cluster import (
 from steward.cluster.progress import Progress
 from steward.v1.informer_pb2 import ListRequest, ResourceType
 from steward.v1.informer_pb2_grpc import InformerServiceStub
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
-
-
-def _eventually(check: Any, *, timeout: float = 120.0, what: str) -> Any:
-    """Poll ``check`` until it returns a truthy value; fail saying ``what`` was awaited."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    pytest.fail(f"timed out waiting for {what}; last seen: {last!r}")
 
 
 def test_apiserver_reports_pinned_version(api_client: client.ApiClient) -> None:
@@ -85,13 +73,8 @@ def test_simulated_nodes_keep_renewed_leases(
         leases = coordination.list_namespaced_lease("kube-node-lease").items
         return {str(lease.metadata.name): lease.spec.renew_time for lease in leases}
 
-    first = _eventually(
-        lambda: (r := renewals()) and set(r) >= names and r, what="a Lease for every node"
-    )
-    _eventually(
-        lambda: all(renewals()[n] > first[n] for n in names),
-        what="every node's Lease renewed",
-    )
+    first = wait_for(lambda: (r := renewals()) and set(r) >= names and r, "a Lease for every node")
+    wait_for(lambda: all(renewals()[n] > first[n] for n in names), "every node's Lease renewed")
 
 
 def test_upstream_job_controller_completes_a_job_on_kwok_nodes(
@@ -119,7 +102,7 @@ def test_upstream_job_controller_completes_a_job_on_kwok_nodes(
         done = [c for c in status.conditions or [] if c.type == "Complete" and c.status == "True"]
         return status if done else None
 
-    status = _eventually(complete, what="Job 'proof' to be Complete")
+    status = wait_for(complete, "Job 'proof' to be Complete")
     assert status.succeeded == 3
     assert not status.failed
     pods = core.list_namespaced_pod(namespace, label_selector="job-name=proof").items
@@ -144,7 +127,7 @@ def test_jaeger_receives_apiserver_spans(cluster: LocalCluster, core: client.Cor
             return []
         return list(query("/api/traces", service="apiserver", limit=20)["data"] or [])
 
-    traces = _eventually(apiserver_traces, timeout=60, what="spans of service 'apiserver'")
+    traces = wait_for(apiserver_traces, "spans of service 'apiserver'", within=60)
     spans = [span for trace in traces for span in trace["spans"]]
     assert spans
     processes = {p["serviceName"] for trace in traces for p in trace["processes"].values()}
@@ -257,7 +240,7 @@ def test_steward_job_controller_completes_a_plain_job(tmp_path: Path) -> None:
             ]
             return status if done else None
 
-        status = _eventually(complete, what="Job 'plain' to be Complete")
+        status = wait_for(complete, "Job 'plain' to be Complete")
         assert status.succeeded == 3
         assert not status.failed
 
@@ -268,9 +251,7 @@ def test_steward_job_controller_completes_a_plain_job(tmp_path: Path) -> None:
             return {str(e.reporting_component) for e in events.items if e.reason == "Completed"}
 
         # Steward's controller says so in its Events (upstream's would be job-controller).
-        assert _eventually(completed_by, what="the Completed Event") == {
-            "steward.io/job-controller"
-        }
+        assert wait_for(completed_by, "the Completed Event") == {"steward.io/job-controller"}
 
         # A ReplicaSet's pods are made by Steward's controller: they carry the traceparent
         # of the reconcile that created them (upstream's would not).
@@ -297,7 +278,7 @@ def test_steward_job_controller_completes_a_plain_job(tmp_path: Path) -> None:
             status = apps.read_namespaced_replica_set_status("plain-rs", "default").status
             return status.ready_replicas if status.ready_replicas == 2 else None
 
-        _eventually(ready, what="ReplicaSet 'plain-rs' to have 2 ready replicas")
+        wait_for(ready, "ReplicaSet 'plain-rs' to have 2 ready replicas")
         pods = client.CoreV1Api(api).list_namespaced_pod("default", label_selector="app=plain-rs")
         assert len(pods.items) == 2
         assert all("traceparent" in (p.metadata.annotations or {}) for p in pods.items)

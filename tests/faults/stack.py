@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import pytest
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 from prometheus_client.parser import text_string_to_metric_families
@@ -42,6 +41,7 @@ from steward.cluster.pki import CertificateAuthority
 from steward.cluster.process import spawn, stop
 from steward.serving import free_port
 from steward.v1 import manager_pb2, manager_pb2_grpc
+from tests.polling import wait_for
 
 SETPRIV = shutil.which("setpriv")
 CONTROLLERS = ("job", "replicaset", "deployment")
@@ -87,18 +87,6 @@ def service_argv(
     else:
         raise ValueError(f"unknown service {kind!r}")
     return [*argv, *extra]
-
-
-def wait_for(check: Callable[[], Any], what: str, within: float = 120.0) -> Any:
-    """Poll ``check`` until it returns something truthy; return that."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.25)
-    pytest.fail(f"timed out after {within:.0f}s waiting for {what} (last: {last!r})")
 
 
 @dataclass

@@ -39,10 +39,10 @@ from tests.faults.stack import (
     compact_etcd,
     kubeconfig_for,
     restart_component,
-    wait_for,
 )
 from tests.faults.workload import CHECKED, Workload
 from tests.informer.proxy import CuttableProxy
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -10,11 +10,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -28,23 +26,12 @@ from steward.serving import free_port
 from steward.v1 import manager_pb2
 from tests.controllers.job.conftest import condition, get_job, job_body
 from tests.manager.conftest import FAST, RunningManager
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 JOBS = 30
 COMPLETIONS = 2
-
-
-def wait_for(check: Callable[[], Any], what: str, within: float = 120.0) -> Any:
-    """Poll ``check`` until it returns something truthy; return that."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.25)
-    pytest.fail(f"timed out waiting for {what} (last: {last!r})")
 
 
 SETPRIV = shutil.which("setpriv")

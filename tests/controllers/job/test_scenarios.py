@@ -96,13 +96,17 @@ def hold(kube: KubeClient, pod: dict[str, Any]) -> str:
 
 
 def release(kube: KubeClient, path: str) -> None:
-    """Remove the test's finalizer from the pod at ``path``, if it is still there."""
+    """Remove the test's finalizer from the pod at ``path``, if it is still there. A pod
+    being deleted is then removed at once, as its kubelet would confirm it (a pod bound
+    to a node waits for that, and :data:`NOWHERE` has no kubelet)."""
     with contextlib.suppress(NotFoundError):
         current = kube.request("GET", path)
         finalizers = current["metadata"].get("finalizers") or []
         if HOLD in finalizers:
             kept = [f for f in finalizers if f != HOLD]
             patch(kube, path, {"metadata": {"finalizers": kept}})
+        if current["metadata"].get("deletionTimestamp"):
+            kube.request("DELETE", path, {"gracePeriodSeconds": 0})
 
 
 async def test_non_parallel_job_with_a_failure(
