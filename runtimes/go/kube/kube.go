@@ -3,6 +3,16 @@
 // caller's trace context (steward.TracingTransport), and reports API errors as
 // *StatusError. It is enough for controllers that read from the informer and write
 // with PATCH, POST, PUT and DELETE.
+//
+// # Write fence
+//
+// A client can be fenced (Client.SetWriteFence; steward.Controller.Fence sets it to "this
+// instance holds its controller's lease"): every write (any method but GET) asks the
+// fence just before it is sent and, when the fence says no, is refused with a
+// *FencedError (errors.Is(err, ErrFenced)) without sending anything. A process paused
+// past its lease (SIGSTOP, a stopped VM, a long GC) thus sends no write after it resumes,
+// not even one that was already under way, while a standby has taken over. A fenced
+// write is retryable: the active instance will make it.
 package kube
 
 import (
@@ -20,6 +30,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -217,13 +228,53 @@ func hasCode(err error, code int) bool {
 	return errors.As(err, &s) && s.Code == code
 }
 
+// ErrFenced is what every *FencedError is (errors.Is): a write refused by the client's
+// write fence.
+var ErrFenced = errors.New("write fenced")
+
+// FencedError is a write refused before it was sent, because the client's write fence
+// (Client.SetWriteFence) said no: this instance does not hold its controller's lease.
+// Retryable: the active instance will make the write.
+type FencedError struct {
+	Method string
+	Path   string
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("%s %s not sent: this instance does not hold its controller's lease (fenced)", e.Method, e.Path)
+}
+
+// Is makes errors.Is(err, ErrFenced) true.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+
+// IsFenced reports whether err is a write refused by the write fence.
+func IsFenced(err error) bool { return errors.Is(err, ErrFenced) }
+
 // Client sends requests to one API server. Each request is a client span in the
-// caller's trace, and carries its traceparent.
+// caller's trace, and carries its traceparent. It is safe for concurrent use.
 type Client struct {
 	cfg       *Config
 	http      *http.Client
 	userAgent string
+
+	fence        atomic.Pointer[func() bool]
+	fencedWrites atomic.Uint64
 }
+
+// SetWriteFence makes every later write (any method but GET) first call fence, on the
+// goroutine that sends it, just before it is sent, and fail with a *FencedError without
+// sending anything when fence returns false; nil removes the fence. Safe to call while
+// requests are in flight. See the package docs.
+func (c *Client) SetWriteFence(fence func() bool) {
+	if fence == nil {
+		c.fence.Store(nil)
+		return
+	}
+	c.fence.Store(&fence)
+}
+
+// FencedWrites is how many writes the write fence has refused.
+func (c *Client) FencedWrites() uint64 { return c.fencedWrites.Load() }
 
 // NewClient returns a client for cfg, identifying itself as userAgent.
 func NewClient(cfg *Config, userAgent string) *Client {
@@ -243,7 +294,8 @@ func NewClient(cfg *Config, userAgent string) *Client {
 
 // Do sends one request (body is marshalled to JSON unless it is nil or []byte) and
 // decodes a 2xx response into out (unless out is nil). Other statuses are returned as
-// *StatusError.
+// *StatusError; a write refused by the write fence (SetWriteFence) is a *FencedError
+// and sends nothing.
 func (c *Client) Do(ctx context.Context, method, path, contentType string, body, out any) error {
 	var reader io.Reader
 	switch b := body.(type) {
@@ -273,6 +325,11 @@ func (c *Client) Do(ctx context.Context, method, path, contentType string, body,
 	}
 	if c.cfg.BearerToken != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.BearerToken)
+	}
+	if fence := c.fence.Load(); fence != nil && method != http.MethodGet && !(*fence)() {
+		c.fencedWrites.Add(1)
+		p, _, _ := strings.Cut(path, "?")
+		return &FencedError{Method: method, Path: p}
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

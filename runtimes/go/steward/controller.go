@@ -56,10 +56,11 @@ type route struct {
 // reconciles' context is cancelled) — the lease is lost before another instance may
 // start, so two instances never reconcile together. Before its first reconcile a
 // promoted instance waits until its mirror holds everything the informer holds
-// (Mirror.CatchUp). Every worker also checks the lease before each reconcile. The
-// mirror keeps syncing while standing by, so a promoted standby starts with a warm
-// cache. Heartbeats carry the pool's status. Shutdown deregisters, so a standby takes
-// over without waiting for the lease to lapse.
+// (Mirror.CatchUp). Every worker also checks the lease before each reconcile, and Fence
+// makes the controller's API clients check it before each write. The mirror keeps
+// syncing while standing by, so a promoted standby starts with a warm cache. Heartbeats
+// carry the pool's status. Shutdown deregisters, so a standby takes over without waiting
+// for the lease to lapse.
 type Controller struct {
 	Name   string
 	Mirror *Mirror
@@ -134,6 +135,23 @@ func (c *Controller) enqueuePrimary(pool *WorkerPool) {
 func (c *Controller) MayReconcile() bool {
 	s := c.Session()
 	return s == nil || s.HoldsLease()
+}
+
+// WriteFencer is an API client whose writes can be fenced, such as *kube.Client: it
+// asks fence before sending each write and refuses the write when fence returns false.
+type WriteFencer interface {
+	SetWriteFence(fence func() bool)
+}
+
+// Fence makes clients refuse their writes while this instance may not reconcile (no
+// session, or the session holds the lease: MayReconcile), checked just before each
+// write is sent. After a pause past the renew deadline (SIGSTOP, a stopped VM), a write
+// already under way in a reconcile is then refused (kube.ErrFenced) instead of racing
+// the standby that took over. Call it once, before Run or RunWithManager.
+func (c *Controller) Fence(clients ...WriteFencer) {
+	for _, api := range clients {
+		api.SetWriteFence(c.MayReconcile)
+	}
 }
 
 // fenced checks the lease before every reconcile, so none starts after it is lost.

@@ -10,13 +10,17 @@
 // A Controller wires them together and, given a manager address, registers with the
 // ManagerService (ManagerSession): it reconciles only while the manager says it is the
 // active instance and its lease is fresh, so two instances of one controller never
-// reconcile at once.
+// reconcile at once. Controller.Fence extends that to each write: the API client
+// (*kube.Client) asks "do I hold the lease now?" just before it sends a write and refuses
+// it (kube.ErrFenced) otherwise, so a process paused past its lease (SIGSTOP, a stopped
+// VM) sends none of the writes it had under way when it resumes.
 //
 //	ctrl, err := steward.NewBuilder("confighash").
 //		For(steward.Deployments, "Deployment").
 //		Watches(steward.ConfigMaps, mapConfigMap).
-//		Complete(conn, func(m *steward.Mirror) steward.Reconciler { return &reconciler{m} })
-//	err = ctrl.RunWithManager(ctx, "127.0.0.1:50062", steward.SessionOptions{})
+//		Complete(conn, func(m *steward.Mirror) steward.Reconciler { return &reconciler{m, api} })
+//	ctrl.Fence(api) // api's writes are refused while this instance holds no lease
+//	err = ctrl.RunWithManager(ctx, managerConn, steward.SessionOptions{})
 //
 // Connections to the informer and the manager are mutual TLS: DialOptions turns a
 // SecurityConfig (SecurityConfigFromEnv reads the STEWARD_TLS_* variables, as the Python

@@ -194,6 +194,7 @@ async function main(argv: string[]): Promise<number> {
     .for(NAMESPACES, labelsChanged)
     .withOptions({ credentials })
     .complete(values.informer ?? "127.0.0.1:50061", (mirror) => new NamespaceLabeller(mirror, api, rules));
+  controller.fence(api); // api's writes are refused while this instance holds no lease
   const stop = new AbortController();
   process.on("SIGTERM", () => stop.abort());
   process.on("SIGINT", () => stop.abort());

@@ -8,6 +8,7 @@
  * const controller = new ControllerBuilder("namespace-labeller")
  *   .for(resourceType("", "v1", "namespaces"), labelsChanged)
  *   .complete("127.0.0.1:50061", (mirror) => new Labeller(mirror, api));
+ * controller.fence(api); // api's writes are refused while this instance holds no lease
  * await controller.run({ signal, manager: "127.0.0.1:50062" });
  * ```
  *
@@ -24,8 +25,10 @@
  * missed), DRAIN stops them gracefully, STOP or a lost lease stops them at once. Before its
  * first reconcile a promoted instance waits until its mirror holds everything the informer
  * holds ({@link Mirror.catchUp}), so it never acts without what its predecessor last wrote.
- * Every worker also checks the lease before each reconcile. The mirror keeps syncing while
- * standing by, so a promoted standby starts with a warm cache. Heartbeats carry the pool's
+ * Every worker also checks the lease before each reconcile, and {@link Controller.fence}
+ * makes the controller's {@link KubeClient}s check it before each write, so a process paused
+ * past its lease (SIGSTOP, a stopped VM) sends none of the writes it had under way when it
+ * resumes ({@link FencedError}). The mirror keeps syncing while standing by, so a promoted standby starts with a warm cache. Heartbeats carry the pool's
  * status. Shutdown deregisters, so a standby takes over without waiting for the lease.
  *
  * # Security
@@ -39,6 +42,7 @@
 import type { ChannelCredentials } from "@grpc/grpc-js";
 import { InformerServiceClient, type ResourceType } from "./gen/steward/v1/informer";
 import type { InstanceStatus } from "./gen/steward/v1/manager";
+import type { FencedError, KubeClient } from "./kube";
 import { log } from "./log";
 import { type Change, Mirror, type MirrorObject, type TypeKey, typeKey } from "./mirror";
 import {
@@ -172,6 +176,16 @@ export class Controller {
       status.lastErrorTime = { seconds: Math.floor(st.lastError.at / 1000), nanos: 0 };
     }
     return status;
+  }
+
+  /**
+   * Refuse the writes of `clients` while this instance does not hold the lease (their
+   * {@link KubeClient.writeFence} becomes {@link mayReconcile}): after a pause past the renew
+   * deadline, even a write a reconcile already had under way is not sent
+   * ({@link FencedError}).
+   */
+  fence(...clients: KubeClient[]): void {
+    for (const api of clients) api.writeFence = () => this.mayReconcile();
   }
 
   /** True unless a manager session exists and this instance does not hold the lease. */

@@ -20,7 +20,7 @@ export {
   generationChanged,
   labelsChanged,
 } from "./controller";
-export { ApiStatusError, type ApiResponse, type ClusterAccess, KubeClient, loadKubeconfig } from "./kube";
+export { ApiStatusError, type ApiResponse, type ClusterAccess, FencedError, KubeClient, loadKubeconfig } from "./kube";
 export { log } from "./log";
 export {
   type Change,

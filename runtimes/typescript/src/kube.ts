@@ -5,6 +5,13 @@
  * Every request is a CLIENT span (`<METHOD> <path>`) under the active span (the reconcile
  * span inside a reconcile) and carries its `traceparent`, which kube-apiserver continues
  * for callers it trusts. Non-2xx answers reject with {@link ApiStatusError}.
+ *
+ * A client can be fenced ({@link KubeClient.writeFence}; `Controller.fence` sets it to "this
+ * instance holds its controller's lease"): every write (any method but GET) asks the fence
+ * just before it is sent and, when the fence says no, rejects with {@link FencedError}
+ * without sending anything. A process paused past its lease (SIGSTOP, a stopped VM) thus
+ * sends no write after it resumes, not even one a reconcile already had under way, while a
+ * standby has taken over.
  */
 
 import { readFileSync } from "node:fs";
@@ -41,6 +48,20 @@ export class ApiStatusError extends Error {
     }
     super(`${method} ${path}: ${status} ${reason}`);
     this.name = "ApiStatusError";
+  }
+}
+
+/**
+ * A write refused before it was sent: this instance does not hold its controller's lease
+ * (see {@link KubeClient.writeFence}). Retryable: the active instance will make the write.
+ */
+export class FencedError extends Error {
+  constructor(
+    readonly method: string,
+    readonly path: string,
+  ) {
+    super(`${method} ${path} not sent: this instance does not hold its controller's lease (fenced)`);
+    this.name = "FencedError";
   }
 }
 
@@ -110,6 +131,16 @@ export interface ApiResponse {
 
 /** Sends requests to the API server with one keep-alive agent. */
 export class KubeClient {
+  /**
+   * When set, every write (any method but GET) first asks it, just before the request is
+   * sent, and rejects with {@link FencedError} without sending anything when it answers
+   * false: a controller instance sets it to "I hold the lease" (`Controller.fence`), so a
+   * process that was paused past its renew deadline never writes after it resumes, not even
+   * a write that was already under way.
+   */
+  writeFence: (() => boolean) | undefined;
+  /** Writes refused by {@link writeFence}. */
+  fencedWrites = 0;
   private readonly agent: https.Agent;
 
   constructor(
@@ -128,7 +159,8 @@ export class KubeClient {
   /**
    * Send `method path` with `body` as JSON (or `contentType`, e.g.
    * `application/merge-patch+json`) inside a CLIENT span; resolves with the parsed answer,
-   * rejects with {@link ApiStatusError} for a non-2xx status.
+   * rejects with {@link ApiStatusError} for a non-2xx status, and with {@link FencedError}
+   * (nothing sent) for a write the {@link writeFence} refuses.
    */
   request(method: string, path: string, body?: unknown, contentType = "application/json"): Promise<ApiResponse> {
     const tracer = trace.getTracer("steward.kube");
@@ -147,6 +179,12 @@ export class KubeClient {
           if (payload !== undefined) {
             headers["content-type"] = contentType;
             headers["content-length"] = String(payload.length);
+          }
+          const fence = this.writeFence;
+          if (fence !== undefined && method.toUpperCase() !== "GET" && !fence()) {
+            this.fencedWrites += 1;
+            span.setStatus({ code: SpanStatusCode.ERROR, message: "fenced" });
+            throw new FencedError(method, path.split("?")[0] ?? path);
           }
           const res = await this.send(method, path, headers, payload);
           span.setAttribute("http.response.status_code", res.status);

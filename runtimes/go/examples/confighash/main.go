@@ -103,6 +103,7 @@ func run(security steward.SecurityConfig, informer, manager, kubeconfig, name, n
 	if err != nil {
 		return err
 	}
+	ctrl.Fence(api) // api's writes are refused while this instance holds no lease
 	if manager == "" {
 		return ctrl.Run(ctx)
 	}
