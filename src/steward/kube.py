@@ -225,6 +225,43 @@ def load_access(kubeconfig: str | None = None, context: str | None = None) -> Cl
     )
 
 
+_sending = threading.local()
+"""Per sending thread: the write fence of the request being sent (``fence``), asked once
+more by the connection just before the request's bytes leave (:class:`_FencedConnection`)."""
+
+
+class _FencedAtSend(Exception):
+    """The write fence said no once the connection was ready, before anything was sent."""
+
+
+class _FenceAtSend:
+    """Mixed into urllib3's connections: asks the sending thread's fence in ``request``."""
+
+    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> None:
+        # Connecting (and the TLS handshake) happens before this: a process paused in the
+        # middle of them is asked again here, not only where the request started.
+        fence = getattr(_sending, "fence", None)
+        if fence is not None and not fence():
+            raise _FencedAtSend
+        super().request(method, url, *args, **kwargs)  # type: ignore[misc]
+
+
+class _FencedConnection(_FenceAtSend, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _FencedHTTPSConnection(_FenceAtSend, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _FencedPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _FencedConnection
+
+
+class _FencedHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _FencedHTTPSConnection
+
+
 def pool_manager(access: ClusterAccess, *, num_pools: int, maxsize: int) -> urllib3.PoolManager:
     """A urllib3 connection pool set up with ``access``'s TLS files (no retries: callers
     decide what to retry)."""
@@ -242,7 +279,9 @@ def pool_manager(access: ClusterAccess, *, num_pools: int, maxsize: int) -> urll
         kwargs["key_file"] = access.key_file
     if access.tls_server_name:
         kwargs["server_hostname"] = access.tls_server_name
-    return urllib3.PoolManager(**kwargs)
+    manager = urllib3.PoolManager(**kwargs)
+    manager.pool_classes_by_scheme = {"http": _FencedPool, "https": _FencedHTTPSPool}
+    return manager
 
 
 class KubeClient:
@@ -277,6 +316,13 @@ class KubeClient:
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._pool.clear()
 
+    def _fenced(self, method: str, path: str) -> FencedError:
+        self.fenced_writes += 1
+        return FencedError(
+            f"{method} {route(path)} not sent: this instance does not hold its "
+            "controller's lease (fenced)"
+        )
+
     def request(
         self,
         method: str,
@@ -301,13 +347,12 @@ class KubeClient:
             token = self.access.token()
             if token:
                 headers["Authorization"] = token
-        fence = self.write_fence
-        if fence is not None and method != "GET" and not fence():
-            self.fenced_writes += 1
-            raise FencedError(
-                f"{method} {route(path)} not sent: this instance does not hold its "
-                "controller's lease (fenced)"
-            )
+        fence = self.write_fence if method != "GET" else None
+        if fence is not None and not fence():
+            raise self._fenced(method, path)
+        # Asked again on this thread once the connection is ready, just before the bytes
+        # leave: a pause while connecting must not let the write through after it.
+        _sending.fence = fence
         try:
             response = self._pool.request(
                 method,
@@ -317,10 +362,14 @@ class KubeClient:
                 timeout=urllib3.Timeout(connect=min(self.timeout, 5.0), read=self.timeout),
                 redirect=False,
             )
+        except _FencedAtSend:
+            raise self._fenced(method, path) from None
         except (Urllib3Error, OSError) as err:
             raise ApiUnavailableError(
                 f"cannot reach the API server at {self.access.host}: {err}"
             ) from err
+        finally:
+            _sending.fence = None
         data = response.data
         if response.status >= 300:
             message = data[:300].decode("utf-8", "replace")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -81,6 +82,10 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+_SETPRIV = shutil.which("setpriv")
+"""util-linux's setpriv: sets the parent-death signal itself, then runs the command."""
+
+
 def spawn(
     name: str,
     argv: Sequence[str],
@@ -94,19 +99,28 @@ def spawn(
 
     With ``die_with_parent`` the kernel kills the process when the thread that started it
     exits (Linux ``PR_SET_PDEATHSIG``): test clusters use it so that nothing outlives an
-    interrupted or killed test run.
+    interrupted or killed test run. The signal is set by ``setpriv --pdeathsig`` in front
+    of the command when setpriv is installed, not by a ``preexec_fn``: that forces a real
+    fork(), whose pthread_atfork handlers include gRPC's, and those can block forever in a
+    process with gRPC channels in use (seen as a hung kube-apiserver restart).
     """
     log.parent.mkdir(parents=True, exist_ok=True)
+    command = list(argv)
+    preexec = None
+    if die_with_parent and _SETPRIV:
+        command = [_SETPRIV, "--pdeathsig", "KILL", "--", *command]
+    elif die_with_parent:
+        preexec = _die_with_parent
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            list(argv),
+            command,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=_die_with_parent if die_with_parent else None,
+            preexec_fn=preexec,
         )
     _children[proc.pid] = proc
     start = _proc_start_time(proc.pid)
