@@ -282,7 +282,17 @@ def test_paused_active_instance_is_fenced(
         # does on lost leadership) or stand by; either way it must not write.
         stack.services.remove(paused)
         workload.finish()
-        seconds = converge(workload, stack, resumed)
+        try:
+            seconds = converge(workload, stack, resumed)
+        except pytest.fail.Exception as err:
+            around = proxy.writes(since=stopped - 2.0)
+            timeline = "\n  ".join(
+                f"{r.at - stopped:+.2f} s {r.method} {r.path} -> {r.status}" for r in around
+            )
+            pytest.fail(
+                f"{err}\nthe paused instance's writes from 2 s before the pause (s after "
+                f"SIGSTOP; SIGCONT at {resumed - stopped:+.2f} s):\n  {timeline or 'none'}"
+            )
         time.sleep(2 * float(LEASE[2]))  # heartbeats of the resumed instance come and go
         late = proxy.writes(since=resumed)
         assert not late, f"the fenced instance wrote after it resumed: {late}"
