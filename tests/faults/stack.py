@@ -411,10 +411,12 @@ def kubeconfig_for(cluster: LocalCluster, component: str, server: str, path: Pat
 @dataclass(frozen=True)
 class Recorded:
     at: float
-    """time.monotonic() when the request arrived."""
+    """time.monotonic() when the request's headers had arrived."""
     method: str
     path: str
     status: int
+    complete: float = 0.0
+    """time.monotonic() when the whole request had arrived and was sent on."""
 
 
 class RecordingApiProxy:
@@ -453,6 +455,7 @@ class RecordingApiProxy:
                 arrived = time.monotonic()
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
+                complete = time.monotonic()
                 headers = {
                     k: v
                     for k, v in self.headers.items()
@@ -474,7 +477,9 @@ class RecordingApiProxy:
                         if attempt:
                             raise
                 with proxy._lock:
-                    proxy.requests.append(Recorded(arrived, self.command, self.path, answer.status))
+                    proxy.requests.append(
+                        Recorded(arrived, self.command, self.path, answer.status, complete)
+                    )
                 self.send_response(answer.status)
                 for k, v in answer.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):
