@@ -227,7 +227,7 @@ def load_access(kubeconfig: str | None = None, context: str | None = None) -> Cl
 
 _sending = threading.local()
 """Per sending thread: the write fence of the request being sent (``fence``), asked once
-more by the connection just before the request's bytes leave (:class:`_FencedConnection`)."""
+more by the connection just before the request's bytes leave (:class:`_FenceAtSend`)."""
 
 
 class _FencedAtSend(Exception):

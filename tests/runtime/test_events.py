@@ -4,6 +4,7 @@ rejection that shows in the log (rate-limited), and a fenced instance that stays
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -15,6 +16,15 @@ from steward.runtime.events import EventRecorder
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 NOON = datetime(2026, 1, 2, 12, 0, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def admin(cluster: LocalCluster) -> Iterator[KubeClient]:
+    api = KubeClient(load_access(str(cluster.kubeconfig)))
+    try:
+        yield api
+    finally:
+        api.close()
 
 
 def recorder(api: KubeClient) -> EventRecorder:
@@ -32,15 +42,11 @@ def subject(namespace: str) -> dict[str, object]:
     return {"metadata": {"name": "pi", "namespace": namespace, "uid": "u-1"}}
 
 
-async def test_an_event_is_posted_about_the_object(cluster: LocalCluster, namespace: str) -> None:
-    api = KubeClient(load_access(str(cluster.kubeconfig)))
-    try:
-        events = recorder(api)
-        events.event(subject(namespace), "Normal", "SuccessfulCreate", "Created pod: pi-x")
-        await events.drain()
-        items = api.request("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
-    finally:
-        api.close()
+async def test_an_event_is_posted_about_the_object(admin: KubeClient, namespace: str) -> None:
+    events = recorder(admin)
+    events.event(subject(namespace), "Normal", "SuccessfulCreate", "Created pod: pi-x")
+    await events.drain()
+    items = admin.request("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
     assert events.dropped == 0
     [event] = items
     assert event["involvedObject"] == {
@@ -81,19 +87,15 @@ async def test_a_rejected_event_is_logged_once_per_period(
 
 
 async def test_a_fenced_instance_posts_nothing_and_warns_of_nothing(
-    cluster: LocalCluster, namespace: str, caplog: pytest.LogCaptureFixture
+    admin: KubeClient, namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    api = KubeClient(load_access(str(cluster.kubeconfig)))
-    api.write_fence = lambda: False
-    try:
-        events = recorder(api)
-        with caplog.at_level(logging.WARNING, logger="steward.runtime.events"):
-            events.event(subject(namespace), "Normal", "SuccessfulCreate", "Created pod: pi-x")
-            await events.drain()
-        items = api.request("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
-    finally:
-        api.close()
-    assert api.fenced_writes == 1
+    admin.write_fence = lambda: False
+    events = recorder(admin)
+    with caplog.at_level(logging.WARNING, logger="steward.runtime.events"):
+        events.event(subject(namespace), "Normal", "SuccessfulCreate", "Created pod: pi-x")
+        await events.drain()
+    items = admin.request("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+    assert admin.fenced_writes == 1
     assert events.dropped == 0
     assert items == []
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -333,8 +333,6 @@ class Mirror:
                 if not self._reopen or (task is not None and task.cancelling()):
                     raise
                 # catch_up() ended this stream to resume at once on a new one.
-                self._barriers += self._stream_barriers
-                self._stream_barriers = []
                 self.reconnects += 1
                 continue
             except grpc.aio.AioRpcError as err:
@@ -348,8 +346,9 @@ class Mirror:
                 )
             finally:
                 self._call = None
-            self._barriers += self._stream_barriers
-            self._stream_barriers = []
+                # What this stream did not answer (it ended early) waits for the next one.
+                self._barriers += self._stream_barriers
+                self._stream_barriers = []
             if delivered:
                 delay = self.options.initial_backoff
             self.reconnects += 1
