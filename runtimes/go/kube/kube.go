@@ -6,10 +6,12 @@
 //
 // # Write fence
 //
-// A client can be fenced (Client.SetWriteFence; steward.Controller.Fence sets it to "this
-// instance holds its controller's lease"): every write (any method but GET) asks the
-// fence just before it is sent and, when the fence says no, is refused with a
-// *FencedError (errors.Is(err, ErrFenced)) without sending anything. A process paused
+// A client can be fenced: every write (any method but GET) asks the fence just before it
+// is sent and, when the fence says no, is refused with a *FencedError (errors.Is(err,
+// ErrFenced)) without sending anything. NewFencedClient fences a client for its whole
+// life (steward's Host hands out only such clients, fenced by "this instance holds its
+// controller's lease"); SetWriteFence (steward.Controller.Fence) sets a further fence
+// that can be replaced or removed, which never lifts the construction-time one. A process paused
 // past its lease (SIGSTOP, a stopped VM, a long GC) thus sends no write after it resumes,
 // not even one that was already under way, while a standby has taken over. A fenced
 // write is retryable: the active instance will make it.
@@ -35,7 +37,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/steward-dev/steward/runtimes/go/steward"
+	"github.com/steward-dev/steward/runtimes/go/internal/httptrace"
 )
 
 // Config is how to reach one API server.
@@ -257,14 +259,42 @@ type Client struct {
 	http      *http.Client
 	userAgent string
 
+	sealed       func() bool // NewFencedClient's fence, for the client's whole life
 	fence        atomic.Pointer[func() bool]
 	fencedWrites atomic.Uint64
 }
 
+// NewFencedClient returns a client for cfg, identifying itself as userAgent, whose every
+// write first asks fence (on the goroutine that sends it, just before it is sent) and is
+// refused with a *FencedError, sending nothing, when fence returns false. That fence
+// cannot be removed: SetWriteFence adds a further one (both must say yes). A nil fence
+// panics.
+func NewFencedClient(cfg *Config, userAgent string, fence func() bool) *Client {
+	if fence == nil {
+		panic("kube.NewFencedClient: nil fence")
+	}
+	c := NewClient(cfg, userAgent)
+	c.sealed = fence
+	return c
+}
+
+// Fenced reports whether the client was built with NewFencedClient, so that its writes
+// are fenced whatever SetWriteFence is given.
+func (c *Client) Fenced() bool { return c.sealed != nil }
+
+func (c *Client) mayWrite() bool {
+	if c.sealed != nil && !c.sealed() {
+		return false
+	}
+	fence := c.fence.Load()
+	return fence == nil || (*fence)()
+}
+
 // SetWriteFence makes every later write (any method but GET) first call fence, on the
 // goroutine that sends it, just before it is sent, and fail with a *FencedError without
-// sending anything when fence returns false; nil removes the fence. Safe to call while
-// requests are in flight. See the package docs.
+// sending anything when fence returns false; nil removes the fence. The fence of
+// NewFencedClient stays in force either way. Safe to call while requests are in flight.
+// See the package docs.
 func (c *Client) SetWriteFence(fence func() bool) {
 	if fence == nil {
 		c.fence.Store(nil)
@@ -287,7 +317,7 @@ func NewClient(cfg *Config, userAgent string) *Client {
 	}
 	return &Client{
 		cfg:       cfg,
-		http:      &http.Client{Transport: steward.TracingTransport(transport), Timeout: 60 * time.Second},
+		http:      &http.Client{Transport: httptrace.Transport(transport), Timeout: 60 * time.Second},
 		userAgent: userAgent,
 	}
 }
@@ -326,7 +356,7 @@ func (c *Client) Do(ctx context.Context, method, path, contentType string, body,
 	if c.cfg.BearerToken != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.BearerToken)
 	}
-	if fence := c.fence.Load(); fence != nil && method != http.MethodGet && !(*fence)() {
+	if method != http.MethodGet && !c.mayWrite() {
 		c.fencedWrites.Add(1)
 		p, _, _ := strings.Cut(path, "?")
 		return &FencedError{Method: method, Path: p}

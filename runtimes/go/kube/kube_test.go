@@ -121,3 +121,45 @@ func TestControllerFenceWithoutSessionLetsWritesThrough(t *testing.T) {
 		t.Fatalf("server saw %v, fenced %d; want one PATCH, none fenced", got, api.FencedWrites())
 	}
 }
+
+func TestFencedClientKeepsItsFence(t *testing.T) {
+	a := newArrivals(t)
+	var up atomic.Bool
+	api := kube.NewFencedClient(&kube.Config{Server: a.srv.URL}, "steward-test", up.Load)
+	if !api.Fenced() {
+		t.Fatal("NewFencedClient: Fenced() is false")
+	}
+	ctx := context.Background()
+	if err := api.MergePatch(ctx, cmPath, map[string]any{}, nil); !kube.IsFenced(err) {
+		t.Fatalf("PATCH with the fence down: %v, want ErrFenced", err)
+	}
+	// Neither removing nor replacing the settable fence lifts the construction-time one.
+	api.SetWriteFence(nil)
+	if err := api.MergePatch(ctx, cmPath, map[string]any{}, nil); !kube.IsFenced(err) {
+		t.Fatalf("PATCH after SetWriteFence(nil): %v, want ErrFenced", err)
+	}
+	api.SetWriteFence(func() bool { return true })
+	if err := api.Do(ctx, http.MethodDelete, cmPath, "", nil, nil); !kube.IsFenced(err) {
+		t.Fatalf("DELETE under an always-open extra fence: %v, want ErrFenced", err)
+	}
+	// Reads are never fenced.
+	if err := api.Do(ctx, http.MethodGet, cmPath, "", nil, nil); err != nil {
+		t.Fatalf("GET with the fence down: %v", err)
+	}
+	if got := a.requests(); len(got) != 1 || got[0] != "GET "+cmPath {
+		t.Fatalf("the server saw %v; want only the GET", got)
+	}
+	// Both fences up: the write goes.
+	up.Store(true)
+	if err := api.MergePatch(ctx, cmPath, map[string]any{}, nil); err != nil {
+		t.Fatalf("PATCH with both fences up: %v", err)
+	}
+	// The extra fence still counts.
+	api.SetWriteFence(func() bool { return false })
+	if err := api.MergePatch(ctx, cmPath, map[string]any{}, nil); !kube.IsFenced(err) {
+		t.Fatalf("PATCH with the extra fence down: %v, want ErrFenced", err)
+	}
+	if n := api.FencedWrites(); n != 4 {
+		t.Fatalf("FencedWrites() = %d, want 4", n)
+	}
+}

@@ -9,19 +9,18 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-)
 
-const tracerName = "github.com/steward-dev/steward/runtimes/go/steward"
+	"github.com/steward-dev/steward/runtimes/go/internal/httptrace"
+)
 
 var w3c = propagation.TraceContext{}
 
-func tracer() trace.Tracer { return otel.Tracer(tracerName) }
+func tracer() trace.Tracer { return httptrace.Tracer() }
 
 // SetupTracing configures the global OpenTelemetry tracer provider from the standard
 // OTEL_* environment variables: spans are exported over OTLP gRPC when
@@ -120,34 +119,5 @@ func OutgoingHeaders(ctx context.Context) map[string]string {
 // reconcile's), and carries that span's traceparent header: kube-apiserver continues it
 // for callers it trusts, so its own spans join the reconcile's trace.
 func TracingTransport(base http.RoundTripper) http.RoundTripper {
-	if base == nil {
-		base = http.DefaultTransport
-	}
-	return &tracingTransport{base: base}
-}
-
-type tracingTransport struct{ base http.RoundTripper }
-
-func (t *tracingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx, span := tracer().Start(req.Context(), "HTTP "+req.Method,
-		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(
-			attribute.String("http.request.method", req.Method),
-			attribute.String("url.full", req.URL.Redacted()),
-			attribute.String("server.address", req.URL.Hostname()),
-		))
-	defer span.End()
-	out := req.Clone(ctx)
-	w3c.Inject(ctx, propagation.HeaderCarrier(out.Header))
-	resp, err := t.base.RoundTrip(out)
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-		return nil, err
-	}
-	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
-	if resp.StatusCode >= 400 {
-		span.SetStatus(codes.Error, resp.Status)
-	}
-	return resp, nil
+	return httptrace.Transport(base)
 }
