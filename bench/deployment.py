@@ -45,8 +45,8 @@ from typing import Any
 
 from bench.informer import Api
 from steward.cluster import ClusterConfig, LocalCluster
+from steward.cluster.process import free_port
 from steward.cluster.progress import Progress
-from steward.serving import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 NODES = 8

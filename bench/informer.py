@@ -35,9 +35,9 @@ import grpc
 import orjson
 
 from steward.cluster import ClusterConfig, LocalCluster
+from steward.cluster.process import free_port
 from steward.cluster.progress import Progress
-from steward.security import DEVELOPMENT
-from steward.serving import free_port
+from steward.serving.security import DEVELOPMENT
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
 

@@ -37,8 +37,8 @@ import orjson
 
 from bench.informer import Api
 from steward.cluster import ClusterConfig, LocalCluster
+from steward.cluster.process import free_port
 from steward.cluster.progress import Progress
-from steward.serving import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MANAGED_BY = "steward.io/job-controller"

@@ -34,8 +34,9 @@ import yaml
 from steward import deploy
 from steward.cluster import ClusterError, LocalCluster
 from steward.cluster.pki import CertificateAuthority
-from steward.security import DEFAULT_AUDIENCE, ClientSecurity
-from steward.serving import free_port
+from steward.cluster.process import free_port
+from steward.security import ClientSecurity
+from steward.serving.security import DEFAULT_AUDIENCE
 
 Doc = dict[str, Any]
 

@@ -1,4 +1,4 @@
-"""The controllers' HTTP health endpoint (steward.serving.start_loop_health): what the
+"""The controllers' HTTP health endpoint (steward.runtime.health.start_loop_health): what the
 Job controller's liveness and readiness probes ask."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from steward import serving
+from steward.runtime import health as runtime_health
 
 pytestmark = [pytest.mark.unit, pytest.mark.asyncio]
 
@@ -28,7 +28,7 @@ async def _get_async(url: str) -> tuple[int, str]:
 
 
 async def test_ok_while_the_loop_runs_and_503_once_it_stalls() -> None:
-    health = serving.LoopHealth("127.0.0.1:0", stale_after=1.0, interval=0.1)
+    health = runtime_health.LoopHealth("127.0.0.1:0", stale_after=1.0, interval=0.1)
     base = f"http://127.0.0.1:{health.port}"
     try:
         for path in ("/healthz", "/readyz", "/livez"):
@@ -66,10 +66,10 @@ async def test_ok_while_the_loop_runs_and_503_once_it_stalls() -> None:
 
 
 async def test_address_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(serving.HEALTH_LISTEN_ENV, raising=False)
-    assert serving.start_loop_health() is None
-    monkeypatch.setenv(serving.HEALTH_LISTEN_ENV, "127.0.0.1:0")
-    health = serving.start_loop_health()
+    monkeypatch.delenv(runtime_health.HEALTH_LISTEN_ENV, raising=False)
+    assert runtime_health.start_loop_health() is None
+    monkeypatch.setenv(runtime_health.HEALTH_LISTEN_ENV, "127.0.0.1:0")
+    health = runtime_health.start_loop_health()
     assert health is not None
     try:
         assert await _get_async(f"http://127.0.0.1:{health.port}/healthz") == (200, "ok\n")
@@ -79,4 +79,4 @@ async def test_address_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 async def test_a_malformed_address_is_refused() -> None:
     with pytest.raises(ValueError, match="expected host:port"):
-        serving.start_loop_health("8081")
+        runtime_health.start_loop_health("8081")

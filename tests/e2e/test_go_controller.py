@@ -26,7 +26,8 @@ from kubernetes import client
 from steward.cluster import LocalCluster
 from steward.informer import InformerOptions, InformerServer
 from steward.manager import ManagerOptions
-from steward.security import ClientSecurity, ServingSecurity
+from steward.security import ClientSecurity
+from steward.serving.security import ServingSecurity
 from steward.v1 import manager_pb2 as mpb
 from tests.manager.conftest import FAST, RunningManager
 

@@ -24,7 +24,7 @@ from steward.kube import KubeClient, load_access
 from steward.manager import ManagerOptions
 from steward.runtime.controller import ControllerOptions
 from steward.runtime.session import SessionOptions
-from steward.security import DEVELOPMENT
+from steward.serving.security import DEVELOPMENT
 from steward.v1 import manager_pb2 as mpb
 from tests.manager.conftest import FAST, RunningManager
 

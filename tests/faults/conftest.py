@@ -17,7 +17,7 @@ from kubernetes import client
 from steward.cluster import LocalCluster
 from steward.informer import InformerOptions
 from steward.manager import ManagerOptions
-from steward.security import DEVELOPMENT
+from steward.serving.security import DEVELOPMENT
 from steward.v1 import informer_pb2 as ipb
 from steward.v1 import manager_pb2 as mpb
 from steward.v1 import manager_pb2_grpc as mpb_grpc

@@ -38,8 +38,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from steward.cluster import LocalCluster
 from steward.cluster.pki import CertificateAuthority
-from steward.cluster.process import spawn, stop
-from steward.serving import free_port
+from steward.cluster.process import free_port, spawn, stop
 from steward.v1 import manager_pb2, manager_pb2_grpc
 from tests.polling import wait_for
 

@@ -19,7 +19,7 @@ from steward.informer import InformerOptions
 from steward.informer import server as informer_server
 from steward.manager import ManagerOptions
 from steward.manager import server as manager_server
-from steward.security import DEVELOPMENT
+from steward.serving.security import DEVELOPMENT
 from steward.v1 import informer_pb2 as ipb
 from steward.v1 import informer_pb2_grpc as ipb_grpc
 from steward.v1 import manager_pb2 as mpb

@@ -24,7 +24,7 @@ from kubernetes import client
 from steward.cluster import LocalCluster
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import load_access
-from steward.security import DEVELOPMENT
+from steward.serving.security import DEVELOPMENT
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
 from tests.informer.mirror import INITIAL_EVENTS_END, Mirror

@@ -18,7 +18,8 @@ import pytest
 from steward.cluster import LocalCluster
 from steward.kube import load_access
 from steward.manager import ManagerOptions, ManagerServer, Timing
-from steward.security import DEVELOPMENT, PLAINTEXT, ClientSecurity
+from steward.security import PLAINTEXT, ClientSecurity
+from steward.serving.security import DEVELOPMENT
 from steward.v1 import manager_pb2_grpc as pb_grpc
 
 _T = TypeVar("_T")

@@ -48,7 +48,7 @@ async def test_controllers_table(
 
 
 def test_controllers_without_a_manager(capsys: pytest.CaptureFixture[str]) -> None:
-    from steward.serving import free_port
+    from steward.cluster.process import free_port
 
     code = cli.main(
         ["controllers", "--manager", f"127.0.0.1:{free_port()}", "--timeout", "2",

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from steward.cluster.process import free_port
 from steward.manager import Timing
-from steward.serving import free_port
 from steward.v1 import manager_pb2 as pb
 from tests.manager.conftest import FAST, RunningManager
 from tests.manager.instances import InstanceProcess, assert_never_overlap, eventually

@@ -16,10 +16,10 @@ import pytest
 from kubernetes import client
 
 from steward.cluster import LocalCluster
+from steward.cluster.process import free_port
 from steward.informer import InformerOptions, InformerServer
 from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorOptions
-from steward.security import DEVELOPMENT
-from steward.serving import free_port
+from steward.serving.security import DEVELOPMENT
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
 from tests.runtime.test_mirror_informer import CONFIGMAPS, _until

@@ -13,10 +13,10 @@ import pytest
 from kubernetes import client
 
 from steward.cluster import LocalCluster
+from steward.cluster.process import free_port
 from steward.informer import InformerOptions, InformerServer
 from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorOptions, resource_type
-from steward.security import DEVELOPMENT
-from steward.serving import free_port
+from steward.serving.security import DEVELOPMENT
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 

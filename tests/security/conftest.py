@@ -24,7 +24,8 @@ from steward.cluster import LocalCluster
 from steward.cluster.pki import CertificateAuthority, KeyPair
 from steward.informer import InformerOptions
 from steward.manager import ManagerOptions
-from steward.security import ClientSecurity, ServerTLS, ServingSecurity
+from steward.security import ClientSecurity
+from steward.serving.security import ServerTLS, ServingSecurity
 from steward.v1 import informer_pb2 as ipb
 from steward.v1 import informer_pb2_grpc as ipb_grpc
 from steward.v1 import manager_pb2_grpc as mpb_grpc

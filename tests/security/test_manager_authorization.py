@@ -17,7 +17,8 @@ import grpc
 import pytest
 
 from steward.runtime.session import ManagerSession, SessionOptions
-from steward.security import STEWARD_GROUP, ClientSecurity
+from steward.security import ClientSecurity
+from steward.serving.security import STEWARD_GROUP
 from steward.v1 import manager_pb2 as pb
 from steward.v1 import manager_pb2_grpc as pb_grpc
 from tests.manager.conftest import RunningManager

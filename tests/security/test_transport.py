@@ -24,7 +24,8 @@ from steward.cluster.pki import CertificateAuthority, KeyPair
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import load_access
 from steward.manager import ManagerOptions, ManagerServer
-from steward.security import ClientSecurity, SecurityConfigError, ServingSecurity
+from steward.security import ClientSecurity, SecurityConfigError
+from steward.serving.security import ServingSecurity
 from steward.v1 import informer_pb2 as ipb
 from steward.v1 import informer_pb2_grpc as ipb_grpc
 from steward.v1 import manager_pb2 as mpb

@@ -3,7 +3,8 @@ in the metadata, a SERVER span continuing it, one span per stream for a whole Wa
 Session, and the events a stream carries never become children of the stream's spans.
 
 A real in-process informer and manager against the session's cluster, real channels from
-``steward.grpc_tracing``; spans go to an in-memory exporter."""
+``steward.grpc_tracing``, servers traced by ``steward.serving.tracing``; spans go to an
+in-memory exporter."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from steward import grpc_tracing
 from steward.cluster import LocalCluster
 from steward.informer import InformerOptions, InformerServer
 from steward.manager import ManagerOptions
-from steward.security import DEVELOPMENT
+from steward.serving.security import DEVELOPMENT
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
 from steward.v1 import manager_pb2 as mpb
@@ -302,7 +303,8 @@ async def test_health_checks_are_not_traced(informer: str, spans: InMemorySpanEx
 _UNTRACED_CHECK = """
 import asyncio, grpc
 from steward import grpc_tracing
-from steward.security import DEVELOPMENT
+from steward.serving.security import DEVELOPMENT
+from steward.serving.tracing import ServerTracing
 
 async def main():
     assert not grpc_tracing.tracing_enabled()
@@ -318,7 +320,7 @@ async def main():
         method = "/steward.v1.InformerService/Get"
         invocation_metadata = ()
 
-    assert await grpc_tracing.ServerTracing().intercept_service(continuation, Details()) is handler
+    assert await ServerTracing().intercept_service(continuation, Details()) is handler
     print("untouched")
 
 asyncio.run(main())

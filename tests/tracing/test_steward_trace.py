@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from steward.cluster import LocalCluster
-from steward.serving import free_port
+from steward.cluster.process import free_port
 from steward.traces import Span, waterfall
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc

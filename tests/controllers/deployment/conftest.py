@@ -30,7 +30,7 @@ from steward.controllers.deployment.controller import build
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import KubeClient, NotFoundError, load_access
 from steward.runtime.controller import Controller, ControllerOptions
-from steward.security import DEVELOPMENT
+from steward.serving.security import DEVELOPMENT
 
 ROOT = Path(__file__).resolve().parents[3]
 USER = "steward:controller:deployment"

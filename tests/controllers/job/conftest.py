@@ -22,7 +22,7 @@ from steward.controllers.job.controller import JobControllerOptions, build
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import KubeClient, NotFoundError, load_access
 from steward.runtime.controller import Controller, ControllerOptions
-from steward.security import DEVELOPMENT
+from steward.serving.security import DEVELOPMENT
 
 MANAGED_BY = "steward.io/job-controller"
 

@@ -19,10 +19,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
 from steward.cluster import LocalCluster
+from steward.cluster.process import free_port
 from steward.controllers.job.pods import TRACKING_FINALIZER
 from steward.kube import KubeClient
 from steward.manager import ManagerOptions
-from steward.serving import free_port
 from steward.v1 import manager_pb2
 from tests.controllers.job.conftest import condition, get_job, job_body
 from tests.manager.conftest import FAST, RunningManager

@@ -32,7 +32,7 @@ from steward.controllers.replicaset.controller import build
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
 from steward.runtime.controller import Controller, ControllerOptions
-from steward.security import DEVELOPMENT
+from steward.serving.security import DEVELOPMENT
 from tests.conftest import local_cluster
 
 REPO = Path(__file__).resolve().parents[3]

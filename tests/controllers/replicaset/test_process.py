@@ -17,10 +17,10 @@ import grpc
 import pytest
 
 from steward.cluster import LocalCluster
+from steward.cluster.process import free_port
 from steward.kube import KubeClient
 from steward.manager import ManagerOptions
-from steward.security import DEVELOPMENT
-from steward.serving import free_port
+from steward.serving.security import DEVELOPMENT
 from steward.v1 import manager_pb2
 from tests.controllers.replicaset.conftest import (
     controller_of,

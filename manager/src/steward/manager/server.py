@@ -32,7 +32,6 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 
-from steward.grpc_tracing import ServerTracing
 from steward.kube import ApiError, ClusterAccess, KubeClient, load_access
 from steward.manager.election import LeaderElector
 from steward.manager.enablement import Enablement, InvalidNameError
@@ -40,20 +39,21 @@ from steward.manager.leases import LeaseStore
 from steward.manager.metrics import ManagerMetrics
 from steward.manager.registry import DEFAULT_MAX_STANDBYS, Registry, Timing
 from steward.manager.service import DEFAULT_MAX_SESSIONS_PER_PEER, ManagerService, add_to_server
-from steward.security import (
-    Guard,
-    ServingSecurity,
-    add_serving_arguments,
-    serving_from_args,
-)
-from steward.serving import (
+from steward.runtime.health import (
     LoopHealth,
-    serve_until_signalled,
     split_address,
     start_loop_health,
     start_metrics_server,
     stop_metrics_server,
 )
+from steward.serving import serve_until_signalled
+from steward.serving.security import (
+    Guard,
+    ServingSecurity,
+    add_serving_arguments,
+    serving_from_args,
+)
+from steward.serving.tracing import ServerTracing
 from steward.telemetry import configure_tracing
 from steward.v1 import manager_pb2
 

@@ -34,7 +34,7 @@ import grpc
 
 from steward.manager.enablement import InvalidNameError, validate_name
 from steward.manager.registry import Close, Connection, Registry, RegistryError
-from steward.security import DEVELOPMENT, STEWARD_GROUP, AuthError, Guard, Identity
+from steward.serving.security import DEVELOPMENT, STEWARD_GROUP, AuthError, Guard, Identity
 from steward.v1 import manager_pb2 as pb
 from steward.v1 import manager_pb2_grpc as pb_grpc
 

@@ -59,7 +59,8 @@ from steward.cluster.errors import (
 )
 from steward.cluster.process import ProcessRecord, spawn, stop, tail
 from steward.cluster.progress import Progress
-from steward.security import ClientSecurity, ServerTLS, ServingSecurity
+from steward.security import ClientSecurity
+from steward.serving.security import ServerTLS, ServingSecurity
 
 LOOPBACK = "127.0.0.1"
 SERVICE_CIDR = "10.96.0.0/24"

@@ -12,6 +12,7 @@ import ctypes
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
@@ -182,3 +183,11 @@ def tail(path: Path | str, lines: int = 25) -> str:
     except FileNotFoundError:
         return ""
     return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for tests and benchmarks)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

@@ -20,7 +20,6 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 
-from steward.grpc_tracing import ServerTracing
 from steward.informer.apiclient import ApiClient
 from steward.informer.fanout import Fanout
 from steward.informer.metrics import InformerMetrics
@@ -33,20 +32,21 @@ from steward.informer.service import (
     add_to_server,
 )
 from steward.kube import ApiError, ClusterAccess, KubeClient, load_access
-from steward.security import (
-    Guard,
-    ServingSecurity,
-    add_serving_arguments,
-    serving_from_args,
-)
-from steward.serving import (
+from steward.runtime.health import (
     LoopHealth,
-    serve_until_signalled,
     split_address,
     start_loop_health,
     start_metrics_server,
     stop_metrics_server,
 )
+from steward.serving import serve_until_signalled
+from steward.serving.security import (
+    Guard,
+    ServingSecurity,
+    add_serving_arguments,
+    serving_from_args,
+)
+from steward.serving.tracing import ServerTracing
 from steward.telemetry import configure_tracing
 from steward.v1 import informer_pb2
 

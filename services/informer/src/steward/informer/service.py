@@ -50,7 +50,7 @@ from steward.informer.reflector import Reflector, Reflectors
 from steward.informer.selectors import Filter, parse_filter
 from steward.informer.store import ObjectKey, ResourceTypeName, parse_resource_version
 from steward.kube import ApiStatusError, ApiUnavailableError
-from steward.security import DEVELOPMENT, AuthError, Guard, Identity
+from steward.serving.security import DEVELOPMENT, AuthError, Guard, Identity
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
 

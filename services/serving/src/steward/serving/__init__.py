@@ -1,35 +1,20 @@
-"""What every Steward service process shares: serving until SIGTERM/SIGINT, then stopping.
+"""What Steward's services (the informer and the manager) share and controllers do not.
 
-The health and metrics endpoints live in :mod:`steward.runtime.health` (controllers serve
-them too) and are re-exported here."""
+- :func:`serve_until_signalled`: serve until SIGTERM/SIGINT, then stop gracefully;
+- :mod:`steward.serving.security`: serving TLS, caller identity, authorization (Guard);
+- :mod:`steward.serving.tracing`: SERVER spans continuing the callers' traces.
+
+The health and metrics endpoints live in :mod:`steward.runtime.health`: controllers serve
+them too."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
-import socket
 from collections.abc import Awaitable, Callable
 
-from steward.runtime.health import (
-    HEALTH_LISTEN_ENV,
-    LoopHealth,
-    split_address,
-    start_loop_health,
-    start_metrics_server,
-    stop_metrics_server,
-)
-
-__all__ = [
-    "HEALTH_LISTEN_ENV",
-    "LoopHealth",
-    "free_port",
-    "serve_until_signalled",
-    "split_address",
-    "start_loop_health",
-    "start_metrics_server",
-    "stop_metrics_server",
-]
+__all__ = ["serve_until_signalled"]
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +39,3 @@ async def serve_until_signalled(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         await stop()
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (for tests and benchmarks)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port

@@ -23,9 +23,9 @@ from steward.controllers.job.controller import (
 )
 from steward.kube import KubeClient, load_access
 from steward.runtime.controller import ControllerOptions
+from steward.runtime.health import start_loop_health
 from steward.runtime.session import SessionOptions
 from steward.security import SecurityConfigError, add_client_arguments, client_from_args
-from steward.serving import start_loop_health
 from steward.telemetry import configure_tracing
 
 

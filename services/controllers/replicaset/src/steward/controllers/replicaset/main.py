@@ -22,9 +22,9 @@ from prometheus_client import REGISTRY
 from steward.controllers.replicaset.controller import NAME, build
 from steward.kube import KubeClient, load_access
 from steward.runtime.controller import ControllerOptions
+from steward.runtime.health import start_loop_health, start_metrics_server, stop_metrics_server
 from steward.runtime.session import SessionOptions
 from steward.security import SecurityConfigError, add_client_arguments, client_from_args
-from steward.serving import start_loop_health, start_metrics_server, stop_metrics_server
 from steward.telemetry import configure_tracing
 
 
