@@ -473,7 +473,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def main_cli() -> None:
-    """The ``steward-manager`` console script."""
+    """The ``steward-manager`` console script (also ``python -m steward.manager``)."""
     parser = argparse.ArgumentParser(
         prog="steward-manager",
         description=DESCRIPTION,

@@ -377,3 +377,15 @@ def main(args: argparse.Namespace) -> int:
         print(f"steward informer: error: {err}", file=sys.stderr)
         return 1
     return 0
+
+
+def main_cli() -> None:
+    """The ``steward-informer`` console script (also ``python -m steward.informer``)."""
+    parser = argparse.ArgumentParser(
+        prog="steward-informer",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    sys.exit(main(parser.parse_args()))
