@@ -54,7 +54,7 @@ import {
 } from "./reconcile";
 import { securityFromEnv } from "./security";
 import { ManagerSession, type SessionOptions } from "./session";
-import { WorkerPool, type WorkerStatus } from "./workers";
+import { type Outcome, WorkerPool, type WorkerStatus } from "./workers";
 import type { TraceContext } from "./workqueue";
 
 /** Whether a change should produce keys at all. */
@@ -86,7 +86,10 @@ export interface ControllerOptions {
   namespace?: string;
   /** Watch only objects matching this label selector; "" (the default) for all. */
   labelSelector?: string;
-  /** Every so many ms, enqueue every object of the primary type again. 0 (default): never. */
+  /**
+   * Every so many ms, enqueue every object of the primary type again (while the instance is
+   * active, under a manager). 0 (default): never.
+   */
   resyncPeriodMs?: number;
   /** How long in-flight reconciles may finish on shutdown. Defaults to 30 000 ms. */
   shutdownGraceMs?: number;
@@ -122,6 +125,14 @@ export class Controller {
   /** Aborted when the workers stop, to end a promotion still waiting for the mirror. */
   private activation: AbortController | undefined;
   private readonly options: ControllerOptions;
+  /** Reconcile counts of the pools before the current one. */
+  private readonly retired: Record<Outcome, number> = {
+    success: 0,
+    requeue: 0,
+    requeue_after: 0,
+    error: 0,
+    terminal_error: 0,
+  };
 
   constructor(
     readonly name: string,
@@ -150,6 +161,14 @@ export class Controller {
   /** Queue depth, busy workers, reconcile counts and the last error, now. */
   status(): WorkerStatus {
     return this.pool.status();
+  }
+
+  /** Reconciles since the controller was made, by outcome (over every activation). */
+  reconcileTotals(): Record<Outcome, number> {
+    const now = this.pool.status().reconciles;
+    const totals = { ...this.retired };
+    for (const k of Object.keys(totals) as Outcome[]) totals[k] += now[k];
+    return totals;
   }
 
   /** True while the workers run. */
@@ -263,6 +282,8 @@ export class Controller {
     if (this.workers !== undefined) return;
     log.info(`controller ${this.name}: active (epoch ${epoch}), starting workers`);
     const pool = this.newPool();
+    const done = this.pool.status().reconciles; // stopped: final
+    for (const k of Object.keys(this.retired) as Outcome[]) this.retired[k] += done[k];
     this.pool = pool;
     const activation = new AbortController();
     this.activation = activation;
@@ -291,7 +312,14 @@ export class Controller {
     );
     if (stopped()) return;
     this.enqueueAll();
-    await pool.run();
+    // The same periodic resync as alone, while this instance is active.
+    const period = this.options.resyncPeriodMs ?? 0;
+    const resync = period > 0 ? setInterval(() => this.enqueueAll(), period) : undefined;
+    try {
+      await pool.run();
+    } finally {
+      if (resync !== undefined) clearInterval(resync);
+    }
   }
 
   private async stopWorkers(graceful: boolean): Promise<void> {
@@ -400,9 +428,20 @@ export class ControllerBuilder {
     return this;
   }
 
+  /** Set the options (replacing those set before). */
   withOptions(options: ControllerOptions): this {
     this.options = options;
     return this;
+  }
+
+  /** The options set so far (a copy). */
+  get currentOptions(): ControllerOptions {
+    return { ...this.options };
+  }
+
+  /** The primary type, once {@link for} or {@link forKind} has been called. */
+  get primaryType(): ResourceType | undefined {
+    return this.primary;
   }
 
   /**

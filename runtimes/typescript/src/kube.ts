@@ -6,7 +6,8 @@
  * span inside a reconcile) and carries its `traceparent`, which kube-apiserver continues
  * for callers it trusts. Non-2xx answers reject with {@link ApiStatusError}.
  *
- * A client can be fenced ({@link KubeClient.writeFence}; `Controller.fence` sets it to "this
+ * A client can be fenced (the `fence` of {@link KubeClientOptions}, fixed for the client's
+ * life, or {@link KubeClient.writeFence}; `Controller.fence` sets the latter to "this
  * instance holds its controller's lease"): every write (any method but GET) asks the fence
  * just before it is sent and, when the fence says no, rejects with {@link FencedError}
  * without sending anything. A process paused past its lease (SIGSTOP, a stopped VM) thus
@@ -14,11 +15,12 @@
  * standby has taken over.
  */
 
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import https from "node:https";
 import { SpanKind, SpanStatusCode, context as otelContext, propagation, trace } from "@opentelemetry/api";
 import { parse as parseYaml } from "yaml";
+import { TokenFile } from "./security";
 
 /** Where and how to reach the API server. */
 export interface ClusterAccess {
@@ -28,6 +30,8 @@ export interface ClusterAccess {
   cert?: Buffer;
   key?: Buffer;
   token?: string;
+  /** A file holding the bearer token, read again when it changes (a projected token). */
+  tokenFile?: string;
   insecureSkipTlsVerify?: boolean;
   tlsServerName?: string;
 }
@@ -123,6 +127,50 @@ export function loadKubeconfig(path?: string, contextName?: string): ClusterAcce
   return access;
 }
 
+/** Where a pod finds its service account's credentials. */
+export const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/**
+ * The API server as a pod sees it: `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`,
+ * the service account's CA and its token (a file the kubelet rotates; read again when it
+ * changes). Throws when not in a pod.
+ */
+export function inClusterAccess(env: NodeJS.ProcessEnv = process.env, dir = SERVICE_ACCOUNT_DIR): ClusterAccess {
+  const host = env["KUBERNETES_SERVICE_HOST"];
+  const port = env["KUBERNETES_SERVICE_PORT"] || "443";
+  const tokenFile = `${dir}/token`;
+  if (!host || !existsSync(tokenFile)) {
+    throw new Error(`not in a pod: KUBERNETES_SERVICE_HOST or ${tokenFile} is missing`);
+  }
+  return {
+    server: `https://${host.includes(":") ? `[${host}]` : host}:${port}`,
+    ca: readFileSync(`${dir}/ca.crt`),
+    tokenFile,
+  };
+}
+
+/**
+ * The API server's address and credentials the way controller-runtime finds them: the
+ * `kubeconfig` file when given, else `$KUBECONFIG`, else the pod's service account
+ * ({@link inClusterAccess}) when running in a pod, else `~/.kube/config`.
+ */
+export function clusterAccess(kubeconfig?: string, env: NodeJS.ProcessEnv = process.env): ClusterAccess {
+  if (kubeconfig) return loadKubeconfig(kubeconfig);
+  if (env["KUBECONFIG"]) return loadKubeconfig(env["KUBECONFIG"].split(":")[0]);
+  if (env["KUBERNETES_SERVICE_HOST"] && existsSync(`${SERVICE_ACCOUNT_DIR}/token`)) return inClusterAccess(env);
+  return loadKubeconfig(`${homedir()}/.kube/config`);
+}
+
+/** How a {@link KubeClient} behaves beyond its credentials. */
+export interface KubeClientOptions {
+  /**
+   * Asked just before every write (any method but GET) is sent; false refuses it with
+   * {@link FencedError}. Fixed for the client's life: unlike {@link KubeClient.writeFence}
+   * it cannot be replaced or removed, so a client made with one stays fenced.
+   */
+  fence?: () => boolean;
+}
+
 /** A JSON answer of the API server. */
 export interface ApiResponse {
   status: number;
@@ -139,14 +187,19 @@ export class KubeClient {
    * a write that was already under way.
    */
   writeFence: (() => boolean) | undefined;
-  /** Writes refused by {@link writeFence}. */
+  /** Writes refused by a fence (the fixed one or {@link writeFence}). */
   fencedWrites = 0;
   private readonly agent: https.Agent;
+  readonly #fence: (() => boolean) | undefined;
+  readonly #token: TokenFile | undefined;
 
   constructor(
     readonly access: ClusterAccess,
     readonly userAgent = "steward-typescript",
+    clientOptions: KubeClientOptions = {},
   ) {
+    this.#fence = clientOptions.fence;
+    this.#token = access.tokenFile ? new TokenFile(access.tokenFile) : undefined;
     const options: https.AgentOptions = { keepAlive: true, maxSockets: 16 };
     if (access.ca) options.ca = access.ca;
     if (access.cert) options.cert = access.cert;
@@ -160,7 +213,7 @@ export class KubeClient {
    * Send `method path` with `body` as JSON (or `contentType`, e.g.
    * `application/merge-patch+json`) inside a CLIENT span; resolves with the parsed answer,
    * rejects with {@link ApiStatusError} for a non-2xx status, and with {@link FencedError}
-   * (nothing sent) for a write the {@link writeFence} refuses.
+   * (nothing sent) for a write a fence refuses.
    */
   request(method: string, path: string, body?: unknown, contentType = "application/json"): Promise<ApiResponse> {
     const tracer = trace.getTracer("steward.kube");
@@ -174,14 +227,14 @@ export class KubeClient {
             "user-agent": this.userAgent,
           };
           propagation.inject(otelContext.active(), headers);
-          if (this.access.token) headers["authorization"] = `Bearer ${this.access.token}`;
+          if (this.#token !== undefined) headers["authorization"] = this.#token.header();
+          else if (this.access.token) headers["authorization"] = `Bearer ${this.access.token}`;
           const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
           if (payload !== undefined) {
             headers["content-type"] = contentType;
             headers["content-length"] = String(payload.length);
           }
-          const fence = this.writeFence;
-          if (fence !== undefined && method.toUpperCase() !== "GET" && !fence()) {
+          if (method.toUpperCase() !== "GET" && !this.mayWrite()) {
             this.fencedWrites += 1;
             span.setStatus({ code: SpanStatusCode.ERROR, message: "fenced" });
             throw new FencedError(method, path.split("?")[0] ?? path);
@@ -198,6 +251,18 @@ export class KubeClient {
         }
       },
     );
+  }
+
+  /** True when both fences (the fixed one and {@link writeFence}, where set) let a write go now. */
+  mayWrite(): boolean {
+    const fixed = this.#fence;
+    const settable = this.writeFence;
+    return (fixed === undefined || fixed()) && (settable === undefined || settable());
+  }
+
+  /** True when the client was made with a fixed fence ({@link KubeClientOptions.fence}). */
+  get fenced(): boolean {
+    return this.#fence !== undefined;
   }
 
   private send(
