@@ -6,7 +6,8 @@
  * rate limiters) → {@link WorkerPool} → your `reconcile(request, info)`; a
  * {@link ManagerSession} decides when this instance may reconcile; {@link configureTracing}
  * exports the reconcile spans; {@link KubeClient} writes to the API server with
- * `traceparent`. {@link ControllerBuilder} wires it all.
+ * `traceparent`. {@link ControllerBuilder} wires it all, and {@link run} hosts a controller
+ * as a process (flags, credentials, a fenced API client, health, signals).
  */
 
 export { type Clock, FakeClock, MonotonicClock } from "./clock";
@@ -20,7 +21,42 @@ export {
   generationChanged,
   labelsChanged,
 } from "./controller";
-export { ApiStatusError, type ApiResponse, type ClusterAccess, FencedError, KubeClient, loadKubeconfig } from "./kube";
+export { HealthServer, type HealthChecks, splitAddress } from "./health";
+export {
+  type BooleanFlag,
+  ConfigError,
+  type ControllerDefinition,
+  type FlagSpec,
+  type FlagSpecs,
+  type FlagValue,
+  type FlagValues,
+  HEALTH_LISTEN_ENV,
+  HOST_FLAGS,
+  Host,
+  type HostSettings,
+  type ListFlag,
+  type ParsedArgs,
+  type ReconcilerContext,
+  type ReconcilerFactory,
+  type StringFlag,
+  UsageError,
+  helpText,
+  parseHostArgs,
+  run,
+  runHost,
+} from "./host";
+export {
+  ApiStatusError,
+  type ApiResponse,
+  type ClusterAccess,
+  FencedError,
+  KubeClient,
+  type KubeClientOptions,
+  SERVICE_ACCOUNT_DIR,
+  clusterAccess,
+  inClusterAccess,
+  loadKubeconfig,
+} from "./kube";
 export { log } from "./log";
 export {
   type Change,
