@@ -24,6 +24,8 @@ $(UV):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
+# Every workspace member's pyproject.toml: manager/ and tools/ (*/), services/serving and
+# services/informer (services/*/), the controllers (services/controllers/*/).
 $(VENV)/.synced: $(UV) pyproject.toml uv.lock $(wildcard */pyproject.toml services/*/pyproject.toml services/controllers/*/pyproject.toml)
 	$(UV) sync --frozen --all-packages
 	@touch $@
@@ -65,12 +67,13 @@ runtimes: venv ## build the Go and TypeScript runtimes' examples and conformance
 	$(MAKE) -C runtimes/typescript deps build
 
 .PHONY: lint
-lint: venv ## buf lint, generated code fresh (Python, Go, TypeScript), ruff, mypy, go vet, tsc
+lint: venv ## buf lint, generated code fresh (Python, Go, TypeScript), ruff, mypy, import layers, go vet, tsc
 	$(BIN)/buf lint
 	scripts/gen-protos.sh --check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python scripts/check-imports.py
 	$(MAKE) -C runtimes/go lint check-generated
 	$(MAKE) -C runtimes/typescript deps lint check-generated
 
