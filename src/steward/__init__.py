@@ -1,7 +1,114 @@
-"""Steward: the Kubernetes controller manager as gRPC microservices."""
+"""Steward: the Kubernetes controller manager as gRPC microservices.
+
+Everything a controller author needs is here, in one import::
+
+    import steward
+
+    CONFIGMAPS = steward.resource_type("", "v1", "configmaps")
+
+    async def reconcile(ctx: steward.Context, request: steward.Request) -> steward.Result:
+        obj = ctx.mirror.get(CONFIGMAPS, request.namespace, request.name)
+        ...
+        return steward.Result()
+
+    LABELLER = steward.ControllerBuilder("labeller").for_(CONFIGMAPS).complete(reconcile)
+
+    if __name__ == "__main__":
+        raise SystemExit(steward.run(LABELLER))
+
+The layers underneath (``steward.runtime``: mirror, sources, work queue, workers, manager
+session) are usable alone; see each module's documentation.
+"""
 
 from pkgutil import extend_path
 
 # Steward's distributions (the runtime, the informer, the manager, each controller, the
 # tools) each install part of this package; every part is found wherever it lives.
 __path__ = extend_path(__path__, __name__)
+
+from steward.kube import (
+    ApiError,
+    ApiStatusError,
+    ConflictError,
+    FencedError,
+    KubeClient,
+    NotFoundError,
+)
+from steward.runtime.controller import (
+    Context,
+    Controller,
+    ControllerBuilder,
+    ControllerDefinition,
+    ControllerOptions,
+)
+from steward.runtime.events import EventRecorder
+from steward.runtime.expectations import Expectations, slow_start_batches
+from steward.runtime.host import run
+from steward.runtime.mirror import (
+    Change,
+    ChangeKind,
+    Mirror,
+    MirrorObject,
+    StaleRead,
+    api_path,
+    resource_type,
+)
+from steward.runtime.ownership import (
+    Ownership,
+    controller_of,
+    controller_ref,
+    create_child,
+    is_controlled_by,
+)
+from steward.runtime.reconcile import Reconciler, Request, Result, TerminalError
+from steward.runtime.selectors import selector_matches
+from steward.runtime.source import (
+    generation_changed,
+    labels_changed,
+    resource_version_changed,
+)
+from steward.runtime.times import format_time, parse_time
+from steward.runtime.tracing import stamp_trace_context
+from steward.runtime.workqueue import TraceContext
+
+__all__ = [
+    "ApiError",
+    "ApiStatusError",
+    "Change",
+    "ChangeKind",
+    "ConflictError",
+    "Context",
+    "Controller",
+    "ControllerBuilder",
+    "ControllerDefinition",
+    "ControllerOptions",
+    "EventRecorder",
+    "Expectations",
+    "FencedError",
+    "KubeClient",
+    "Mirror",
+    "MirrorObject",
+    "NotFoundError",
+    "Ownership",
+    "Reconciler",
+    "Request",
+    "Result",
+    "StaleRead",
+    "TerminalError",
+    "TraceContext",
+    "api_path",
+    "controller_of",
+    "controller_ref",
+    "create_child",
+    "format_time",
+    "generation_changed",
+    "is_controlled_by",
+    "labels_changed",
+    "parse_time",
+    "resource_type",
+    "resource_version_changed",
+    "run",
+    "selector_matches",
+    "slow_start_batches",
+    "stamp_trace_context",
+]

@@ -284,6 +284,10 @@ def pool_manager(access: ClusterAccess, *, num_pools: int, maxsize: int) -> urll
     return manager
 
 
+WriteObserver = Callable[[str, str, Any, dict[str, Any]], None]
+"""Told ``(method, path, body sent, object answered)`` of each completed write."""
+
+
 class KubeClient:
     """A thread-safe raw JSON client of one API server; ``a…`` methods run on its threads."""
 
@@ -310,6 +314,11 @@ class KubeClient:
         that was already queued (see ``steward.runtime.controller.Controller.fence``)."""
         self.fenced_writes = 0
         """Writes refused by :attr:`write_fence`."""
+        self.write_observer: WriteObserver | None = None
+        """When set, told of every write :meth:`arequest` completed, on the event loop, as
+        soon as the API server answered: a controller's mirror uses it to know which
+        versions of an object are older than this controller's own writes (see
+        ``steward.runtime.mirror.Mirror.written``)."""
 
     def close(self) -> None:
         """Drop pooled connections and threads; calls in flight may fail."""
@@ -418,7 +427,7 @@ class KubeClient:
             if "traceparent" not in sent:
                 _propagator.inject(sent)
             try:
-                return await loop.run_in_executor(
+                answer = await loop.run_in_executor(
                     self._executor,
                     lambda: self.request(
                         method, path, body, content_type=content_type, headers=sent
@@ -428,6 +437,13 @@ class KubeClient:
                 span.set_attribute("http.response.status_code", err.status)
                 span.set_status(trace.StatusCode.ERROR, err.message)
                 raise
+            observer = self.write_observer
+            if observer is not None and method != "GET":
+                try:
+                    observer(method, path, body, answer)
+                except Exception:  # an observer's bug must not turn a write into an error
+                    log.exception("write observer failed on %s %s", method, route(path))
+            return answer
 
     def ensure_namespace(self, namespace: str) -> None:
         """Create ``namespace`` unless it exists."""

@@ -95,9 +95,9 @@ async def test_labeller_copies_labels_only_while_active(
         return (cm.metadata.annotations or {}).get(labeller.ANNOTATION)
 
     async with grpc.aio.insecure_channel(informer) as channel:
-        first = labeller.build(channel, api, ControllerOptions(namespace=namespace))
+        first = labeller.LABELLER.new(channel, api, ControllerOptions(namespace=namespace))
         task = asyncio.create_task(
-            first.run(manager=manager.address, session=SessionOptions(controller=labeller.NAME))
+            first.run(manager=manager.address, session=SessionOptions(controller=labeller.LABELLER.name))
         )
         try:
             # What existed before the controller started, and what comes after.
@@ -115,13 +115,13 @@ async def test_labeller_copies_labels_only_while_active(
             await _eventually(lambda: annotation("after") == "three", "a copy of a change")
 
             # The manager shows the instance active, with its reconciles.
-            info = manager.stub.GetController(mpb.GetControllerRequest(name=labeller.NAME))
+            info = manager.stub.GetController(mpb.GetControllerRequest(name=labeller.LABELLER.name))
             assert first.session is not None
             assert info.controller.holder == first.session.options.instance_id
             assert first.status().reconciles["success"] >= 3
 
             # Disabled at run time: the instance stops reconciling, changes are not copied.
-            manager.stub.DisableController(mpb.DisableControllerRequest(name=labeller.NAME))
+            manager.stub.DisableController(mpb.DisableControllerRequest(name=labeller.LABELLER.name))
             await _eventually(lambda: first._workers is None, "the workers to stop")
             core.patch_namespaced_config_map(
                 "after", namespace, {"metadata": {"labels": {labeller.LABEL: "four"}}}
@@ -142,7 +142,7 @@ async def test_labeller_without_a_manager_reconciles_on_its_own(
     api = KubeClient(load_access(str(cluster.kubeconfig)), user_agent="labeller-test")
     registry = CollectorRegistry()
     async with grpc.aio.insecure_channel(informer) as channel:
-        alone = labeller.build(
+        alone = labeller.LABELLER.new(
             channel, api, ControllerOptions(namespace=namespace, registry=registry)
         )
         task = asyncio.create_task(alone.run())
@@ -164,8 +164,8 @@ async def test_labeller_without_a_manager_reconciles_on_its_own(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
     api.close()
-    labels = {"controller": labeller.NAME, "result": "success"}
+    labels = {"controller": labeller.LABELLER.name, "result": "success"}
     assert (registry.get_sample_value("controller_runtime_reconcile_total", labels) or 0) >= 1
-    adds = registry.get_sample_value("workqueue_adds_total", {"name": labeller.NAME})
+    adds = registry.get_sample_value("workqueue_adds_total", {"name": labeller.LABELLER.name})
     assert adds is not None
     assert adds >= 1

@@ -1,67 +1,103 @@
-"""A controller: mirror → sources → work queue → workers → reconciler, wired and run as one.
+"""A controller: mirror → observers → sources → work queue → workers → reconciler, as one.
 
-Build one with :class:`ControllerBuilder` (``ControllerManagedBy(mgr).For(..).Owns(..)`` in
-controller-runtime)::
+Declare one with :class:`ControllerBuilder` (``ControllerManagedBy(mgr).For(..).Owns(..)``
+in controller-runtime); the result is a :class:`ControllerDefinition`, which
+:func:`steward.run` hosts as a process (flags, credentials, manager, signals) or
+:meth:`ControllerDefinition.new` binds to an informer channel and an API client::
 
-    controller = (
+    LABELLER = (
         ControllerBuilder("configmap-labeller")
-        .for_(CONFIGMAPS, kind="ConfigMap")
-        .complete(channel, lambda mirror: Labeller(mirror, api))
+        .for_(CONFIGMAPS, labels_changed, kind="ConfigMap")
+        .complete(reconcile)              # async def reconcile(ctx, request) -> Result
     )
-    await controller.run()          # blocks until cancelled
 
-# Start-up and shutdown
-``run`` starts the mirror, waits until every watched type has synced (a reconcile never
-sees a half-filled cache), then runs the workers. Cancelling ``run`` stops taking work,
-lets in-flight reconciles finish within the grace period, and closes the watch. If the
-informer refuses the watch for good, ``run`` raises
-:class:`~steward.runtime.mirror.MirrorError`.
+# Wiring, in a stated order
+The mirror is built first, then the :class:`Context` (mirror, fenced API client,
+expectations, options), then the reconciler from the context. The controller subscribes
+to its mirror once; for every change it runs, in this order: the observers declared with
+:meth:`ControllerBuilder.observe` (in declaration order; they lower expectations), then
+the sources (``for_``, ``owns``, ``watches``, in declaration order), which queue keys. So
+an expectation is always lowered before the key of the change that lowers it is queued.
 
-# With a manager
-Given a manager address, the controller registers with it
-(:class:`~steward.runtime.session.ManagerSession`) and runs its workers only while the
-manager says it is the active instance: START starts them (after a full resync of the
-primary type, so nothing that changed while standing by is missed), DRAIN stops them
-gracefully, STOP or a lost lease stops them at once — the lease is lost before another
-instance may start, so two instances never reconcile together. Before its first reconcile
-a promoted instance waits until its mirror holds everything the informer holds
-(:meth:`~steward.runtime.mirror.Mirror.catch_up`). Every worker also checks
-the lease before each reconcile. The mirror keeps syncing while standing by, so a
-promoted standby starts with a warm cache. Heartbeats carry the pool's status. Shutdown
-deregisters, so a standby takes over without waiting for the lease to lapse.
+# Start-up, alone or under a manager
+There is one start path. The mirror starts at once and keeps syncing. The workers start
+when the instance becomes active: at once when running alone, or when the manager says
+START. Before the first reconcile the mirror must have synced and caught up with the
+informer (:meth:`~steward.runtime.mirror.Mirror.catch_up`: what a predecessor wrote just
+before it stopped may still be on its way), then every object of the primary type is
+queued, and a resync (``resync_period``) re-queues them every period while active. Under a
+manager, DRAIN stops the workers gracefully and STOP or a lost lease stops them at once —
+the lease is lost before another instance may start, so two instances never reconcile
+together. Every worker checks the lease before each reconcile.
+
+# Writes
+The API client a controller is given is fenced by construction: every write first asks
+whether this instance holds its lease, on the thread that sends it, and is refused with
+:class:`~steward.kube.FencedError` otherwise (a process paused past its lease sends none
+of the writes it had under way). Its completed writes are told to the mirror, so no
+reconcile acts on a copy older than the controller's own writes (the mirror's "Read your
+own writes"); such a reconcile ends early and the key is looked at again after
+:data:`STALE_RECHECK` seconds.
+
+# Shutdown
+Cancelling :meth:`Controller.run` stops taking work, lets in-flight reconciles finish
+within ``shutdown_grace_seconds``, sends the Events still in flight, deregisters from the
+manager (so a standby takes over at once) and closes the watch. If the informer refuses
+the watch for good, ``run`` raises :class:`~steward.runtime.mirror.MirrorError`.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import functools
+import inspect
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import cast
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar, overload
 
 import grpc
 from prometheus_client import CollectorRegistry
 
 from steward.kube import KubeClient
-from steward.runtime.mirror import Change, Indexer, Mirror, MirrorOptions, TypeKey, type_key
+from steward.runtime.events import EventRecorder
+from steward.runtime.expectations import Expectations
+from steward.runtime.mirror import (
+    Change,
+    Indexer,
+    Mirror,
+    MirrorObject,
+    MirrorOptions,
+    StaleRead,
+    TypeKey,
+    guard_reads,
+    type_key,
+)
+from steward.runtime.ownership import Ownership, api_version
 from steward.runtime.reconcile import Reconciler, Request, Result
 from steward.runtime.session import ManagerSession, SessionOptions
 from steward.runtime.source import (
     EnqueueMapped,
     EnqueueObject,
     EnqueueOwner,
-    Mapper,
     Predicate,
     Source,
 )
+from steward.runtime.times import utc_now
 from steward.runtime.workers import WorkerOptions, WorkerPool, WorkerStatus
 from steward.runtime.workqueue import TraceContext
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import manager_pb2
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+STALE_RECHECK = 1.0
+"""Seconds after which a reconcile that met a copy older than its own write looks again."""
 
 
 @dataclass
@@ -75,66 +111,255 @@ class ControllerOptions:
     label_selector: str = ""
     """Watch only objects matching this label selector; empty (the default) for all."""
     resync_period: float | None = None
-    """Every so many seconds, enqueue every object of the primary type again (level
-    triggering's safety net). None (the default) for never."""
+    """Every so many seconds while active, queue every object of the primary type again
+    (level triggering's safety net). None (the default) for never."""
     shutdown_grace_seconds: float = 30.0
     """How long in-flight reconciles may finish on shutdown. Defaults to 30."""
     registry: CollectorRegistry | None = field(default=None, compare=False)
     """Prometheus registry for the controller's metrics; None for the global one."""
 
 
-class Controller:
-    """One controller, wired; see the module docs. Use :class:`ControllerBuilder`."""
+class Context:
+    """What a reconciler is built from and works with: the controller's name, its mirror,
+    its API client (fenced by construction), its expectations and options, and the
+    controller's own parsed flags."""
 
     def __init__(
         self,
-        name: str,
-        channel: grpc.aio.Channel,
-        primary: pb.ResourceType,
-        sources: Sequence[tuple[pb.ResourceType, Source]],
-        reconciler: Reconciler | Callable[[Mirror], Reconciler],
-        options: ControllerOptions | None = None,
-        indexers: dict[str, Indexer] | None = None,
+        controller: Controller[Any],
+        api: KubeClient | None,
+        flags: argparse.Namespace,
     ) -> None:
-        self.name = name
-        self.options = options or ControllerOptions()
-        types = {type_key(primary): primary}
-        for rtype, _ in sources:
-            types.setdefault(type_key(rtype), rtype)
-        self.primary = type_key(primary)
+        self._controller = controller
+        self._api = api
+        self.name: str = controller.name
+        self.mirror: Mirror = controller.mirror
+        self.options: ControllerOptions = controller.options
+        self.flags = flags
+        """The controller's own flags (:meth:`ControllerBuilder.flags`), parsed."""
+        self.expectations = Expectations()
+        """The controller's expectations (one TTL: five minutes, as upstream)."""
+        self.primary: pb.ResourceType = controller.definition.primary
+        self.primary_kind: str = controller.definition.primary_kind
+        self._recorders: list[EventRecorder] = []
+
+    @property
+    def api(self) -> KubeClient:
+        """The API client: every write is fenced by the lease and told to the mirror.
+
+        Raises:
+            RuntimeError: the controller was built without one (a read-only driver).
+        """
+        if self._api is None:
+            raise RuntimeError(f"controller {self.name!r} was built without an API client")
+        return self._api
+
+    def may_reconcile(self) -> bool:
+        """True unless a manager session exists and this instance does not hold its lease."""
+        return self._controller.may_reconcile()
+
+    def event_recorder(
+        self,
+        component: str,
+        reporting_component: str = "",
+        clock: Callable[[], Any] = utc_now,
+    ) -> EventRecorder:
+        """An :class:`EventRecorder` for objects of the primary type, as ``component``
+        (reported by ``reporting_component``, default ``steward.io/<component>``). Events
+        still in flight at shutdown are sent before the controller stops."""
+        recorder = EventRecorder(
+            self.api,
+            api_version=api_version(self.primary),
+            kind=self.primary_kind,
+            component=component,
+            reporting_component=reporting_component or f"steward.io/{component}",
+            clock=clock,
+        )
+        self._recorders.append(recorder)
+        return recorder
+
+    def ownership(
+        self, child_type: pb.ResourceType, *, finalizers: Sequence[str] = (), strategic: bool = True
+    ) -> Ownership:
+        """Claim / adopt / release of children of ``child_type`` by objects of the primary
+        type (:class:`~steward.runtime.ownership.Ownership`)."""
+        return Ownership(
+            self.api,
+            self.primary,
+            self.primary_kind,
+            child_type,
+            finalizers=finalizers,
+            strategic=strategic,
+        )
+
+    async def drain_events(self) -> None:
+        for recorder in self._recorders:
+            await recorder.drain()
+
+
+ReconcileFunction = Callable[[Context, Request], Awaitable[Result]]
+"""A reconciler written as one function: ``async def reconcile(ctx, request) -> Result``."""
+
+Factory = Callable[[Context], R]
+"""Builds the reconciler from the controller's :class:`Context`."""
+
+Mapper = Callable[[R, MirrorObject], Iterable[Request]]
+"""The keys an object of another type maps to, asked of the reconciler (an unbound method
+such as ``MyReconciler.owners_of``, or any function of ``(reconciler, obj)``)."""
+
+Observer = Callable[[R, Change], None]
+"""Runs for every change before its keys are queued (an unbound method of the reconciler,
+such as ``MyReconciler.observe``); it must not block."""
+
+
+class _FunctionReconciler:
+    def __init__(self, ctx: Context, fn: ReconcileFunction) -> None:
+        self.ctx = ctx
+        self.fn = fn
+
+    async def reconcile(self, request: Request, contexts: Sequence[TraceContext]) -> Result:
+        return await self.fn(self.ctx, request)
+
+
+@dataclass(frozen=True)
+class _SourceSpec(Generic[R]):
+    rtype: pb.ResourceType
+    kind: str  # "object", "owner" or "mapped"
+    predicates: tuple[Predicate, ...]
+    mapper: Mapper[R] | None = None
+
+
+@dataclass(frozen=True)
+class ControllerDefinition(Generic[R]):
+    """A controller as declared (see :class:`ControllerBuilder`), not yet bound to an
+    informer or an API server. :func:`steward.run` hosts it; :meth:`new` binds it."""
+
+    name: str
+    primary: pb.ResourceType
+    primary_kind: str
+    factory: Factory[R]
+    sources: tuple[_SourceSpec[R], ...] = ()
+    observers: tuple[Observer[R], ...] = ()
+    indexers: tuple[tuple[str, Indexer], ...] = ()
+    options: ControllerOptions = field(default_factory=ControllerOptions)
+    add_flags: tuple[Callable[[argparse.ArgumentParser], None], ...] = ()
+    beside_upstream: tuple[str, ...] | None = None
+    """Flags that let this controller run beside upstream's controller of the same name
+    (each side keeping to its own objects); None when the two must not run together."""
+    alone: tuple[str, ...] = ()
+    """Flags for when upstream's controller of the same name is off."""
+    description: str = ""
+
+    def flag_parser(self, parser: Any = None) -> Any:
+        """``parser`` (an argument parser or group; a new parser when None) with the
+        controller's own flags added."""
+        parser = parser or argparse.ArgumentParser(prog=self.name, add_help=False)
+        for add in self.add_flags:
+            add(parser)
+        return parser
+
+    def new(
+        self,
+        channel: grpc.aio.Channel,
+        api: KubeClient | None = None,
+        options: ControllerOptions | None = None,
+        flags: argparse.Namespace | Sequence[str] | None = None,
+    ) -> Controller[R]:
+        """Bind the controller to an informer channel and an API client (which it fences
+        and tells its mirror of; see the module docs). ``options`` default to the
+        definition's; ``flags`` are the controller's own flags, parsed or as arguments
+        (default: their defaults)."""
+        parsed = (
+            flags
+            if isinstance(flags, argparse.Namespace)
+            else self.flag_parser().parse_args(list(flags or ()))
+        )
+        return Controller(self, channel, api, options or self.options, parsed)
+
+
+class Controller(Generic[R]):
+    """One controller, bound and runnable; see the module docs. Built by
+    :meth:`ControllerDefinition.new`."""
+
+    def __init__(
+        self,
+        definition: ControllerDefinition[R],
+        channel: grpc.aio.Channel,
+        api: KubeClient | None,
+        options: ControllerOptions,
+        flags: argparse.Namespace,
+    ) -> None:
+        self.definition = definition
+        self.name = definition.name
+        self.options = options
+        types: dict[TypeKey, pb.ResourceType] = {type_key(definition.primary): definition.primary}
+        for spec in definition.sources:
+            types.setdefault(type_key(spec.rtype), spec.rtype)
+        self.primary = type_key(definition.primary)
         self.mirror = Mirror(
             channel,
             types.values(),
             MirrorOptions(
-                namespace=self.options.namespace,
-                label_selector=self.options.label_selector,
-                subscriber=name,
+                namespace=options.namespace,
+                label_selector=options.label_selector,
+                subscriber=self.name,
             ),
-            indexers,
-        )
-        self.reconciler: Reconciler = (
-            cast(Reconciler, reconciler)
-            if hasattr(reconciler, "reconcile") and not isinstance(reconciler, type)
-            else reconciler(self.mirror)  # a factory (a class taking the mirror, too)
+            dict(definition.indexers),
         )
         self.session: ManagerSession | None = None
+        self.api = api
+        if api is not None:
+            api.write_fence = self.may_reconcile
+            api.write_observer = self.mirror.written
+        self.context = Context(self, api, flags)
+        factory = definition.factory
+        if inspect.iscoroutinefunction(factory):
+            function: Any = factory
+            self.reconciler: R = _FunctionReconciler(self.context, function)  # type: ignore[assignment]
+        else:
+            self.reconciler = factory(self.context)
+        reconciler = self.reconciler
+        self._observers = [functools.partial(o, reconciler) for o in definition.observers]
+        self._routes: dict[TypeKey, list[Source]] = {}
+        for spec in definition.sources:
+            source: Source
+            if spec.kind == "object":
+                source = EnqueueObject(spec.predicates)
+            elif spec.kind == "owner":
+                source = EnqueueOwner(
+                    definition.primary.group, definition.primary_kind, spec.predicates
+                )
+            else:
+                assert spec.mapper is not None
+                source = EnqueueMapped(functools.partial(spec.mapper, reconciler), spec.predicates)
+            self._routes.setdefault(type_key(spec.rtype), []).append(source)
         self._workers: asyncio.Task[None] | None = None
         self.pool = self._new_pool()
-        self._routes: dict[TypeKey, list[Source]] = {}
-        for rtype, source in sources:
-            self._routes.setdefault(type_key(rtype), []).append(source)
         self.mirror.add_handler(self._dispatch)
 
+    # Wiring --------------------------------------------------------------------------------
     def _dispatch(self, change: Change) -> None:
+        for observe in self._observers:
+            try:
+                observe(change)
+            except Exception:  # an observer's bug must not stop the others or the keys
+                log.exception(
+                    "%s: observer failed on %s %r", self.name, change.kind.value, change.obj
+                )
         for source in self._routes.get(change.obj.type, ()):
             source.handle(change, self._enqueue)
 
     def _enqueue(self, key: Request, context: TraceContext | None) -> None:
         self.pool.queue.add(key, context)
 
+    # Status ----------------------------------------------------------------------------------
     def status(self) -> WorkerStatus:
         """Queue depth, busy workers, reconcile counts and the last error, now."""
         return self.pool.status()
+
+    def active(self) -> bool:
+        """Whether the workers are running (this instance is the active one)."""
+        return self._workers is not None
 
     def heartbeat_status(self) -> manager_pb2.InstanceStatus:
         """The pool's status as the manager's heartbeat carries it."""
@@ -156,41 +381,48 @@ class Controller:
             status.last_error_time.FromSeconds(int(st.last_error.at))
         return status
 
+    def may_reconcile(self) -> bool:
+        """True unless a manager session exists and this instance does not hold the lease."""
+        return self.session is None or self.session.holds_lease()
+
+    # Running ---------------------------------------------------------------------------------
     async def run(self, manager: str | None = None, session: SessionOptions | None = None) -> None:
-        """Run until cancelled (see the module docs). With ``manager`` (host:port), run the
-        workers only while the manager makes this instance active."""
-        if manager is None:
-            await self._run_alone()
-            return
-        opts = session or SessionOptions(controller=self.name)
-        if not opts.watches:
-            opts.watches = list(self.mirror.watched_types())
-        self.session = ManagerSession(
-            manager,
-            opts,
-            status=self.heartbeat_status,
-            on_start=self._on_start,
-            on_drain=self._on_drain,
-            on_stop=self._on_stop,
-        )
-        mirror = asyncio.create_task(self.mirror.run(), name=f"{self.name}-mirror")
-        session_task = asyncio.create_task(self.session.run(), name=f"{self.name}-session")
-        try:
-            done, _ = await asyncio.wait(
-                {mirror, session_task}, return_when=asyncio.FIRST_COMPLETED
+        """Run until cancelled (see the module docs). With ``manager`` (host:port), the
+        workers run only while the manager makes this instance active."""
+        tasks: dict[str, asyncio.Task[None]] = {
+            "mirror": asyncio.create_task(self.mirror.run(), name=f"{self.name}-mirror")
+        }
+        if manager is not None:
+            opts = replace(session) if session is not None else SessionOptions(controller=self.name)
+            if not opts.watches:
+                opts.watches = list(self.mirror.watched_types())
+            self.session = ManagerSession(
+                manager,
+                opts,
+                status=self.heartbeat_status,
+                on_start=self._on_start,
+                on_drain=self._on_drain,
+                on_stop=self._on_stop,
             )
+            tasks["session"] = asyncio.create_task(self.session.run(), name=f"{self.name}-session")
+        else:
+            self._on_start(0)  # alone: always the active instance
+        try:
+            done, _ = await asyncio.wait(tasks.values(), return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 task.result()  # the mirror's or the session's error, if any
         finally:
             await self._stop_workers(graceful=True)
-            with contextlib.suppress(Exception):
-                await self.session.close()
-            for task in (session_task, mirror):
+            await self.context.drain_events()
+            if self.session is not None:
+                with contextlib.suppress(Exception):
+                    await self.session.close()
+            for task in tasks.values():
                 task.cancel()
+            for task in tasks.values():
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    # Manager callbacks ---------------------------------------------------------------------
     def _on_start(self, epoch: int) -> None:
         if self._workers is not None:
             return
@@ -206,13 +438,31 @@ class Controller:
         started = time.monotonic()
         await self.mirror.catch_up()
         log.info(
-            "controller %s: mirror caught up with the informer in %.3fs",
+            "controller %s: mirror caught up with the informer in %.3fs; %d workers",
             self.name,
             time.monotonic() - started,
+            self.options.max_concurrent_reconciles,
         )
+        self._enqueue_primary()
+        resync = None
+        if self.options.resync_period:
+            resync = asyncio.create_task(self._resync(self.options.resync_period))
+        try:
+            await self.pool.run()
+        finally:
+            if resync is not None:
+                resync.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await resync
+
+    def _enqueue_primary(self) -> None:
         for obj in self.mirror.objects(self.primary):
             self.pool.queue.add(Request(obj.namespace, obj.name))
-        await self.pool.run()
+
+    async def _resync(self, period: float) -> None:
+        while True:
+            await asyncio.sleep(period)
+            self._enqueue_primary()
 
     async def _on_drain(self) -> None:
         await self._stop_workers(graceful=True)
@@ -236,7 +486,7 @@ class Controller:
     def _new_pool(self) -> WorkerPool:
         return WorkerPool(
             self.name,
-            _Fenced(self.reconciler, self),
+            _Guarded(self.reconciler, self),  # type: ignore[arg-type]
             options=WorkerOptions(
                 max_concurrent_reconciles=self.options.max_concurrent_reconciles,
                 shutdown_grace_seconds=self.options.shutdown_grace_seconds,
@@ -244,62 +494,12 @@ class Controller:
             ),
         )
 
-    def fence(self, *clients: KubeClient) -> None:
-        """Refuse the writes of ``clients`` while this instance does not hold the lease
-        (their :attr:`~steward.kube.KubeClient.write_fence`): after a pause past the
-        renew deadline, even a write already queued is not sent."""
-        for api in clients:
-            api.write_fence = self.may_reconcile
 
-    def may_reconcile(self) -> bool:
-        """True unless a manager session exists and this instance does not hold the lease."""
-        return self.session is None or self.session.holds_lease()
+class _Guarded:
+    """Runs each reconcile only while holding the lease, with the mirror's reads guarded
+    against copies older than the controller's own writes."""
 
-    async def _run_alone(self) -> None:
-        mirror = asyncio.create_task(self.mirror.run(), name=f"{self.name}-mirror")
-        try:
-            synced = asyncio.create_task(self.mirror.wait_synced())
-            done, _ = await asyncio.wait({mirror, synced}, return_when=asyncio.FIRST_COMPLETED)
-            if mirror in done:
-                synced.cancel()
-                mirror.result()  # raises the mirror's error
-                return
-            log.info(
-                "controller %s: caches synced, starting %d workers",
-                self.name,
-                self.options.max_concurrent_reconciles,
-            )
-            tasks = [asyncio.create_task(self.pool.run(), name=f"{self.name}-workers")]
-            if self.options.resync_period:
-                tasks.append(asyncio.create_task(self._resync(self.options.resync_period)))
-            try:
-                done, _ = await asyncio.wait(
-                    {mirror, tasks[0]}, return_when=asyncio.FIRST_COMPLETED
-                )
-                if mirror in done:
-                    mirror.result()
-            finally:
-                for task in tasks:
-                    task.cancel()
-                for task in tasks:
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-        finally:
-            mirror.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await mirror
-
-    async def _resync(self, period: float) -> None:
-        while True:
-            await asyncio.sleep(period)
-            for obj in self.mirror.objects(self.primary):
-                self.pool.queue.add(Request(obj.namespace, obj.name))
-
-
-class _Fenced:
-    """Checks the lease before every reconcile, so none starts after the lease is lost."""
-
-    def __init__(self, inner: Reconciler, controller: Controller) -> None:
+    def __init__(self, inner: Reconciler, controller: Controller[Any]) -> None:
         self.inner = inner
         self.controller = controller
 
@@ -307,69 +507,118 @@ class _Fenced:
         if not self.controller.may_reconcile():
             # The workers are about to be stopped; whoever is active next reconciles it.
             return Result(requeue_after=1.0)
-        return await self.inner.reconcile(request, contexts)
+        try:
+            with guard_reads(self.controller.mirror):
+                return await self.inner.reconcile(request, contexts)
+        except StaleRead as err:
+            log.debug("%s: %s: %s; looking again shortly", self.controller.name, request, err)
+            return Result(requeue_after=STALE_RECHECK)
 
 
-class ControllerBuilder:
-    """Fluent wiring of a :class:`Controller`: one primary type, owned and mapped types."""
+class ControllerBuilder(Generic[R]):
+    """Fluent declaration of a controller: one primary type, owned and mapped types,
+    observers, indexes, options and flags; :meth:`complete` gives the definition."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._primary: pb.ResourceType | None = None
         self._primary_kind = ""
-        self._sources: list[tuple[pb.ResourceType, Source]] = []
+        self._sources: list[_SourceSpec[R]] = []
+        self._observers: list[Observer[R]] = []
         self._options = ControllerOptions()
         self._indexers: dict[str, Indexer] = {}
+        self._flags: list[Callable[[argparse.ArgumentParser], None]] = []
+        self._beside: tuple[str, ...] | None = None
+        self._alone: tuple[str, ...] = ()
+        self._description = ""
 
     def for_(
         self, rtype: pb.ResourceType, *predicates: Predicate, kind: str = ""
-    ) -> ControllerBuilder:
-        """The primary type: each change enqueues the object's own key. ``kind`` (e.g.
-        "Job") is needed when the controller also :meth:`owns` other types."""
+    ) -> ControllerBuilder[R]:
+        """The primary type: each change queues the object's own key. ``kind`` (e.g.
+        "Job") is needed for :meth:`owns`, Events and ownership."""
         if self._primary is not None:
             raise ValueError(f"controller {self.name!r} already has a primary type")
         self._primary = rtype
         self._primary_kind = kind
-        self._sources.append((rtype, EnqueueObject(predicates)))
+        self._sources.append(_SourceSpec(rtype, "object", predicates))
         return self
 
-    def owns(self, rtype: pb.ResourceType, *predicates: Predicate) -> ControllerBuilder:
-        """A type whose objects the primary type controls: a change enqueues the key of the
-        controlling owner (when it is of the primary kind)."""
+    def owns(self, rtype: pb.ResourceType, *predicates: Predicate) -> ControllerBuilder[R]:
+        """A type whose objects the primary type controls: a change queues the key of the
+        controlling owner (old and new, when the controller changed)."""
         if self._primary is None or not self._primary_kind:
             raise ValueError("owns() needs for_(..., kind=...) first")
-        source = EnqueueOwner(self._primary.group, self._primary_kind, predicates)
-        self._sources.append((rtype, source))
+        self._sources.append(_SourceSpec(rtype, "owner", predicates))
         return self
 
     def watches(
-        self, rtype: pb.ResourceType, mapper: Mapper, *predicates: Predicate
-    ) -> ControllerBuilder:
-        """Any other type: ``mapper`` says which keys a changed object concerns."""
-        self._sources.append((rtype, EnqueueMapped(mapper, predicates)))
+        self, rtype: pb.ResourceType, mapper: Mapper[R], *predicates: Predicate
+    ) -> ControllerBuilder[R]:
+        """Any other type: ``mapper(reconciler, obj)`` says which keys a changed object
+        concerns (for an update, the old object's keys too). A mapper that raises is
+        logged and queues nothing."""
+        self._sources.append(_SourceSpec(rtype, "mapped", predicates, mapper))
         return self
 
-    def with_options(self, options: ControllerOptions) -> ControllerBuilder:
+    def observe(self, observer: Observer[R]) -> ControllerBuilder[R]:
+        """Run ``observer(reconciler, change)`` for every change, before any key is queued
+        (the place to lower expectations; see the module docs for the order)."""
+        self._observers.append(observer)
+        return self
+
+    def with_options(self, options: ControllerOptions) -> ControllerBuilder[R]:
+        """Default options (the host's flags override workers and namespace)."""
         self._options = options
         return self
 
-    def with_index(self, name: str, indexer: Indexer) -> ControllerBuilder:
+    def with_index(self, name: str, indexer: Indexer) -> ControllerBuilder[R]:
         """Declare an index of the mirror (for ``mirror.by_index(type, name, value)``)."""
         self._indexers[name] = indexer
         return self
 
-    def complete(
-        self, channel: grpc.aio.Channel, reconciler: Reconciler | Callable[[Mirror], Reconciler]
-    ) -> Controller:
-        """Build the controller. ``reconciler`` may be a factory taking the mirror."""
+    def flags(self, add: Callable[[argparse.ArgumentParser], None]) -> ControllerBuilder[R]:
+        """Declare flags of the controller's own (``add(parser)`` adds them); the parsed
+        values are the reconciler's ``ctx.flags``."""
+        self._flags.append(add)
+        return self
+
+    def beside_upstream(
+        self, flags: Sequence[str] | None, alone: Sequence[str] = ()
+    ) -> ControllerBuilder[R]:
+        """How the local control plane runs this controller: ``flags`` let it run beside
+        upstream's controller of the same name (None: never together), ``alone`` are
+        given when upstream's is off."""
+        self._beside = tuple(flags) if flags is not None else None
+        self._alone = tuple(alone)
+        return self
+
+    def describe(self, text: str) -> ControllerBuilder[R]:
+        """What ``--help`` says the controller does."""
+        self._description = text
+        return self
+
+    @overload
+    def complete(self, reconciler: ReconcileFunction) -> ControllerDefinition[Any]: ...
+    @overload
+    def complete(self, reconciler: Factory[R]) -> ControllerDefinition[R]: ...
+    def complete(self, reconciler: Factory[R] | ReconcileFunction) -> ControllerDefinition[Any]:
+        """The definition. ``reconciler`` is either a factory taking the :class:`Context`
+        (a class whose ``__init__`` takes it will do) whose result has ``async def
+        reconcile(request, contexts)``, or one ``async def reconcile(ctx, request)``."""
         if self._primary is None:
             raise ValueError(f"controller {self.name!r} needs a primary type: call for_()")
-        return Controller(
-            self.name,
-            channel,
-            self._primary,
-            self._sources,
-            reconciler,
-            self._options,
-            self._indexers,
+        return ControllerDefinition(
+            name=self.name,
+            primary=self._primary,
+            primary_kind=self._primary_kind,
+            factory=reconciler,  # type: ignore[arg-type]
+            sources=tuple(self._sources),
+            observers=tuple(self._observers),
+            indexers=tuple(self._indexers.items()),
+            options=self._options,
+            add_flags=tuple(self._flags),
+            beside_upstream=self._beside,
+            alone=self._alone,
+            description=self._description,
         )

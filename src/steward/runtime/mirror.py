@@ -26,6 +26,20 @@ A request the informer refuses for good (NOT_FOUND for an unknown type, INVALID_
 for a bad selector, PERMISSION_DENIED) is not retried: :meth:`Mirror.run` raises
 :class:`MirrorError` with the informer's message.
 
+# Read your own writes
+A controller writes to the API server and then sees its write come back through the
+informer a little later; a reconcile in between would read the mirror's older copy and
+act on it (count a Job's pods from a status that does not yet record them, and create
+them again). So the mirror is told of every write its controller's API client completed
+(:meth:`Mirror.written`, wired by the runtime) and remembers, per object, the version
+that write produced and the versions it replaced. While a reconcile runs
+(:func:`guard_reads`), any read that would return a copy older than the controller's own
+last write raises :class:`StaleRead`; the runtime ends that reconcile and looks at the key
+again shortly (the write's own event usually brings it back first). Resource versions are
+compared as the integers kube-apiserver makes them; a version that is not an integer is
+stale only when it is one a write replaced. The record of an object is dropped as soon as
+the mirror shows that write or a later version, or the object's deletion.
+
 # Memory usage
 One :class:`MirrorObject` per object (the JSON bytes and parsed metadata; the decoded
 dict only once someone asked for it), plus index entries.
@@ -34,8 +48,10 @@ dict only once someone asked for it), plus index entries.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -75,12 +91,94 @@ def resource_type(group: str, version: str, resource: str) -> pb.ResourceType:
     return pb.ResourceType(group=group, version=version, resource=resource)
 
 
+def api_path(
+    rtype: pb.ResourceType | TypeKey, namespace: str = "", name: str = "", subresource: str = ""
+) -> str:
+    """The API server's path of a collection (no ``name``) or of one object, e.g.
+    ``/apis/batch/v1/namespaces/ns/jobs/pi/status``."""
+    group, version, resource = rtype if isinstance(rtype, tuple) else type_key(rtype)
+    path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    if namespace:
+        path += f"/namespaces/{namespace}"
+    path += f"/{resource}"
+    if name:
+        path += f"/{name}"
+        if subresource:
+            path += f"/{subresource}"
+    return path
+
+
 class MirrorError(Exception):
     """The informer refused the watch for good (bad type, selector or permissions)."""
 
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
         super().__init__(f"informer refused the watch ({code.name}): {message}")
         self.code = code
+
+
+class StaleRead(Exception):
+    """A read during a reconcile found the mirror's copy older than this controller's own
+    last write of that object (see the module docs, Read your own writes)."""
+
+    def __init__(self, obj: MirrorObject, written: str) -> None:
+        super().__init__(
+            f"the mirror's copy of {'/'.join(obj.type[::2])} {obj.namespace}/{obj.name} "
+            f"(version {obj.resource_version}) is older than this controller's write "
+            f"(version {written})"
+        )
+        self.obj = obj
+        self.written = written
+
+
+_guarded: ContextVar[Mirror | None] = ContextVar("steward_mirror_guarded", default=None)
+
+
+@contextlib.contextmanager
+def guard_reads(mirror: Mirror) -> Iterator[None]:
+    """While the body runs (in this task), reads of ``mirror`` raise :class:`StaleRead`
+    rather than return a copy older than the controller's own writes. The runtime runs
+    every reconcile inside it."""
+    token = _guarded.set(mirror)
+    try:
+        yield
+    finally:
+        _guarded.reset(token)
+
+
+def _as_int(version: str) -> int | None:
+    return int(version) if version.isdigit() else None
+
+
+@dataclass
+class _Written:
+    """What this controller's writes did to one object."""
+
+    version: str
+    """The version the last write produced."""
+    replaced: set[str] = field(default_factory=set)
+    """Versions the writes replaced (for versions that are not integers)."""
+
+    def older(self, version: str) -> bool:
+        ours, theirs = _as_int(self.version), _as_int(version)
+        if ours is not None and theirs is not None:
+            return theirs < ours
+        return version in self.replaced
+
+
+def parse_path(path: str) -> tuple[TypeKey, str, str] | None:
+    """``(type, namespace, name)`` of an API path (name empty for a collection), or None
+    when it is not a resource path."""
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    if len(parts) >= 3 and parts[0] == "api":
+        group, version, rest = "", parts[1], parts[2:]
+    elif len(parts) >= 4 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    namespace = ""
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    return (group, version, rest[0]), namespace, rest[1] if len(rest) > 1 else ""
 
 
 class MirrorObject:
@@ -169,6 +267,8 @@ class _TypeState:
     replacing: set[ObjectKey] | None = None
     """Keys seen in a fresh snapshot after REPLACED, until its INITIAL_EVENTS_END."""
     indexes: dict[str, dict[str, set[ObjectKey]]] = field(default_factory=dict)
+    written: dict[ObjectKey, _Written] = field(default_factory=dict)
+    """This controller's writes the mirror has not shown yet, by object."""
 
 
 @dataclass
@@ -238,8 +338,13 @@ class Mirror:
     def get(
         self, rtype: pb.ResourceType | TypeKey, namespace: str, name: str
     ) -> MirrorObject | None:
-        """The object, or None if the mirror does not hold it."""
-        return self._type(rtype).objects.get((namespace, name))
+        """The object, or None if the mirror does not hold it. During a reconcile, raises
+        :class:`StaleRead` for a copy older than the controller's own write."""
+        state = self._type(rtype)
+        obj = state.objects.get((namespace, name))
+        if obj is not None and state.written and _guarded.get() is self:
+            self._check(state, obj)
+        return obj
 
     def objects(
         self, rtype: pb.ResourceType | TypeKey, namespace: str | None = None
@@ -247,7 +352,11 @@ class Mirror:
         """Every object of the type, or of one namespace of it."""
         state = self._type(rtype)
         if namespace is None:
-            return list(state.objects.values())
+            found = list(state.objects.values())
+            if state.written and _guarded.get() is self:
+                for obj in found:
+                    self._check(state, obj)
+            return found
         return self.by_index(rtype, "namespace", namespace)
 
     def by_index(
@@ -258,7 +367,55 @@ class Mirror:
             raise KeyError(f"no index {index!r}; declared: {sorted(self._indexers)}")
         state = self._type(rtype)
         keys = state.indexes.get(index, {}).get(value, ())
-        return [state.objects[k] for k in keys]
+        found = [state.objects[k] for k in keys]
+        if state.written and _guarded.get() is self:
+            for obj in found:
+                self._check(state, obj)
+        return found
+
+    def _check(self, state: _TypeState, obj: MirrorObject) -> None:
+        record = state.written.get(obj.key)
+        if record is not None and record.older(obj.resource_version):
+            raise StaleRead(obj, record.version)
+
+    def is_stale(self, obj: MirrorObject) -> bool:
+        """Whether ``obj`` (a copy this mirror holds) is older than the controller's own
+        last write of it."""
+        state = self._state.get(obj.type)
+        record = state.written.get(obj.key) if state is not None else None
+        return record is not None and record.older(obj.resource_version)
+
+    def written(self, method: str, path: str, body: object, answer: dict[str, Any]) -> None:
+        """Record a write the controller's API client completed (a
+        :data:`~steward.kube.WriteObserver`): ``answer`` is the object as the API server
+        stored it. Writes of types this mirror does not watch are ignored."""
+        parsed = parse_path(path)
+        if parsed is None:
+            return
+        rtype, namespace, name = parsed
+        state = self._state.get(rtype)
+        meta = answer.get("metadata") if isinstance(answer, dict) else None
+        if state is None or not isinstance(meta, dict) or answer.get("kind") == "Status":
+            return
+        version = str(meta.get("resourceVersion") or "")
+        name = str(meta.get("name") or name)
+        if not version or not name:
+            return
+        key = (str(meta.get("namespace") or namespace), name)
+        record = state.written.get(key)
+        if record is None:
+            record = state.written[key] = _Written(version)
+        elif not record.older(version):
+            record.version = version
+        sent = body.get("metadata") if isinstance(body, dict) else None
+        if isinstance(sent, dict) and sent.get("resourceVersion"):
+            record.replaced.add(str(sent["resourceVersion"]))
+        held = state.objects.get(key)
+        if held is not None and held.resource_version != version:
+            record.replaced.add(held.resource_version)
+        record.replaced.discard(record.version)
+        if held is not None and not record.older(held.resource_version):
+            del state.written[key]  # the mirror already shows this write (or later)
 
     def resource_version(self, rtype: pb.ResourceType | TypeKey) -> str:
         """The last resource version seen of a type (the resume point)."""
@@ -402,6 +559,7 @@ class Mirror:
                 if gone is not None:
                     self._unindex(state, gone)
                     del state.objects[obj.key]
+                state.written.pop(obj.key, None)
                 self._emit(Change(ChangeKind.DELETED, obj, None, _trace(event)))
             if event.resource_version:
                 state.resource_version = event.resource_version
@@ -414,6 +572,9 @@ class Mirror:
             self._unindex(state, old)
         state.objects[obj.key] = obj
         self._index(state, obj)
+        record = state.written.get(obj.key)
+        if record is not None and not record.older(obj.resource_version):
+            del state.written[obj.key]  # the mirror caught up with our write
         kind = ChangeKind.ADDED if old is None else ChangeKind.MODIFIED
         self._emit(Change(kind, obj, old, _trace(event)))
 
@@ -421,6 +582,7 @@ class Mirror:
         for obj_key in [k for k in state.objects if k not in seen]:
             gone = state.objects.pop(obj_key)
             self._unindex(state, gone)
+            state.written.pop(obj_key, None)
             self._emit(Change(ChangeKind.DELETED, gone, None, None))
 
     def _index(self, state: _TypeState, obj: MirrorObject) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -81,3 +82,15 @@ def outgoing_headers() -> dict[str, str]:
     if trace.get_current_span().get_span_context().is_valid:
         _propagator.inject(carrier)
     return carrier
+
+
+def stamp_trace_context(body: dict[str, Any]) -> dict[str, Any]:
+    """Put the current span's ``traceparent``/``tracestate`` into ``body``'s annotations
+    (KEP-5915's annotation), so the events of an object this reconcile writes — a child it
+    creates, scheduling and running it — continue the same trace. Returns ``body``; nothing
+    changes when nothing is being traced."""
+    context = outgoing_headers()
+    if context:
+        meta = body.setdefault("metadata", {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), **context}
+    return body
