@@ -1,0 +1,383 @@
+/**
+ * Unit tests of the host: its flags (standard and the author's), its help, the API client it
+ * hands the reconciler (fenced from the start, and not to be unfenced), and its health
+ * endpoints.
+ */
+
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { once } from "node:events";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import http from "node:http";
+import https from "node:https";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import {
+  ConfigError,
+  type ControllerDefinition,
+  type FlagSpecs,
+  Host,
+  type HostSettings,
+  type ReconcilerContext,
+  UsageError,
+  helpText,
+  parseHostArgs,
+} from "../host";
+import { FencedError, type KubeClient } from "../kube";
+import { resourceType } from "../mirror";
+import { SecurityConfigError } from "../security";
+import { ManagerSession } from "../session";
+import { credentials } from "@grpc/grpc-js";
+
+const CONFIGMAPS = resourceType("", "v1", "configmaps");
+const CM_PATH = "/api/v1/namespaces/default/configmaps/c";
+const PLAINTEXT = { STEWARD_INSECURE_PLAINTEXT: "true" };
+
+const FLAGS = {
+  rule: { type: "string", multiple: true, metavar: "RULE", help: "a rule (repeatable)" },
+  mode: { type: "string", default: "fast", help: "how" },
+  target: { type: "string", help: "where" },
+  dry: { type: "boolean", help: "change nothing" },
+} as const satisfies FlagSpecs;
+
+/** A definition that hands its reconciler context to `seen`. */
+function definition(seen: ReconcilerContext[] = []): ControllerDefinition<typeof FLAGS> {
+  return {
+    name: "host-test",
+    description: "Tests the host.",
+    flags: FLAGS,
+    setup(builder) {
+      builder.for(CONFIGMAPS);
+      return (ctx) => {
+        seen.push(ctx);
+        return { reconcile: () => Promise.resolve({}) };
+      };
+    },
+  };
+}
+
+function parsed(argv: string[], env: NodeJS.ProcessEnv = PLAINTEXT) {
+  const result = parseHostArgs(definition(), argv, env);
+  assert.equal(result.help, false);
+  if (result.help) throw new Error("unreachable");
+  return result;
+}
+
+describe("host flags", () => {
+  it("has working defaults and takes the security settings from the environment", () => {
+    const { settings, flags } = parsed([], {
+      STEWARD_TLS_CA_FILE: "/ca",
+      STEWARD_TLS_CERT_FILE: "/cert",
+      STEWARD_TLS_KEY_FILE: "/key",
+    });
+    const expected: HostSettings = {
+      name: "host-test",
+      informer: "127.0.0.1:50061",
+      manager: undefined,
+      standby: false,
+      kubeconfig: undefined,
+      namespace: undefined,
+      workers: undefined,
+      healthListen: undefined,
+      security: {
+        caFile: "/ca",
+        certFile: "/cert",
+        keyFile: "/key",
+        tokenFile: undefined,
+        serverName: undefined,
+        insecurePlaintext: false,
+      },
+    };
+    assert.deepEqual(settings, expected);
+    assert.deepEqual(flags, { rule: [], mode: "fast", target: undefined, dry: false });
+  });
+
+  it("parses every standard flag, the flags over the environment", () => {
+    const { settings } = parsed(
+      [
+        "--name", "other", "--informer", "informer:1", "--manager", "manager:2", "--standby",
+        "--kubeconfig", "/kc", "--namespace", "ns", "--workers", "4", "--health-listen", "0.0.0.0:8081",
+        "--tls-ca-file", "/a", "--tls-cert-file", "/b", "--tls-key-file", "/c", "--token-file", "/t",
+        "--tls-server-name", "steward",
+      ],
+      { STEWARD_TLS_CA_FILE: "/env-ca", STEWARD_HEALTH_LISTEN: "127.0.0.1:1" },
+    );
+    assert.deepEqual(settings, {
+      name: "other",
+      informer: "informer:1",
+      manager: "manager:2",
+      standby: true,
+      kubeconfig: "/kc",
+      namespace: "ns",
+      workers: 4,
+      healthListen: "0.0.0.0:8081",
+      security: {
+        caFile: "/a",
+        certFile: "/b",
+        keyFile: "/c",
+        tokenFile: "/t",
+        serverName: "steward",
+        insecurePlaintext: false,
+      },
+    });
+    assert.equal(parsed([], { STEWARD_HEALTH_LISTEN: "127.0.0.1:9" }).settings.healthListen, "127.0.0.1:9");
+    assert.equal(parsed(["--insecure-plaintext"], {}).settings.security.insecurePlaintext, true);
+  });
+
+  it("parses the author's flags, typed", () => {
+    const { flags } = parsed(["--rule", "a", "--rule", "b", "--mode", "slow", "--target", "x", "--dry"]);
+    const rules: string[] = flags.rule;
+    const mode: string = flags.mode;
+    const target: string | undefined = flags.target;
+    const dry: boolean = flags.dry;
+    assert.deepEqual([rules, mode, target, dry], [["a", "b"], "slow", "x", true]);
+  });
+
+  it("refuses bad flags with a UsageError", () => {
+    for (const argv of [
+      ["--bogus"],
+      ["positional"],
+      ["--workers", "0"],
+      ["--workers", "two"],
+      ["--workers", "1.5"],
+      ["--standby"],
+      ["--health-listen", "nowhere"],
+      ["--name", ""],
+      ["--informer"],
+    ]) {
+      assert.throws(() => parseHostArgs(definition(), argv, PLAINTEXT), UsageError, argv.join(" "));
+    }
+  });
+
+  it("--help asks for the help, which names every flag", () => {
+    assert.deepEqual(parseHostArgs(definition(), ["--rule", "x", "-h"], {}), { help: true });
+    const text = helpText(definition() as ControllerDefinition<FlagSpecs>, "host-test");
+    assert.match(text, /^usage: host-test \[--rule RULE \.\.\.\] \[--mode VALUE\]/);
+    assert.match(text, /Tests the host\./);
+    for (const flag of [
+      "--rule RULE", "--mode VALUE", "--dry", "--name NAME", "--informer HOST:PORT", "--manager HOST:PORT",
+      "--standby", "--kubeconfig FILE", "--namespace NAMESPACE", "--workers N", "--health-listen HOST:PORT",
+      "--tls-ca-file FILE", "--tls-cert-file FILE", "--tls-key-file FILE", "--token-file FILE",
+      "--tls-server-name NAME", "--insecure-plaintext", "-h, --help", "STEWARD_TLS_CA_FILE",
+      "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ]) {
+      assert.ok(text.includes(flag), `the help does not name ${flag}`);
+    }
+    assert.match(text, /\(default host-test\)/);
+  });
+
+  it("refuses an author's flag that is the host's", () => {
+    const clash: ControllerDefinition = {
+      ...(definition() as unknown as ControllerDefinition),
+      flags: { workers: { type: "string", help: "mine" } },
+    };
+    assert.throws(() => parseHostArgs(clash, [], PLAINTEXT), /--workers .* is one of the host's/);
+  });
+});
+
+/**
+ * A local HTTPS server that records which requests reach it and answers `{}`; a kubeconfig
+ * file pointing at it.
+ */
+class Arrivals {
+  readonly seen: string[] = [];
+  readonly dir = mkdtempSync(join(tmpdir(), "steward-host-"));
+  private server: https.Server | undefined;
+  kubeconfig = "";
+
+  async start(): Promise<void> {
+    const key = join(this.dir, "server.key");
+    const cert = join(this.dir, "server.crt");
+    execFileSync(
+      "openssl",
+      ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-days", "1",
+        "-keyout", key, "-out", cert],
+      { stdio: ["ignore", "ignore", "pipe"] },
+    );
+    const ca = readFileSync(cert);
+    this.server = https.createServer({ key: readFileSync(key), cert: ca }, (req, res) => {
+      this.seen.push(`${req.method} ${(req.url ?? "").split("?")[0]}`);
+      req.resume();
+      req.on("end", () => {
+        res.setHeader("content-type", "application/json");
+        res.end("{}");
+      });
+    });
+    this.server.listen(0, "127.0.0.1");
+    await once(this.server, "listening");
+    const port = (this.server.address() as AddressInfo).port;
+    this.kubeconfig = join(this.dir, "kubeconfig");
+    writeFileSync(
+      this.kubeconfig,
+      [
+        "apiVersion: v1",
+        "kind: Config",
+        "current-context: test",
+        "contexts: [{name: test, context: {cluster: test, user: test}}]",
+        `clusters: [{name: test, cluster: {server: "https://127.0.0.1:${port}", certificate-authority-data: "${ca.toString("base64")}"}}]`,
+        "users: [{name: test, user: {token: secret}}]",
+        "",
+      ].join("\n"),
+    );
+  }
+
+  async stop(): Promise<void> {
+    this.server?.closeAllConnections();
+    this.server?.close();
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+describe("the host's API client", () => {
+  const arrivals = new Arrivals();
+  before(() => arrivals.start());
+  after(() => arrivals.stop());
+
+  function host(argv: string[]): { host: Host; api: KubeClient } {
+    const seen: ReconcilerContext[] = [];
+    const def = definition(seen);
+    const args = parseHostArgs(def, ["--informer", "127.0.0.1:1", "--kubeconfig", arrivals.kubeconfig, ...argv], PLAINTEXT);
+    if (args.help) throw new Error("unreachable");
+    const made = Host.create(def, args, PLAINTEXT);
+    assert.equal(seen.length, 1, "the reconciler factory was not called once");
+    const api = seen[0]!.api;
+    assert.equal(seen[0]!.mirror, made.controller.mirror);
+    return { host: made, api };
+  }
+
+  it("under a manager, refuses every write while the lease is not held, and nothing is sent", async () => {
+    arrivals.seen.length = 0;
+    const { host: made, api } = host(["--manager", "127.0.0.1:1"]);
+    try {
+      assert.equal(api.fenced, true);
+      // Before run() there is no session: no lease, no write.
+      await assert.rejects(api.request("PATCH", CM_PATH, { data: {} }, "application/merge-patch+json"), FencedError);
+      // The client cannot be unfenced: its fence is fixed, writeFence only adds to it.
+      api.writeFence = () => true;
+      await assert.rejects(api.request("POST", CM_PATH, {}), FencedError);
+      api.writeFence = undefined;
+      await assert.rejects(api.request("DELETE", CM_PATH), FencedError);
+      assert.deepEqual(arrivals.seen, [], "a fenced write reached the API server");
+      assert.equal(api.fencedWrites, 3);
+      // Reads still go.
+      await api.request("GET", CM_PATH);
+      assert.deepEqual(arrivals.seen, [`GET ${CM_PATH}`]);
+
+      // A session that is not active, then one past its renew deadline: refused.
+      const session = new ManagerSession("127.0.0.1:1", { controller: "host-test" }, {}, credentials.createInsecure());
+      made.controller.session = session;
+      try {
+        await assert.rejects(api.request("PUT", CM_PATH, {}), FencedError);
+        session.active = true;
+        await assert.rejects(api.request("PUT", CM_PATH, {}), FencedError);
+        // Holding the lease: the write goes.
+        (session as unknown as { deadline: number }).deadline = performance.now() + 60_000;
+        await api.request("PUT", CM_PATH, {});
+        assert.deepEqual(arrivals.seen, [`GET ${CM_PATH}`, `PUT ${CM_PATH}`]);
+        // The lease lapses (a pause past the deadline): refused again.
+        (session as unknown as { deadline: number }).deadline = performance.now() - 1;
+        await assert.rejects(api.request("PATCH", CM_PATH, {}), FencedError);
+      } finally {
+        session.active = false;
+        await session.close();
+      }
+    } finally {
+      api.close();
+    }
+  });
+
+  it("alone, every write goes", async () => {
+    arrivals.seen.length = 0;
+    const { api } = host([]);
+    try {
+      assert.equal(api.fenced, true);
+      await api.request("PATCH", CM_PATH, { data: {} }, "application/merge-patch+json");
+      assert.deepEqual(arrivals.seen, [`PATCH ${CM_PATH}`]);
+    } finally {
+      api.close();
+    }
+  });
+
+  it("passes the namespace and workers to the controller", () => {
+    const { host: made, api } = host(["--namespace", "ns1", "--workers", "3"]);
+    api.close();
+    assert.equal(made.controller.status().workers, 3);
+    assert.equal(made.settings.namespace, "ns1");
+  });
+
+  it("refuses to start without security settings, without credentials, or with a bad author's flag", () => {
+    const def = definition();
+    const noTls = parseHostArgs(def, ["--kubeconfig", arrivals.kubeconfig], {});
+    if (noTls.help) throw new Error("unreachable");
+    assert.throws(() => Host.create(def, noTls, {}), SecurityConfigError);
+
+    const noKubeconfig = parseHostArgs(def, ["--kubeconfig", join(arrivals.dir, "missing")], PLAINTEXT);
+    if (noKubeconfig.help) throw new Error("unreachable");
+    assert.throws(() => Host.create(def, noKubeconfig, PLAINTEXT), ConfigError);
+
+    const picky: ControllerDefinition<typeof FLAGS> = {
+      ...def,
+      setup(_builder, flags) {
+        if (flags.rule.length === 0) throw new UsageError("at least one --rule is needed");
+        throw new Error("unreachable");
+      },
+    };
+    const args = parseHostArgs(picky, [], PLAINTEXT);
+    if (args.help) throw new Error("unreachable");
+    assert.throws(() => Host.create(picky, args, PLAINTEXT), UsageError);
+  });
+});
+
+function get(url: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    http
+      .get(url, (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
+      })
+      .on("error", reject);
+  });
+}
+
+describe("the host's health endpoints", () => {
+  const arrivals = new Arrivals();
+  before(() => arrivals.start());
+  after(() => arrivals.stop());
+
+  it("serve /healthz, /readyz (not ready before the caches sync) and /metrics, until the host stops", async () => {
+    const def = definition();
+    const args = parseHostArgs(
+      def,
+      ["--informer", "127.0.0.1:1", "--kubeconfig", arrivals.kubeconfig, "--health-listen", "127.0.0.1:0"],
+      PLAINTEXT,
+    );
+    if (args.help) throw new Error("unreachable");
+    const made = Host.create(def, args, PLAINTEXT);
+    const stop = new AbortController();
+    const running = made.run(stop.signal);
+    let address: string | undefined;
+    for (let i = 0; i < 100 && address === undefined; i += 1) {
+      address = made.healthAddress;
+      if (address === undefined) await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.ok(address !== undefined, "the health server did not start");
+    const base = `http://${address}`;
+    assert.deepEqual(await get(`${base}/healthz`), { status: 200, body: "ok\n" });
+    // The informer at 127.0.0.1:1 never answers: the caches do not sync.
+    assert.deepEqual(await get(`${base}/readyz`), { status: 503, body: "caches not synced\n" });
+    const metrics = await get(`${base}/metrics`);
+    assert.equal(metrics.status, 200);
+    assert.match(metrics.body, /^controller_runtime_reconcile_total\{controller="host-test",result="success"\} 0$/m);
+    assert.match(metrics.body, /^workqueue_depth\{name="host-test"\} 0$/m);
+    assert.equal((await get(`${base}/nothing`)).status, 404);
+
+    stop.abort();
+    await running;
+    assert.equal(made.healthAddress, undefined);
+    await assert.rejects(get(`${base}/healthz`));
+  });
+});
