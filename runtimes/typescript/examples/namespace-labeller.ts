@@ -8,66 +8,29 @@
  * namespaces through the informer, reconciles only while the manager makes it the active
  * instance, and writes merge PATCHes to kube-apiserver with the kubeconfig's credentials,
  * each carrying the reconcile's `traceparent`.
+ *
+ * The runtime's host ({@link run}) does the rest: the standard flags (`--help` lists them),
+ * mutual TLS to the informer and the manager, tracing, the API client (fenced: no write
+ * leaves an instance that does not hold its lease), health endpoints and SIGTERM.
  */
 
-import { parseArgs } from "node:util";
 import {
   ApiStatusError,
-  ControllerBuilder,
-  KubeClient,
+  type KubeClient,
   type Mirror,
   type ReconcileInfo,
   type Reconciler,
-  RegistrationRefusedError,
   type Request,
   type Result,
-  SecurityConfigError,
-  channelCredentials,
-  clientSecurityFromEnv,
-  configureTracing,
+  UsageError,
   labelsChanged,
-  loadKubeconfig,
   log,
   resourceType,
-} from "@steward/runtime";
+  run,
+} from "@steward-dev/runtime";
 
 const NAMESPACES = resourceType("", "v1", "namespaces");
 const OWNED = "steward.dev/namespace-labeller-keys";
-
-const HELP = `usage: node dist/examples/namespace-labeller.js --rule KEY=VALUE:REGEX [--rule ...]
-       [--informer HOST:PORT] [--manager HOST:PORT] [--kubeconfig FILE] [--name NAME] [--standby]
-       [--tls-ca-file FILE --tls-cert-file FILE --tls-key-file FILE] [--token-file FILE]
-       [--tls-server-name NAME] [--insecure-plaintext]
-
-Labels namespaces by their names: with --rule 'team=payments:^pay-', every namespace whose
-name matches ^pay- gets the label team=payments. When a namespace stops matching a rule
-(say the rules changed), the label that rule set is removed; labels it did not set are
-never touched. The first matching rule wins for a label key.
-
-  --rule KEY=VALUE:REGEX  a rule (repeatable, at least one); REGEX is a JavaScript regex
-  --informer HOST:PORT    the Steward informer (default 127.0.0.1:50061)
-  --manager HOST:PORT     the Steward manager; without it the controller runs alone
-  --kubeconfig FILE       API server credentials (default $KUBECONFIG, ~/.kube/config)
-  --name NAME             controller name registered with the manager
-                          (default namespace-labeller)
-  --standby               wait as a standby if another instance holds the name
-                          (otherwise such a registration is refused)
-  -h, --help              this text
-
-Security: the informer and the manager are dialed with mutual TLS.
-  --tls-ca-file FILE      CA of their certificates (default $STEWARD_TLS_CA_FILE)
-  --tls-cert-file FILE    client certificate (default $STEWARD_TLS_CERT_FILE)
-  --tls-key-file FILE     its key (default $STEWARD_TLS_KEY_FILE)
-  --token-file FILE       bearer token presented as this controller's identity, re-read
-                          when it changes (default $STEWARD_TOKEN_FILE)
-  --tls-server-name NAME  name their certificates carry, when not the dialed host
-                          (default $STEWARD_TLS_SERVER_NAME)
-  --insecure-plaintext    dial without TLS, development only
-                          (default $STEWARD_INSECURE_PLAINTEXT=true)
-Without the TLS files or plaintext it exits 2 at once, naming the variables.
-
-Tracing: spans go over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (service name
-steward-controller-NAME). Logs go to stderr. SIGTERM deregisters and exits 0.`;
 
 /** One rule: the label to give and the names that get it. */
 export interface Rule {
@@ -133,90 +96,29 @@ class NamespaceLabeller implements Reconciler {
   }
 }
 
-async function main(argv: string[]): Promise<number> {
-  let values;
-  try {
-    values = parseArgs({
-      args: argv,
-      options: {
-        rule: { type: "string", multiple: true, default: [] },
-        informer: { type: "string", default: "127.0.0.1:50061" },
-        manager: { type: "string" },
-        kubeconfig: { type: "string" },
-        name: { type: "string", default: "namespace-labeller" },
-        standby: { type: "boolean", default: false },
-        "tls-ca-file": { type: "string" },
-        "tls-cert-file": { type: "string" },
-        "tls-key-file": { type: "string" },
-        "token-file": { type: "string" },
-        "tls-server-name": { type: "string" },
-        "insecure-plaintext": { type: "boolean" },
-        help: { type: "boolean", short: "h", default: false },
-      },
-      strict: true,
-    }).values;
-  } catch (err) {
-    process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n\n${HELP}\n`);
-    return 2;
-  }
-  if (values.help) {
-    process.stdout.write(`${HELP}\n`);
-    return 0;
-  }
-  let rules: Rule[];
-  try {
-    rules = (values.rule ?? []).map(parseRule);
-    if (rules.length === 0) throw new Error("at least one --rule is needed");
-  } catch (err) {
-    process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n\n${HELP}\n`);
-    return 2;
-  }
-  const env = clientSecurityFromEnv();
-  let credentials;
-  try {
-    credentials = channelCredentials({
-      caFile: values["tls-ca-file"] ?? env.caFile,
-      certFile: values["tls-cert-file"] ?? env.certFile,
-      keyFile: values["tls-key-file"] ?? env.keyFile,
-      tokenFile: values["token-file"] ?? env.tokenFile,
-      serverName: values["tls-server-name"] ?? env.serverName,
-      insecurePlaintext: values["insecure-plaintext"] ?? env.insecurePlaintext,
-    });
-  } catch (err) {
-    if (!(err instanceof SecurityConfigError)) throw err;
-    process.stderr.write(`namespace-labeller: ${err.message}\n`);
-    return 2;
-  }
-  const name = values.name ?? "namespace-labeller";
-  const shutdownTracing = configureTracing(`steward-controller-${name}`);
-  const api = new KubeClient(loadKubeconfig(values.kubeconfig), name);
-  const controller = new ControllerBuilder(name)
-    .for(NAMESPACES, labelsChanged)
-    .withOptions({ credentials })
-    .complete(values.informer ?? "127.0.0.1:50061", (mirror) => new NamespaceLabeller(mirror, api, rules));
-  controller.fence(api); // api's writes are refused while this instance holds no lease
-  const stop = new AbortController();
-  process.on("SIGTERM", () => stop.abort());
-  process.on("SIGINT", () => stop.abort());
-  try {
-    await controller.run({
-      signal: stop.signal,
-      ...(values.manager ? { manager: values.manager, session: { standby: values.standby ?? false } } : {}),
-    });
-  } catch (err) {
-    process.stderr.write(`namespace-labeller: ${err instanceof Error ? err.message : String(err)}\n`);
-    return err instanceof RegistrationRefusedError ? 3 : 1;
-  } finally {
-    api.close();
-    await shutdownTracing().catch(() => undefined);
-  }
-  return 0;
-}
-
-main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
-  (err: unknown) => {
-    process.stderr.write(`namespace-labeller: ${String(err)}\n`);
-    process.exit(1);
+run({
+  name: "namespace-labeller",
+  description: `Labels namespaces by their names: with --rule 'team=payments:^pay-', every namespace whose
+name matches ^pay- gets the label team=payments. When a namespace stops matching a rule
+(say the rules changed), the label that rule set is removed; labels it did not set are
+never touched. The first matching rule wins for a label key.`,
+  flags: {
+    rule: {
+      type: "string",
+      multiple: true,
+      metavar: "KEY=VALUE:REGEX",
+      help: "a rule (repeatable, at least one); REGEX is a JavaScript regex",
+    },
   },
-);
+  setup(builder, flags) {
+    let rules: Rule[];
+    try {
+      rules = flags.rule.map(parseRule);
+    } catch (err) {
+      throw new UsageError((err as Error).message);
+    }
+    if (rules.length === 0) throw new UsageError("at least one --rule is needed");
+    builder.for(NAMESPACES, labelsChanged);
+    return ({ mirror, api }) => new NamespaceLabeller(mirror, api, rules);
+  },
+});
