@@ -74,6 +74,8 @@ type Controller struct {
 	mu          sync.Mutex
 	session     *ManagerSession
 	pool        *WorkerPool
+	poolStarted bool              // pool has been started (a stopped pool is replaced on activation)
+	retired     map[string]uint64 // reconcile counts of the pools replaced so far
 	stopWorkers context.CancelFunc
 	workersDone chan struct{}
 }
@@ -90,6 +92,18 @@ func (c *Controller) Session() *ManagerSession {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.session
+}
+
+// ReconcileCounts returns how many reconciles have finished, by outcome (ResultSuccess,
+// ...), over every pool the controller has run (Pool().Status() counts the current one).
+func (c *Controller) ReconcileCounts() map[string]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.pool.Status().Reconciles
+	for k, n := range c.retired {
+		out[k] += n
+	}
+	return out
 }
 
 // WorkersRunning reports whether the workers run (the instance is active).
@@ -165,45 +179,10 @@ func (f fenced) Reconcile(ctx context.Context, req Request) (Result, error) {
 	return f.c.reconciler.Reconcile(ctx, req)
 }
 
-// Run runs the controller on its own (no manager) until ctx is cancelled; see the type's
-// docs.
+// Run runs the controller on its own (no manager) until ctx is cancelled: it is the
+// active instance from the start. See the type's docs.
 func (c *Controller) Run(ctx context.Context) error {
-	mctx, stopMirror := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopMirror()
-	mirrorErr := make(chan error, 1)
-	go func() { mirrorErr <- c.Mirror.Run(mctx) }()
-	select {
-	case err := <-mirrorErr:
-		return err
-	case <-ctx.Done():
-		stopMirror()
-		<-mirrorErr
-		return nil
-	case <-c.Mirror.Synced():
-	}
-	c.log.Info("caches synced, starting workers", "controller", c.Name, "workers", max(1, c.opts.MaxConcurrentReconciles))
-	pool := c.Pool()
-	wctx, stopWorkers := context.WithCancel(ctx)
-	defer stopWorkers()
-	poolDone := make(chan struct{})
-	go func() { defer close(poolDone); pool.Run(wctx) }()
-	if c.opts.ResyncPeriod > 0 {
-		go c.resync(wctx, pool)
-	}
-	var err error
-	select {
-	case err = <-mirrorErr:
-		stopWorkers()
-		<-poolDone
-		return err
-	case <-ctx.Done():
-	case <-poolDone:
-	}
-	stopWorkers()
-	<-poolDone
-	stopMirror()
-	<-mirrorErr
-	return nil
+	return c.run(ctx, nil)
 }
 
 func (c *Controller) resync(ctx context.Context, pool *WorkerPool) {
@@ -244,15 +223,31 @@ func (c *Controller) RunWithManager(ctx context.Context, conn grpc.ClientConnInt
 	c.mu.Lock()
 	c.session = session
 	c.mu.Unlock()
+	return c.run(ctx, session)
+}
 
+// run is the one start path, alone (session nil: active at once) or under a manager
+// (active between the session's START and DRAIN/STOP). The mirror runs throughout, so a
+// standby stays warm; the workers start on activation once the mirror has synced (and,
+// under a manager, caught up with the informer); shutdown drains them gracefully, then
+// ends the session (deregistering), then the watch.
+func (c *Controller) run(ctx context.Context, session *ManagerSession) error {
 	mctx, stopMirror := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopMirror()
 	mirrorErr := make(chan error, 1)
 	go func() { mirrorErr <- c.Mirror.Run(mctx) }()
-	sctx, stopSession := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopSession()
-	sessionErr := make(chan error, 1)
-	go func() { sessionErr <- session.Run(sctx) }()
+	var sessionErr chan error // nil alone: never ready
+	stopSession := func() {}
+	if session != nil {
+		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		stopSession = cancel
+		sessionErr = make(chan error, 1)
+		go func() { sessionErr <- session.Run(sctx) }()
+	} else {
+		// No predecessor can have written just before: nothing to catch up with.
+		c.activate(0, false)
+	}
 
 	var err error
 	mirrorEnded, sessionEnded := false, false
@@ -265,7 +260,7 @@ func (c *Controller) RunWithManager(ctx context.Context, conn grpc.ClientConnInt
 	}
 	c.haltWorkers(true) // graceful: in-flight reconciles finish
 	stopSession()       // the session deregisters
-	if !sessionEnded {
+	if session != nil && !sessionEnded {
 		if serr := <-sessionErr; err == nil {
 			err = serr
 		}
@@ -277,16 +272,36 @@ func (c *Controller) RunWithManager(ctx context.Context, conn grpc.ClientConnInt
 	return err
 }
 
-func (c *Controller) onStart(epoch uint64) {
+func (c *Controller) onStart(epoch uint64) { c.activate(epoch, true) }
+
+// activate starts the workers (unless they run): once the mirror has synced and, with
+// catchUp, caught up with the informer, every object of the primary type is enqueued and
+// the pool runs until haltWorkers.
+func (c *Controller) activate(epoch uint64, catchUp bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stopWorkers != nil {
 		return
 	}
-	c.log.Info("active, starting workers", "controller", c.Name, "epoch", epoch)
-	c.pool.Queue.ShutDown()
-	pool := c.newPool()
-	c.pool = pool
+	if catchUp {
+		c.log.Info("active, starting workers", "controller", c.Name, "epoch", epoch)
+	} else {
+		c.log.Info("running without a manager, starting workers once the mirror has synced", "controller", c.Name)
+	}
+	pool := c.pool
+	if c.poolStarted {
+		// A stopped pool does not start again: a new one, with every primary key below.
+		c.pool.Queue.ShutDown()
+		if c.retired == nil {
+			c.retired = map[string]uint64{}
+		}
+		for k, n := range c.pool.Status().Reconciles {
+			c.retired[k] += n
+		}
+		pool = c.newPool()
+		c.pool = pool
+	}
+	c.poolStarted = true
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	c.stopWorkers, c.workersDone = cancel, done
@@ -297,15 +312,19 @@ func (c *Controller) onStart(epoch uint64) {
 		case <-ctx.Done():
 			return
 		}
-		// Read barrier: what the predecessor wrote just before it stopped may still be on
-		// its way to this mirror; reconciling without it would, say, create a Job's pod
-		// again.
-		started := time.Now()
-		if err := c.Mirror.CatchUp(ctx); err != nil {
-			return // stopped before the mirror caught up
+		if catchUp {
+			// Read barrier: what the predecessor wrote just before it stopped may still be
+			// on its way to this mirror; reconciling without it would, say, create a Job's
+			// pod again.
+			started := time.Now()
+			if err := c.Mirror.CatchUp(ctx); err != nil {
+				return // stopped before the mirror caught up
+			}
+			c.log.Info("mirror caught up with the informer", "controller", c.Name, "took", time.Since(started))
+		} else {
+			c.log.Info("caches synced", "controller", c.Name, "workers", max(1, c.opts.MaxConcurrentReconciles))
 		}
-		c.log.Info("mirror caught up with the informer", "controller", c.Name, "took", time.Since(started))
-		c.enqueuePrimary(pool)
+		c.enqueuePrimary(pool) // coalesces with what the mirror's events queued
 		if c.opts.ResyncPeriod > 0 {
 			go c.resync(ctx, pool)
 		}

@@ -9,8 +9,6 @@ import (
 	"net/url"
 	"slices"
 
-	"google.golang.org/grpc"
-
 	"github.com/steward-dev/steward/runtimes/go/kube"
 	"github.com/steward-dev/steward/runtimes/go/steward"
 )
@@ -185,10 +183,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req steward.Request) (stewar
 	return steward.Result{}, nil
 }
 
-// build wires the controller: Deployments are primary (spec changes only), a ConfigMap
-// change enqueues the Deployments of its namespace that use it.
-func build(conn grpc.ClientConnInterface, api *kube.Client, name string, opts steward.ControllerOptions) (*steward.Controller, error) {
-	var mirror *steward.Mirror
+// controller wires confighash: Deployments are primary (spec changes only), a ConfigMap
+// change enqueues the Deployments of its namespace that use it (two workers unless
+// --workers says otherwise). The reconciler gets the host's fenced API client.
+func controller() (*steward.Builder, func(steward.Deps) steward.Reconciler) {
+	var mirror *steward.Mirror // set before the mirror delivers its first change
 	users := func(o *steward.Object) []steward.Request {
 		objs, err := mirror.ByIndex(deployments, indexConfigMaps, o.Namespace()+"/"+o.Name())
 		if err != nil {
@@ -200,13 +199,13 @@ func build(conn grpc.ClientConnInterface, api *kube.Client, name string, opts st
 		}
 		return reqs
 	}
-	return steward.NewBuilder(name).
+	b := steward.NewBuilder("confighash").
 		For(steward.Deployments, "Deployment", steward.GenerationChanged).
 		Watches(steward.ConfigMaps, users, steward.ResourceVersionChanged).
 		WithIndex(indexConfigMaps, indexDeployment).
-		WithOptions(opts).
-		Complete(conn, func(m *steward.Mirror) steward.Reconciler {
-			mirror = m
-			return &reconciler{mirror: m, api: api}
-		})
+		WithOptions(steward.ControllerOptions{MaxConcurrentReconciles: 2})
+	return b, func(d steward.Deps) steward.Reconciler {
+		mirror = d.Mirror
+		return &reconciler{mirror: d.Mirror, api: d.API}
+	}
 }
