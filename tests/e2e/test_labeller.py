@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -19,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from examples import labeller
 from steward.cluster import LocalCluster
+from steward.cluster.process import free_port
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import KubeClient, load_access
 from steward.manager import ManagerOptions
@@ -28,7 +34,9 @@ from steward.serving.security import DEVELOPMENT
 from steward.v1 import manager_pb2 as mpb
 from tests.manager.conftest import FAST, RunningManager
 
-pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
+pytestmark = [pytest.mark.e2e]
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -74,6 +82,7 @@ async def _eventually(check: Callable[[], bool], what: str) -> None:
     pytest.fail(f"timed out waiting for {what}")
 
 
+@pytest.mark.asyncio
 async def test_labeller_copies_labels_only_while_active(
     cluster: LocalCluster,
     api_client: client.ApiClient,
@@ -97,7 +106,9 @@ async def test_labeller_copies_labels_only_while_active(
     async with grpc.aio.insecure_channel(informer) as channel:
         first = labeller.LABELLER.new(channel, api, ControllerOptions(namespace=namespace))
         task = asyncio.create_task(
-            first.run(manager=manager.address, session=SessionOptions(controller=labeller.LABELLER.name))
+            first.run(
+                manager=manager.address, session=SessionOptions(controller=labeller.LABELLER.name)
+            )
         )
         try:
             # What existed before the controller started, and what comes after.
@@ -121,7 +132,9 @@ async def test_labeller_copies_labels_only_while_active(
             assert first.status().reconciles["success"] >= 3
 
             # Disabled at run time: the instance stops reconciling, changes are not copied.
-            manager.stub.DisableController(mpb.DisableControllerRequest(name=labeller.LABELLER.name))
+            manager.stub.DisableController(
+                mpb.DisableControllerRequest(name=labeller.LABELLER.name)
+            )
             await _eventually(lambda: first._workers is None, "the workers to stop")
             core.patch_namespaced_config_map(
                 "after", namespace, {"metadata": {"labels": {labeller.LABEL: "four"}}}
@@ -135,6 +148,7 @@ async def test_labeller_copies_labels_only_while_active(
     api.close()
 
 
+@pytest.mark.asyncio
 async def test_labeller_without_a_manager_reconciles_on_its_own(
     cluster: LocalCluster, api_client: client.ApiClient, namespace: str, informer: str
 ) -> None:
@@ -169,3 +183,101 @@ async def test_labeller_without_a_manager_reconciles_on_its_own(
     adds = registry.get_sample_value("workqueue_adds_total", {"name": labeller.LABELLER.name})
     assert adds is not None
     assert adds >= 1
+
+
+def _get(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.status, response.read().decode()
+
+
+@pytest.mark.asyncio
+async def test_the_hosted_labeller_serves_health_and_metrics_refuses_a_twin_and_drains(
+    cluster: LocalCluster,
+    api_client: client.ApiClient,
+    namespace: str,
+    informer: str,
+    manager: RunningManager,
+) -> None:
+    """``python -m examples.labeller``: the 39-line example is a whole service through
+    ``steward.run`` — flags, health, metrics, the manager session, SIGTERM."""
+    core = client.CoreV1Api(api_client)
+    health, metrics = free_port(), free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "examples.labeller",
+        f"--kubeconfig={cluster.kubeconfig}",
+        f"--informer={informer}",
+        f"--manager={manager.address}",
+        f"--namespace={namespace}",
+        "--insecure-plaintext",
+    ]
+    proc = await asyncio.to_thread(
+        subprocess.Popen,
+        [*argv, f"--health-listen=127.0.0.1:{health}", f"--metrics-listen=127.0.0.1:{metrics}"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        core.create_namespaced_config_map(
+            namespace,
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name="hosted", labels={labeller.LABEL: "h"})
+            ),
+        )
+
+        def copied() -> bool:
+            cm = core.read_namespaced_config_map("hosted", namespace)
+            return (cm.metadata.annotations or {}).get(labeller.ANNOTATION) == "h"
+
+        await _eventually(copied, "the hosted labeller's copy")
+        for probe in ("healthz", "readyz"):
+            status, _ = await asyncio.to_thread(_get, f"http://127.0.0.1:{health}/{probe}")
+            assert status == 200
+        _, text = await asyncio.to_thread(_get, f"http://127.0.0.1:{metrics}/metrics")
+        assert (
+            'controller_runtime_reconcile_total{controller="configmap-labeller",result="success"}'
+            in text
+        )
+
+        twin = await asyncio.to_thread(
+            subprocess.run, argv, cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
+        assert twin.returncode == 1, twin.stderr
+        assert "ALREADY_EXISTS" in twin.stderr
+
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 60) == 0
+        info = manager.stub.GetController(mpb.GetControllerRequest(name=labeller.LABELLER.name))
+        assert not info.controller.holder  # it said goodbye: no lease left to lapse
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_hosted_labeller_explains_its_flags() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "examples.labeller", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    for flag in (
+        "--kubeconfig",
+        "--informer",
+        "--manager",
+        "--workers",
+        "--namespace",
+        "--standby",
+        "--metrics-listen",
+        "--health-listen",
+        "--tls-ca-file",
+        "--token-file",
+    ):
+        assert flag in proc.stdout
+    assert "steward.io/copied" in proc.stdout

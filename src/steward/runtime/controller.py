@@ -242,7 +242,7 @@ class ControllerDefinition(Generic[R]):
     observers: tuple[Observer[R], ...] = ()
     indexers: tuple[tuple[str, Indexer], ...] = ()
     options: ControllerOptions = field(default_factory=ControllerOptions)
-    add_flags: tuple[Callable[[argparse.ArgumentParser], None], ...] = ()
+    add_flags: tuple[Callable[[argparse.ArgumentParser], object], ...] = ()
     beside_upstream: tuple[str, ...] | None = None
     """Flags that let this controller run beside upstream's controller of the same name
     (each side keeping to its own objects); None when the two must not run together."""
@@ -527,7 +527,7 @@ class ControllerBuilder(Generic[R]):
         self._observers: list[Observer[R]] = []
         self._options = ControllerOptions()
         self._indexers: dict[str, Indexer] = {}
-        self._flags: list[Callable[[argparse.ArgumentParser], None]] = []
+        self._flags: list[Callable[[argparse.ArgumentParser], object]] = []
         self._beside: tuple[str, ...] | None = None
         self._alone: tuple[str, ...] = ()
         self._description = ""
@@ -577,7 +577,7 @@ class ControllerBuilder(Generic[R]):
         self._indexers[name] = indexer
         return self
 
-    def flags(self, add: Callable[[argparse.ArgumentParser], None]) -> ControllerBuilder[R]:
+    def flags(self, add: Callable[[argparse.ArgumentParser], object]) -> ControllerBuilder[R]:
         """Declare flags of the controller's own (``add(parser)`` adds them); the parsed
         values are the reconciler's ``ctx.flags``."""
         self._flags.append(add)
