@@ -10,17 +10,28 @@
 // A Controller wires them together and, given a manager address, registers with the
 // ManagerService (ManagerSession): it reconciles only while the manager says it is the
 // active instance and its lease is fresh, so two instances of one controller never
-// reconcile at once. Controller.Fence extends that to each write: the API client
-// (*kube.Client) asks "do I hold the lease now?" just before it sends a write and refuses
-// it (kube.ErrFenced) otherwise, so a process paused past its lease (SIGSTOP, a stopped
-// VM) sends none of the writes it had under way when it resumes.
+// reconcile at once. The API client extends that to each write: it asks "do I hold the
+// lease now?" just before it sends a write and refuses it (kube.ErrFenced) otherwise, so
+// a process paused past its lease (SIGSTOP, a stopped VM) sends none of the writes it had
+// under way when it resumes.
 //
-//	ctrl, err := steward.NewBuilder("confighash").
-//		For(steward.Deployments, "Deployment").
-//		Watches(steward.ConfigMaps, mapConfigMap).
-//		Complete(conn, func(m *steward.Mirror) steward.Reconciler { return &reconciler{m, api} })
-//	ctrl.Fence(api) // api's writes are refused while this instance holds no lease
-//	err = ctrl.RunWithManager(ctx, managerConn, steward.SessionOptions{})
+// A Host runs one controller as a process (controller-runtime's Manager, the Python
+// runtime's steward.run): the standard flags (--informer, --manager, --standby,
+// --kubeconfig, --namespace, --workers, TLS, --health-listen, --metrics-listen, --help),
+// tracing, signals and graceful drain, and an API client it builds fenced, so there is
+// nothing to remember:
+//
+//	func main() {
+//		steward.Run(
+//			steward.NewBuilder("confighash").
+//				For(steward.Deployments, "Deployment", steward.GenerationChanged).
+//				Watches(steward.ConfigMaps, usersOf),
+//			func(d steward.Deps) steward.Reconciler { return &reconciler{d.Mirror, d.API} },
+//		)
+//	}
+//
+// The layers below stay usable alone (Builder.Complete, Controller.Run or RunWithManager,
+// Controller.Fence for clients built elsewhere).
 //
 // Connections to the informer and the manager are mutual TLS: DialOptions turns a
 // SecurityConfig (SecurityConfigFromEnv reads the STEWARD_TLS_* variables, as the Python
