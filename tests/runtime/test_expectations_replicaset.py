@@ -1,35 +1,17 @@
-"""Expectations of the ReplicaSet controller: counts of creations, keys of deletions, TTL."""
+"""Expectations as the ReplicaSet controller uses them, beyond what test_framework covers
+(counting creations down, expiry, more observed than expected): deletions tracked by pod
+``namespace/name``, each counted once and only for the pods expected, and a deleted
+ReplicaSet's expectations forgotten, later observations of it ignored."""
 
 from __future__ import annotations
 
 import pytest
 
-from steward.controllers.replicaset.expectations import TTL, Expectations
+from steward.runtime.expectations import Expectations
 
 pytestmark = pytest.mark.unit
 
 KEY = ("ns", "rs")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_creations_are_counted_down() -> None:
-    exp = Expectations()
-    assert exp.satisfied(KEY)
-    exp.expect_creations(KEY, 2)
-    exp.creation_observed(KEY)
-    assert not exp.satisfied(KEY)
-    exp.creation_observed(KEY)
-    assert exp.satisfied(KEY)
-    exp.creation_observed(KEY)  # an extra observation does not go negative
-    exp.expect_creations(KEY, 1)
-    assert not exp.satisfied(KEY)
 
 
 def test_a_deletion_counts_once_per_pod() -> None:
@@ -41,16 +23,6 @@ def test_a_deletion_counts_once_per_pod() -> None:
     exp.deletion_observed(KEY, "ns/other")
     assert not exp.satisfied(KEY)
     exp.deletion_observed(KEY, "ns/b")
-    assert exp.satisfied(KEY)
-
-
-def test_unmet_expectations_expire() -> None:
-    clock = Clock()
-    exp = Expectations(clock)
-    exp.expect_creations(KEY, 3)
-    clock.now = TTL - 1
-    assert not exp.satisfied(KEY)
-    clock.now = TTL + 1
     assert exp.satisfied(KEY)
 
 

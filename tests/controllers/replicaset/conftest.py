@@ -28,7 +28,7 @@ import yaml
 
 from steward.cluster import LocalCluster
 from steward.cluster.pki import CertificateAuthority
-from steward.controllers.replicaset.controller import build
+from steward.controllers.replicaset.main import CONTROLLER
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
 from steward.runtime.controller import Controller, ControllerOptions
@@ -212,7 +212,7 @@ async def rs_informer(rs_cluster: LocalCluster) -> AsyncIterator[str]:
 class Running:
     """A controller running in this event loop until :meth:`stop`."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Controller[Any]) -> None:
         self.controller = controller
         self.task = asyncio.create_task(controller.run())
 
@@ -232,7 +232,7 @@ class Starter:
         self.running: list[Running] = []
 
     def start(self) -> Running:
-        controller = build(
+        controller = CONTROLLER.new(
             self.channel,
             self.api,
             ControllerOptions(max_concurrent_reconciles=2, namespace=self.namespace),

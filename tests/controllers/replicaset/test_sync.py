@@ -1,5 +1,6 @@
-"""The ReplicaSet controller's pure decisions: selectors, slow start, pods from the
-template, status (counts, ReplicaFailure) and when to look again for availability."""
+"""The ReplicaSet controller's pure decisions: selectors and slow start (the runtime's, as
+the ReplicaSet controller relies on them), pods from the template, status (counts,
+ReplicaFailure) and when to look again for availability."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from steward import selector_matches, slow_start_batches
 from steward.controllers.replicaset.sync import (
     BURST_REPLICAS,
     REPLICA_FAILURE,
@@ -16,8 +18,6 @@ from steward.controllers.replicaset.sync import (
     next_check,
     pod_from_template,
     scale_diff,
-    selector_matches,
-    slow_start_batches,
     status_current,
 )
 

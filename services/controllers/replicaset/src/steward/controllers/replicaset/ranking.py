@@ -26,6 +26,8 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+import steward
+
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 """The annotation that lowers (or raises) a pod's place in the deletion order."""
 
@@ -33,28 +35,15 @@ _COST = re.compile(r"0|-[0-9]+|[1-9][0-9]*")
 _PHASES = {"Pending": 0, "Unknown": 1, "Running": 2}
 
 
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp as the API server writes it, or None when absent or malformed."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def ready_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
-    """The pod's Ready condition, if it reports one."""
-    for cond in (pod.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == "Ready":
-            return dict(cond)
-    return None
+def ready_condition(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod's Ready condition (empty when it reports none)."""
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return next((dict(c) for c in conditions if c.get("type") == "Ready"), {})
 
 
 def is_ready(pod: dict[str, Any]) -> bool:
     """Whether the pod's Ready condition is True."""
-    cond = ready_condition(pod)
-    return cond is not None and cond.get("status") == "True"
+    return ready_condition(pod).get("status") == "True"
 
 
 def is_active(pod: dict[str, Any]) -> bool:
@@ -152,8 +141,8 @@ def compare(
     if rank_i != rank_j:
         return -1 if rank_i > rank_j else 1
     if ri and rj:
-        ti = parse_time((ready_condition(pi) or {}).get("lastTransitionTime"))
-        tj = parse_time((ready_condition(pj) or {}).get("lastTransitionTime"))
+        ti = steward.parse_time(ready_condition(pi).get("lastTransitionTime"))
+        tj = steward.parse_time(ready_condition(pj).get("lastTransitionTime"))
         order = _by_time(ti, tj, _uid(pi), _uid(pj), now)
         if order:
             return order
@@ -162,8 +151,8 @@ def compare(
         return -1 if mi[0] > mj[0] else 1
     if mi[1] != mj[1]:
         return -1 if mi[1] > mj[1] else 1
-    ti = parse_time((pi.get("metadata") or {}).get("creationTimestamp"))
-    tj = parse_time((pj.get("metadata") or {}).get("creationTimestamp"))
+    ti = steward.parse_time((pi.get("metadata") or {}).get("creationTimestamp"))
+    tj = steward.parse_time((pj.get("metadata") or {}).get("creationTimestamp"))
     return _by_time(ti, tj, _uid(pi), _uid(pj), now) or 0
 
 

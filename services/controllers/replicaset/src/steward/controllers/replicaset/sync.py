@@ -9,61 +9,18 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from steward.controllers.replicaset.ranking import is_ready, parse_time, ready_condition
+import steward
+from steward.controllers.replicaset.ranking import is_ready, ready_condition
 
 BURST_REPLICAS = 500
 """Most pods one sync creates or deletes (upstream's burstReplicas)."""
 REPLICA_FAILURE = "ReplicaFailure"
 """The condition set while pods cannot be created or deleted."""
-
-
-def format_time(when: datetime) -> str:
-    """A timestamp the way the API server writes it (seconds, UTC, "Z")."""
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
-    """Whether ``labels`` match a label selector (matchLabels and matchExpressions). A
-    missing or empty selector matches nothing (a ReplicaSet with one must not take every
-    pod); an unknown operator matches nothing."""
-    if not selector:
-        return False
-    match_labels = selector.get("matchLabels") or {}
-    expressions = selector.get("matchExpressions") or []
-    if not match_labels and not expressions:
-        return False
-    for key, value in match_labels.items():
-        if labels.get(key) != value:
-            return False
-    for expr in expressions:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        if op == "In":
-            ok = key in labels and labels[key] in values
-        elif op == "NotIn":
-            ok = key not in labels or labels[key] not in values
-        elif op == "Exists":
-            ok = key in labels
-        elif op == "DoesNotExist":
-            ok = key not in labels
-        else:
-            return False
-        if not ok:
-            return False
-    return True
-
-
-def slow_start_batches(count: int, initial: int = 1) -> list[int]:
-    """Batch sizes for ``count`` creations: 1, 2, 4, … (each at most what remains)."""
-    sizes: list[int] = []
-    remaining, size = count, min(count, initial)
-    while size > 0:
-        sizes.append(size)
-        remaining -= size
-        size = min(2 * size, remaining)
-    return sizes
+REPLICASETS = steward.resource_type("apps", "v1", "replicasets")
+PODS = steward.resource_type("", "v1", "pods")
 
 
 def replicas(rs: dict[str, Any]) -> int:
@@ -82,19 +39,6 @@ def scale_diff(rs: dict[str, Any], active: int) -> int:
     return max(-BURST_REPLICAS, min(BURST_REPLICAS, diff))
 
 
-def controller_ref(rs: dict[str, Any]) -> dict[str, Any]:
-    """The owner reference naming the ReplicaSet as controller of a pod."""
-    meta = rs["metadata"]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
 def pod_from_template(rs: dict[str, Any]) -> dict[str, Any]:
     """A new pod of the ReplicaSet: the template's labels, annotations, finalizers and
     spec, ``generateName`` ``<name>-``, the ReplicaSet as controlling owner."""
@@ -107,7 +51,7 @@ def pod_from_template(rs: dict[str, Any]) -> dict[str, Any]:
         "generateName": prefix,
         "labels": dict(tmeta.get("labels") or {}),
         "annotations": dict(tmeta.get("annotations") or {}),
-        "ownerReferences": [controller_ref(rs)],
+        "ownerReferences": [steward.controller_ref(rs, REPLICASETS, "ReplicaSet")],
     }
     if tmeta.get("finalizers"):
         meta["finalizers"] = list(tmeta["finalizers"])
@@ -125,7 +69,7 @@ def is_available(pod: dict[str, Any], min_ready: int, now: datetime) -> bool:
         return False
     if min_ready == 0:
         return True
-    since = parse_time((ready_condition(pod) or {}).get("lastTransitionTime"))
+    since = steward.parse_time(ready_condition(pod).get("lastTransitionTime"))
     return since is not None and since + timedelta(seconds=min_ready) <= now
 
 
@@ -175,7 +119,7 @@ def calculate_status(
             {
                 "type": REPLICA_FAILURE,
                 "status": "True",
-                "lastTransitionTime": format_time(now),
+                "lastTransitionTime": steward.format_time(now),
                 "reason": reason,
                 "message": failure.message,
             }
@@ -220,7 +164,7 @@ def next_check(rs: dict[str, Any], active: list[dict[str, Any]], now: datetime) 
     for pod in active:
         if not is_ready(pod) or is_available(pod, min_ready, now):
             continue
-        since = parse_time((ready_condition(pod) or {}).get("lastTransitionTime"))
+        since = steward.parse_time(ready_condition(pod).get("lastTransitionTime"))
         if since is None:
             continue
         waits.append((since + timedelta(seconds=min_ready) - now).total_seconds())
