@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	pb "github.com/steward-dev/steward/runtimes/go/gen/steward/v1"
 	"github.com/steward-dev/steward/runtimes/go/kube"
 )
 
@@ -346,5 +347,61 @@ func TestHostUnreadyUnderAManagerUntilRegistered(t *testing.T) {
 	close(s.registered)
 	if why := h.unready(); why != "" {
 		t.Fatalf("synced and registered (a standby is ready too): unready %q", why)
+	}
+}
+
+// patcher patches the ConfigMap of each request through the host's API client.
+type patcher struct{ api *kube.Client }
+
+func (p patcher) Reconcile(ctx context.Context, req Request) (Result, error) {
+	return Result{}, p.api.MergePatch(ctx, "/api/v1/namespaces/"+req.Namespace+"/configmaps/"+req.Name, map[string]any{}, nil)
+}
+
+func TestHostAloneReconcilesOnceSyncedAndDrainsOnCancel(t *testing.T) {
+	inf, conn := startInformer(t)
+	inf.scripts <- script{batches: [][]*pb.Event{
+		{cmEvent(pb.EventType_EVENT_TYPE_ADDED, "default", "c", "5", "", 1)},
+		{marker(pb.EventType_EVENT_TYPE_INITIAL_EVENTS_END, "5")},
+	}, hold: true}
+	a := newAPIServer(t)
+	h := quietHost(testBuilder(), func(d Deps) Reconciler { return patcher{d.API} })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- h.Run(ctx, []string{"--informer", conn.Target(), "--kubeconfig", a.kubeconfig,
+			"--insecure-plaintext", "--health-listen", "127.0.0.1:0"})
+	}()
+	eventually(t, "the reconcile's PATCH", func() bool { return len(a.requests()) > 0 })
+	addrs, err := h.ListenAddrs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + addrs["health"].String() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("/readyz after the sync: %d", resp.StatusCode)
+	}
+	eventually(t, "the workers to be idle", func() bool {
+		return h.Controller().ReconcileCounts()[ResultSuccess] == 1 && h.Controller().Pool().Status().QueueDepth == 0
+	})
+	// The key queued by the ADDED event and the one of every primary object coalesce.
+	if got := a.requests(); len(got) != 1 || got[0] != "PATCH /api/v1/namespaces/default/configmaps/c" {
+		t.Fatalf("the API server saw %v; want one PATCH of default/c", got)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after cancel: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30 s of its context's end")
+	}
+	if h.Controller().WorkersRunning() {
+		t.Fatal("the workers still run after Run returned")
 	}
 }
