@@ -103,9 +103,13 @@ type Host struct {
 	ctrl       atomic.Pointer[Controller]
 	api        atomic.Pointer[kube.Client]
 	mu         sync.Mutex
+	started    atomic.Bool
 	listeners  map[string]net.Addr // "health", "metrics": the bound addresses
-	listenedCh chan struct{}
+	listenedCh chan struct{}       // closed once they are bound, or Start has failed
+	listenOnce sync.Once
 }
+
+func (h *Host) listened() { h.listenOnce.Do(func() { close(h.listenedCh) }) }
 
 // Run hosts the controller b wires, its reconciler made by newReconciler, as a process:
 // NewHost(b, newReconciler, HostOptions{}).Main(). It does not return.
@@ -268,11 +272,15 @@ func (h *Host) Run(ctx context.Context, args []string) error {
 // Start runs the controller as the parsed flags say until ctx is cancelled (then it
 // drains and returns nil), or a refused registration (*RegistrationRefusedError) or
 // watch (*MirrorError), or a setting it cannot use (*SecurityConfigError, the
-// kubeconfig, a listen address). Call Parse first (Run does both).
+// kubeconfig, a listen address). Call Parse first (Run does both), and Start once.
 func (h *Host) Start(ctx context.Context) error {
 	if !h.Flags.Parsed() {
 		return errors.New("steward.Host: Start before Parse")
 	}
+	if !h.started.CompareAndSwap(false, true) {
+		return errors.New("steward.Host: Start called twice")
+	}
+	defer h.listened()
 	log := h.opts.Logger
 	if log == nil {
 		log = slog.Default()
@@ -361,7 +369,8 @@ func (h *Host) Controller() *Controller { return h.ctrl.Load() }
 func (h *Host) Name() string { return h.name }
 
 // ListenAddrs waits until Start has bound --health-listen and --metrics-listen (or
-// failed before), then returns the bound addresses by "health" and "metrics".
+// returned before), then returns the bound addresses by "health" and "metrics" (none for
+// an address not asked for).
 func (h *Host) ListenAddrs(ctx context.Context) (map[string]net.Addr, error) {
 	select {
 	case <-h.listenedCh:
@@ -434,7 +443,7 @@ func (h *Host) metricsHandler() http.Handler {
 // serve binds and serves --health-listen and --metrics-listen (one server when they
 // name the same address, unless port 0: each its own free port).
 func (h *Host) serve(log *slog.Logger) ([]*http.Server, error) {
-	defer close(h.listenedCh)
+	defer h.listened()
 	type endpoint struct {
 		what, addr string
 		handler    http.Handler
