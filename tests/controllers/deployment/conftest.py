@@ -23,13 +23,13 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from steward import Controller, ControllerOptions
 from steward.cluster import ClusterConfig, LocalCluster
 from steward.cluster.pki import CertificateAuthority
 from steward.cluster.progress import Progress
-from steward.controllers.deployment.controller import build
+from steward.controllers.deployment.main import CONTROLLER
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import KubeClient, NotFoundError, load_access
-from steward.runtime.controller import Controller, ControllerOptions
 from steward.serving.security import DEVELOPMENT
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -168,7 +168,7 @@ def sns(skube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
 class Running:
     """A controller running in this event loop until :meth:`stop`."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Controller[Any]) -> None:
         self.controller = controller
         self.task = asyncio.create_task(controller.run())
 
@@ -197,7 +197,9 @@ async def deployment_controller(
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
             running = Running(
-                build(channel, api, ControllerOptions(max_concurrent_reconciles=2, namespace=sns))
+                CONTROLLER.new(
+                    channel, api, ControllerOptions(max_concurrent_reconciles=2, namespace=sns)
+                )
             )
             try:
                 yield running

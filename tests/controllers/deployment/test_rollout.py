@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from steward import format_time, selector_matches
 from steward.controllers.deployment import rollout as ro
-from steward.controllers.deployment.controller import rs_name, selector_matches
+from steward.controllers.deployment.controller import rs_name
 from steward.controllers.deployment.hashing import (
     NotExact,
     go_dump,
@@ -176,8 +177,8 @@ def test_set_condition_keeps_transition_time() -> None:
     assert cond is not None
     assert (cond["reason"], cond["lastTransitionTime"], cond["lastUpdateTime"]) == (
         ro.REPLICA_SET_UPDATED,
-        ro.format_time(NOW),
-        ro.format_time(later),
+        format_time(NOW),
+        format_time(later),
     )
 
 

@@ -2,9 +2,13 @@
 middle of a Recreate rollout: the old ReplicaSet is down, the new one is to be created.
 Created from a stale Deployment, the new ReplicaSet would exist while the status write
 recording it (``NewReplicaSetCreated``) fails, and the Progressing condition would keep
-naming the previous ReplicaSet after the rollout. The mirror is fed by hand, so the stale
-view is exact; everything else is the real API server (Steward's cluster, upstream's
-ReplicaSet controller)."""
+naming the previous ReplicaSet after the rollout. Once the controller has written the
+Deployment, a mirror still behind that write must not be acted on at all: the runtime's
+read-your-writes guard ends the reconcile before it writes anything. The controller is
+bound as the runtime binds it (its mirror, its expectations, its API client told of its
+writes) and reconciles as the runtime's workers run it, inside the guard; its mirror is
+fed by hand, so the stale view is exact; everything else is the real API server
+(Steward's cluster, upstream's ReplicaSet controller)."""
 
 from __future__ import annotations
 
@@ -18,19 +22,22 @@ import orjson
 import pytest
 import pytest_asyncio
 
-from steward.controllers.deployment.controller import (
-    DEPLOYMENTS,
-    PODS,
-    REPLICASETS,
-    DeploymentReconciler,
-    rs_name,
+from steward import (
+    Controller,
+    ControllerOptions,
+    KubeClient,
+    Mirror,
+    Request,
+    Result,
+    StaleRead,
 )
+from steward.controllers.deployment.controller import DEPLOYMENTS, REPLICASETS, rs_name
 from steward.controllers.deployment.hashing import pod_template_hash
+from steward.controllers.deployment.main import CONTROLLER
 from steward.informer import wire
 from steward.informer.store import EventKind, StoredObject
-from steward.kube import KubeClient, load_access
-from steward.runtime import Request, Result
-from steward.runtime.mirror import Mirror
+from steward.kube import load_access
+from steward.runtime.mirror import guard_reads
 from steward.v1 import informer_pb2 as pb
 from tests.controllers.deployment.conftest import (
     APPS,
@@ -55,11 +62,20 @@ def controller_api(controller_kubeconfig: Path) -> Iterator[KubeClient]:
 
 
 @pytest_asyncio.fixture
-async def mirror() -> AsyncIterator[Mirror]:
-    """A mirror that no stream feeds: the test applies events itself."""
+async def controller(controller_api: KubeClient) -> AsyncIterator[Controller[Any]]:
+    """The Deployment controller, bound but not run: no stream feeds its mirror (the test
+    applies events itself) and no worker takes its keys (the test reconciles)."""
     channel = grpc.aio.insecure_channel("127.0.0.1:9")  # never dialled
-    yield Mirror(channel, [DEPLOYMENTS, REPLICASETS, PODS])
+    yield CONTROLLER.new(channel, controller_api, ControllerOptions())
     await channel.close()
+
+
+async def reconcile(controller: Controller[Any], ns: str, name: str) -> Result:
+    """One reconcile of the Deployment as the runtime's workers run it: reads of the
+    mirror guarded against copies older than the controller's own writes."""
+    with guard_reads(controller.mirror):
+        result: Result = await controller.reconciler.reconcile(Request(ns, name), [])
+    return result
 
 
 def show(mirror: Mirror, rtype: pb.ResourceType, *objects: dict[str, Any]) -> None:
@@ -71,6 +87,10 @@ def show(mirror: Mirror, rtype: pb.ResourceType, *objects: dict[str, Any]) -> No
         kind = EventKind.MODIFIED if known else EventKind.ADDED
         events.append(wire.event(kind, rtype, stored, stored.resource_version))
     mirror._apply(events)
+
+
+def get_rs(api: KubeClient, ns: str, name: str) -> dict[str, Any]:
+    return api.request("GET", f"{APPS}/namespaces/{ns}/replicasets/{name}")
 
 
 def stamp() -> str:
@@ -118,8 +138,9 @@ def progressing(d: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_new_replica_set_only_from_the_current_deployment(
-    skube: KubeClient, sns: str, controller_api: KubeClient, mirror: Mirror
+    skube: KubeClient, sns: str, controller: Controller[Any]
 ) -> None:
+    mirror = controller.mirror
     d = create(skube, sns, deployment_body("rich", 1, strategy={"type": "Recreate"}))
     old = skube.request("POST", f"{APPS}/namespaces/{sns}/replicasets", old_replica_set(d))
     old_name = old["metadata"]["name"]
@@ -162,9 +183,8 @@ async def test_new_replica_set_only_from_the_current_deployment(
         {"metadata": {"annotations": {"steward.io/test": "moved"}}},
         content_type="application/merge-patch+json",
     )
-    reconciler = DeploymentReconciler(mirror, controller_api)
 
-    result = await reconciler.reconcile(Request(sns, "rich"), [])
+    result = await reconcile(controller, sns, "rich")
 
     assert [rs["metadata"]["name"] for rs in replica_sets(skube, sns)] == [old_name]
     assert result == Result()  # the newer Deployment's own event brings it back
@@ -172,8 +192,9 @@ async def test_new_replica_set_only_from_the_current_deployment(
 
     # With the current Deployment in the mirror, the new ReplicaSet is created and its
     # creation is on record: the condition names it, not the previous one.
-    show(mirror, DEPLOYMENTS, get(skube, sns, "rich"))
-    await reconciler.reconcile(Request(sns, "rich"), [])
+    shown = get(skube, sns, "rich")
+    show(mirror, DEPLOYMENTS, shown)
+    await reconcile(controller, sns, "rich")
 
     names = [rs["metadata"]["name"] for rs in replica_sets(skube, sns)]
     assert len(names) == 2
@@ -181,3 +202,20 @@ async def test_new_replica_set_only_from_the_current_deployment(
     cond = progressing(get(skube, sns, "rich"))
     assert cond["reason"] in ("NewReplicaSetCreated", "ReplicaSetUpdated"), cond
     assert new_name in cond["message"], cond
+
+    # The controller's status writes moved the Deployment on; the mirror still shows the
+    # version before them (its new ReplicaSet is shown, so nothing else holds the sync).
+    written = get(skube, sns, "rich")
+    assert written["metadata"]["resourceVersion"] != shown["metadata"]["resourceVersion"]
+    show(mirror, REPLICASETS, get_rs(skube, sns, new_name))
+    assert controller.context.expectations.satisfied((sns, "rich"))
+    with pytest.raises(StaleRead):
+        await reconcile(controller, sns, "rich")
+    assert sorted(rs["metadata"]["name"] for rs in replica_sets(skube, sns)) == sorted(names)
+    assert (
+        get(skube, sns, "rich")["metadata"]["resourceVersion"]
+        == (written["metadata"]["resourceVersion"])
+    )
+    # Once the mirror shows the controller's write, the Deployment is reconciled again.
+    show(mirror, DEPLOYMENTS, get(skube, sns, "rich"))
+    await reconcile(controller, sns, "rich")

@@ -8,15 +8,15 @@ RollingUpdate or Recreate rollout, cleanup by ``revisionHistoryLimit`` and the s
 Every write is checked. ReplicaSets are updated with their resource version and
 Deployment status with the Deployment's, so a write from a stale mirror fails with a
 conflict; the sync then ends with a rate-limited requeue and the next one starts from
-fresh state. While the mirror has not yet shown a write of this controller (a created
-ReplicaSet, a newer resource version) the Deployment's sync waits: that write's own
-event brings it back. A sync may write an object more than once, so every resource
-version this controller's writes replaced counts as stale, not only the last one. A new
-ReplicaSet is created only after a fresh read shows the mirror's Deployment is current,
-and its ``NewReplicaSetCreated`` condition is retried on a fresh copy should the status
-write conflict: upstream replaces the Progressing condition only when its status or
-reason changes, so a lost intermediate reason would leave the previous ReplicaSet named
-in it after the rollout. Events are best effort: a failure to record one is logged.
+fresh state. A sync never reads a copy older than this controller's own writes (the
+runtime's read-your-writes guard ends it and looks again shortly), and while a ReplicaSet
+it created is not in the mirror yet (the controller's expectations) the Deployment's sync
+waits: that ReplicaSet's own event brings it back. A new ReplicaSet is created only after
+a fresh read shows the mirror's Deployment is current, and its ``NewReplicaSetCreated``
+condition is retried on a fresh copy should the status write conflict: upstream replaces
+the Progressing condition only when its status or reason changes, so a lost intermediate
+reason would leave the previous ReplicaSet named in it after the rollout. Events are best
+effort: a failure to record one is logged.
 
 # Rollback
 ``kubectl rollout undo`` re-applies an old template; the ReplicaSet with that template
@@ -29,63 +29,26 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-import grpc
-
+import steward
+from steward import ApiError, ConflictError, MirrorObject, NotFoundError, Request, Result
 from steward.controllers.deployment import rollout as ro
 from steward.controllers.deployment.hashing import pod_template_hash
 from steward.controllers.deployment.rollout import Obj, meta, replicas
-from steward.kube import ApiError, ConflictError, KubeClient, NotFoundError
-from steward.runtime import Request, Result, TraceContext
-from steward.runtime.controller import Controller, ControllerBuilder, ControllerOptions
-from steward.runtime.events import EventRecorder
-from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorObject, resource_type
-from steward.runtime.tracing import outgoing_headers
+from steward.runtime.times import utc_now
 
 log = logging.getLogger(__name__)
 
 NAME = "deployment"
 """The controller's name with the manager (as in kube-controller-manager's --controllers)."""
-DEPLOYMENTS = resource_type("apps", "v1", "deployments")
-REPLICASETS = resource_type("apps", "v1", "replicasets")
-PODS = resource_type("", "v1", "pods")
-_DEPLOYMENTS_KEY = ("apps", "v1", "deployments")
-_RS_KEY = ("apps", "v1", "replicasets")
+DEPLOYMENTS = steward.resource_type("apps", "v1", "deployments")
+REPLICASETS = steward.resource_type("apps", "v1", "replicasets")
+PODS = steward.resource_type("", "v1", "pods")
+_RS_KEY = (REPLICASETS.group, REPLICASETS.version, REPLICASETS.resource)
 _MAX_NAME = 253
-EXPECTATION_TTL = 60.0
-"""Seconds after which an unseen ReplicaSet creation no longer holds its Deployment's sync."""
-
-
-def selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
-    """Whether ``labels`` match a label selector; a missing or empty one matches nothing
-    (as for a Deployment), an unknown operator matches nothing."""
-    if not selector:
-        return False
-    match_labels = selector.get("matchLabels") or {}
-    expressions = selector.get("matchExpressions") or []
-    if not match_labels and not expressions:
-        return False
-    if any(labels.get(k) != v for k, v in match_labels.items()):
-        return False
-    for expr in expressions:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        if op == "In":
-            ok = key in labels and labels[key] in values
-        elif op == "NotIn":
-            ok = key not in labels or labels[key] not in values
-        elif op == "Exists":
-            ok = key in labels
-        elif op == "DoesNotExist":
-            ok = key not in labels
-        else:
-            return False
-        if not ok:
-            return False
-    return True
 
 
 def rs_name(deployment: str, pod_hash: str) -> str:
@@ -101,68 +64,31 @@ def _is_deployment_ref(ref: Any) -> bool:
 
 
 class Stale(Exception):
-    """The mirror does not show this controller's last write yet: wait for its event."""
+    """The API server's Deployment is not the one this sync works from: wait for the
+    newer one's event."""
 
 
 class DeploymentReconciler:
     """Reconciles one Deployment by key; see the module docs."""
 
-    def __init__(
-        self,
-        mirror: Mirror,
-        api: KubeClient,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-    ) -> None:
-        self.mirror = mirror
-        self.api = api
+    def __init__(self, ctx: steward.Context, clock: Callable[[], datetime] = utc_now) -> None:
+        self.mirror = ctx.mirror
+        self.api = ctx.api
         self.clock = clock
-        self.events = EventRecorder(
-            api,
-            api_version="apps/v1",
-            kind="Deployment",
-            component="deployment-controller",
-            reporting_component="steward.io/deployment-controller",
-            clock=clock,
-        )
-        self._superseded: dict[tuple[str, str, str], set[str]] = {}
-        """(kind, namespace, name) → the resource versions our writes replaced since the
-        mirror last showed a newer one: while the mirror shows one of them, it is behind
-        our own writes (a sync may write an object twice, so the version before the last
-        write is not the only stale one)."""
-        self._created: dict[tuple[str, str], dict[str, float]] = {}
-        """Per Deployment, ReplicaSets it created that the mirror has not shown yet (by
-        name, with when); an entry older than :data:`EXPECTATION_TTL` is ignored, so a
-        lost event never wedges a Deployment."""
-        mirror.add_handler(self.observe)
+        self.expectations = ctx.expectations
+        """Per Deployment (namespace, name): the ReplicaSet creations the mirror has not
+        shown yet."""
+        self.ownership = ctx.ownership(REPLICASETS)
+        self.events = ctx.event_recorder("deployment-controller", clock=clock)
 
-    def observe(self, change: Change) -> None:
-        """Forget expectations once the mirror shows the objects they wait for."""
+    def observe(self, change: steward.Change) -> None:
+        """Lower a Deployment's expected creation once the mirror shows its new ReplicaSet."""
         obj = change.obj
-        if obj.type != _RS_KEY:
+        if change.kind is not steward.ChangeKind.ADDED or obj.type != _RS_KEY:
             return
-        key = ("ReplicaSet", obj.namespace, obj.name)
-        if change.kind is ChangeKind.DELETED:
-            self._superseded.pop(key, None)
-            return
-        stale = self._superseded.get(key)
-        if stale is not None and obj.resource_version not in stale:
-            del self._superseded[key]  # the mirror caught up with our writes
         ref = obj.controller_owner()
         if ref is not None and _is_deployment_ref(ref):
-            pending = self._created.get((obj.namespace, ref.name))
-            if pending:
-                pending.pop(obj.name, None)
-
-    def awaiting_creation(self, ns: str, name: str) -> bool:
-        """Whether a ReplicaSet this Deployment's sync created is not in the mirror yet."""
-        pending = self._created.get((ns, name))
-        if not pending:
-            return False
-        now = time.monotonic()
-        for rs, since in list(pending.items()):
-            if now - since > EXPECTATION_TTL:
-                del pending[rs]
-        return bool(pending)
+            self.expectations.creation_observed((obj.namespace, ref.name))
 
     # Mapping from other types ----------------------------------------------------------------
     def deployments_of_rs(self, obj: MirrorObject) -> Iterable[Request]:
@@ -177,7 +103,7 @@ class DeploymentReconciler:
         return [
             Request(d.namespace, d.name)
             for d in self.mirror.objects(DEPLOYMENTS, obj.namespace)
-            if selector_matches((d.object.get("spec") or {}).get("selector"), labels)
+            if steward.selector_matches((d.object.get("spec") or {}).get("selector"), labels)
         ]
 
     def deployment_of_pod(self, obj: MirrorObject) -> Iterable[Request]:
@@ -195,18 +121,14 @@ class DeploymentReconciler:
         return [Request(obj.namespace, owner.name)]
 
     # Reconcile ---------------------------------------------------------------------------------
-    async def reconcile(self, request: Request, contexts: Sequence[TraceContext]) -> Result:
+    async def reconcile(self, request: Request, contexts: Sequence[steward.TraceContext]) -> Result:
         """Sync one Deployment (see the module docs for what happens on errors)."""
-        ns, name = request.namespace, request.name
-        obj = self.mirror.get(DEPLOYMENTS, ns, name)
+        key = (request.namespace, request.name)
+        obj = self.mirror.get(DEPLOYMENTS, *key)
         if obj is None:
-            self._created.pop((ns, name), None)
-            self._superseded.pop(("Deployment", ns, name), None)
+            self.expectations.forget(key)
             return Result()
-        if obj.resource_version in self._superseded.get(("Deployment", ns, name), ()):
-            return Result()  # our newer write is on its way to the mirror
-        self._superseded.pop(("Deployment", ns, name), None)
-        if self.awaiting_creation(ns, name):
+        if not self.expectations.satisfied(key):
             return Result()  # a ReplicaSet we created is on its way to the mirror
         sync = _Sync(self, copy.deepcopy(obj.object))
         try:
@@ -221,18 +143,6 @@ class DeploymentReconciler:
 
     def rs_list(self, ns: str) -> list[Obj]:
         return [o.object for o in self.mirror.objects(REPLICASETS, ns)]
-
-    def stale_rs(self, rs: Obj) -> bool:
-        m = meta(rs)
-        key = ("ReplicaSet", m["namespace"], m["name"])
-        return str(m.get("resourceVersion", "")) in self._superseded.get(key, ())
-
-    def superseded(self, kind: str, before: Obj, after: Obj) -> None:
-        """Remember that a write replaced ``before``'s resource version with ``after``'s."""
-        m = meta(before)
-        key = (kind, m["namespace"], m["name"])
-        if meta(after).get("resourceVersion") != m.get("resourceVersion"):
-            self._superseded.setdefault(key, set()).add(str(m.get("resourceVersion", "")))
 
 
 class _Sync:
@@ -273,9 +183,10 @@ class _Sync:
                 self.status["observedGeneration"] = meta(d).get("generation")
                 await self.update_status()
             return
-        rs_list = await self.claim()
-        if any(self.rec.stale_rs(rs) for rs in rs_list):
-            raise Stale
+        # The ReplicaSets it controls and that match its selector; orphans that match are
+        # adopted, controlled ones that no longer match are released (upstream's
+        # ReplicaSetControllerRefManager).
+        rs_list = await self.rec.ownership.claim(d, self.rec.rs_list(self.ns))
         if meta(d).get("deletionTimestamp"):
             new, old = await self.new_and_old(rs_list, create=False)
             await self.sync_status([*old, new], new)
@@ -292,116 +203,35 @@ class _Sync:
         else:
             await self.rollout_rolling(rs_list)
 
-    # Claiming ReplicaSets ------------------------------------------------------------------------
-    async def claim(self) -> list[Obj]:
-        """The ReplicaSets this Deployment controls and that match its selector; orphans
-        that match are adopted, controlled ones that no longer match are released."""
-        uid = meta(self.d).get("uid")
-        selector = self.spec.get("selector")
-        deleting = bool(meta(self.d).get("deletionTimestamp"))
-        owned: list[Obj] = []
-        orphans: list[Obj] = []
-        for rs in self.rec.rs_list(self.ns):
-            rmeta = meta(rs)
-            ref = next((r for r in rmeta.get("ownerReferences") or () if r.get("controller")), None)
-            matches = selector_matches(selector, rmeta.get("labels") or {})
-            if ref is not None:
-                if ref.get("uid") != uid:
-                    continue
-                if matches:
-                    owned.append(rs)
-                elif not deleting and not rmeta.get("deletionTimestamp"):
-                    await self.release(rs)
-            elif matches and not deleting and not rmeta.get("deletionTimestamp"):
-                orphans.append(rs)
-        if orphans and await self.can_adopt():
-            for rs in orphans:
-                adopted = await self.adopt(rs)
-                if adopted is not None:
-                    owned.append(adopted)
-        return owned
-
-    async def can_adopt(self) -> bool:
-        try:
-            fresh = await self.api.arequest(
-                "GET", f"/apis/apps/v1/namespaces/{self.ns}/deployments/{self.name}"
-            )
-        except NotFoundError:
-            return False
-        fm = fresh.get("metadata") or {}
-        return bool(fm.get("uid") == meta(self.d).get("uid") and not fm.get("deletionTimestamp"))
-
-    def _owner_ref(self) -> Obj:
-        m = meta(self.d)
-        return {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "name": m["name"],
-            "uid": m["uid"],
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-
-    async def adopt(self, rs: Obj) -> Obj | None:
-        rmeta = meta(rs)
-        patch = {
-            "metadata": {
-                "ownerReferences": [*(rmeta.get("ownerReferences") or ()), self._owner_ref()],
-                "resourceVersion": rmeta.get("resourceVersion"),
-            }
-        }
-        try:
-            return await self.api.arequest(
-                "PATCH",
-                f"/apis/apps/v1/namespaces/{self.ns}/replicasets/{rmeta['name']}",
-                patch,
-                content_type="application/merge-patch+json",
-            )
-        except (NotFoundError, ConflictError):
-            return None
-
-    async def release(self, rs: Obj) -> None:
-        rmeta = meta(rs)
-        uid = meta(self.d).get("uid")
-        patch = {
-            "metadata": {
-                "ownerReferences": [
-                    r for r in rmeta.get("ownerReferences") or () if r.get("uid") != uid
-                ],
-                "resourceVersion": rmeta.get("resourceVersion"),
-            }
-        }
-        with contextlib.suppress(NotFoundError, ConflictError):
-            await self.api.arequest(
-                "PATCH",
-                f"/apis/apps/v1/namespaces/{self.ns}/replicasets/{rmeta['name']}",
-                patch,
-                content_type="application/merge-patch+json",
-            )
-
     # Writes ------------------------------------------------------------------------------
     async def update_status(self) -> None:
-        before = self.d
         written = await self.api.arequest(
             "PUT",
             f"/apis/apps/v1/namespaces/{self.ns}/deployments/{self.name}/status",
             self.d,
         )
-        self.rec.superseded("Deployment", before, written)
         # Later steps continue from what the API server stored (a new resource version).
         self.d = copy.deepcopy(written)
 
     async def update_rs(self, rs: Obj) -> Obj:
-        context = outgoing_headers()
-        if context:
-            meta(rs).setdefault("annotations", {}).update(context)
-        written = await self.api.arequest(
+        return await self.api.arequest(
             "PUT",
             f"/apis/apps/v1/namespaces/{self.ns}/replicasets/{meta(rs)['name']}",
-            rs,
+            steward.stamp_trace_context(rs),
         )
-        self.rec.superseded("ReplicaSet", rs, written)
-        return written
+
+    async def create_rs(self, body: Obj) -> Obj:
+        """POST the new ReplicaSet, expected until the mirror shows it; a creation that
+        fails (AlreadyExists too) or is cut off is no longer expected."""
+        created: list[Obj] = []
+
+        async def post(_: int) -> None:
+            created.append(await steward.create_child(self.api, REPLICASETS, self.ns, body))
+
+        outcome = await self.rec.expectations.create((self.ns, self.name), 1, post)
+        if outcome.errors:
+            raise outcome.errors[0]
+        return created[0]
 
     async def scale_rs(self, rs: Obj, size: int, force: bool = False) -> tuple[bool, Obj]:
         """Set a ReplicaSet's size and its desired/max-replicas annotations."""
@@ -479,7 +309,7 @@ class _Sync:
             "metadata": {
                 "name": name,
                 "namespace": self.ns,
-                "ownerReferences": [self._owner_ref()],
+                "ownerReferences": [self.rec.ownership.ref(d)],
                 "labels": dict(tmeta["labels"]),
             },
             "spec": {
@@ -492,19 +322,11 @@ class _Sync:
         count = ro.new_rs_new_replicas(d, [*old, body], body)
         body["spec"]["replicas"] = count
         ro.set_new_rs_annotations(d, body, new_revision, exists=False)
-        context = outgoing_headers()
-        if context:
-            body["metadata"]["annotations"].update(context)
         await self.ensure_current()
         already = False
-        pending = self.rec._created.setdefault((self.ns, self.name), {})
-        pending[name] = time.monotonic()
         try:
-            created = await self.api.arequest(
-                "POST", f"/apis/apps/v1/namespaces/{self.ns}/replicasets", body
-            )
+            created = await self.create_rs(body)
         except ConflictError:
-            pending.pop(name, None)
             already = True
             try:
                 found = await self.api.arequest(
@@ -525,7 +347,6 @@ class _Sync:
                 raise ConflictError(409, f"hash collision on replica set {name}") from None
             created = found
         except ApiError as err:
-            pending.pop(name, None)
             if "being terminated" in str(err):
                 raise
             msg = f'Failed to create new replica set "{name}": {err}'
@@ -800,30 +621,24 @@ class _Sync:
         return False
 
 
-def _pod_deleted(change: Change) -> bool:
-    return change.kind is ChangeKind.DELETED
+def _pod_deleted(change: steward.Change) -> bool:
+    return change.kind is steward.ChangeKind.DELETED
 
 
-def build(
-    channel: grpc.aio.Channel,
-    api: KubeClient,
-    options: ControllerOptions | None = None,
-    name: str = NAME,
-) -> Controller:
-    """The Deployment controller, wired: Deployments are the primary type; a ReplicaSet
-    change enqueues its Deployment (or, for an orphan, every Deployment selecting it); a
-    pod's deletion enqueues the Deployment of its ReplicaSet."""
-    holder: list[DeploymentReconciler] = []
-
-    def factory(mirror: Mirror) -> DeploymentReconciler:
-        holder.append(DeploymentReconciler(mirror, api))
-        return holder[0]
-
-    return (
-        ControllerBuilder(name)
-        .for_(DEPLOYMENTS, kind="Deployment")
-        .watches(REPLICASETS, lambda o: holder[0].deployments_of_rs(o))
-        .watches(PODS, lambda o: holder[0].deployment_of_pod(o), _pod_deleted)
-        .with_options(options or ControllerOptions(max_concurrent_reconciles=5))
-        .complete(channel, factory)
+CONTROLLER = (
+    steward.ControllerBuilder[DeploymentReconciler](NAME)
+    .for_(DEPLOYMENTS, kind="Deployment")
+    .watches(REPLICASETS, DeploymentReconciler.deployments_of_rs)
+    .watches(PODS, DeploymentReconciler.deployment_of_pod, _pod_deleted)
+    .observe(DeploymentReconciler.observe)
+    .with_options(steward.ControllerOptions(max_concurrent_reconciles=5))
+    .beside_upstream(None)  # Deployments have no spec.managedBy: upstream's must be off
+    .describe(
+        "Rolls out apps/v1 Deployments through their ReplicaSets, as kube-controller-manager's\n"
+        "deployment controller does (run it with that one off: --controllers=*,-deployment)."
     )
+    .complete(DeploymentReconciler)
+)
+"""The Deployment controller: Deployments are the primary type; a ReplicaSet change queues
+its Deployment (or, for an orphan, every Deployment selecting it); a pod's deletion queues
+the Deployment of its ReplicaSet."""

@@ -1,97 +1,18 @@
-"""The Deployment controller's process: ``python -m steward.controllers.deployment.main``.
+"""The Deployment controller's process: ``python -m steward.controllers.deployment.main``
+(``--help`` lists the flags; :func:`steward.run` is the whole process)."""
 
-Connects to the informer (and, if given, the manager, so that only the active instance
-reconciles) and writes to the API server with the credentials of ``--kubeconfig``.
-Serves its Prometheus metrics (work queue, reconciles) when ``--metrics`` names an
-address. Exits 0 on SIGINT/SIGTERM; a refused watch (see the mirror) ends it with an error.
-"""
-
-from __future__ import annotations
-
-import argparse
-import asyncio
-import contextlib
-import logging
-import signal
-import sys
 from collections.abc import Sequence
 
-from prometheus_client import REGISTRY
+import steward
+from steward.controllers.deployment.controller import CONTROLLER
 
-from steward.controllers.deployment.controller import NAME, build
-from steward.kube import KubeClient, load_access
-from steward.runtime.controller import ControllerOptions
-from steward.runtime.health import start_loop_health, start_metrics_server, stop_metrics_server
-from steward.runtime.session import SessionOptions
-from steward.security import SecurityConfigError, add_client_arguments, client_from_args
-from steward.telemetry import configure_tracing
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The command line (see ``--help``)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m steward.controllers.deployment.main",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster or $KUBECONFIG)")
-    parser.add_argument("--informer", default="127.0.0.1:50061", help="informer host:port")
-    parser.add_argument("--manager", default=None, help="manager host:port (default: none)")
-    parser.add_argument("--workers", type=int, default=5, help="concurrent syncs (default 5)")
-    parser.add_argument("--namespace", default="", help="watch only this namespace")
-    parser.add_argument("--standby", action="store_true", help="stand by if another is active")
-    add_client_arguments(parser)
-    parser.add_argument(
-        "--metrics", default=None, help="serve Prometheus metrics on host:port (default: off)"
-    )
-    args = parser.parse_args(argv)
-    try:
-        args.security = client_from_args(args)
-    except SecurityConfigError as err:
-        parser.error(str(err))
-    return args
-
-
-async def run(args: argparse.Namespace) -> None:
-    """Run the controller until cancelled."""
-    start_loop_health()  # /healthz and /readyz on $STEWARD_HEALTH_LISTEN, when set
-    api = KubeClient(
-        load_access(args.kubeconfig), user_agent="steward-deployment-controller", workers=16
-    )
-    metrics = start_metrics_server(args.metrics, REGISTRY) if args.metrics else None
-    try:
-        async with args.security.channel(args.informer) as channel:
-            controller = build(
-                channel,
-                api,
-                ControllerOptions(max_concurrent_reconciles=args.workers, namespace=args.namespace),
-            )
-            controller.fence(api)  # no write unless holding the lease
-            session = SessionOptions(controller=NAME, standby=args.standby, security=args.security)
-            await controller.run(manager=args.manager, session=session if args.manager else None)
-    finally:
-        stop_metrics_server(metrics)
-        api.close()
-
-
-async def _until_signalled(args: argparse.Namespace) -> None:
-    task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    assert task is not None
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, task.cancel)
-    with contextlib.suppress(asyncio.CancelledError):
-        await run(args)
+__all__ = ["CONTROLLER", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: parse, run until SIGINT/SIGTERM, return the exit status."""
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    configure_tracing("steward-controller-deployment")
-    asyncio.run(_until_signalled(args))
-    return 0
+    """Run the Deployment controller until SIGTERM; the process's exit status."""
+    return steward.run(CONTROLLER, argv)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -12,8 +12,10 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
+
+from steward import format_time, parse_time
 
 REVISION = "deployment.kubernetes.io/revision"
 REVISION_HISTORY = "deployment.kubernetes.io/revision-history"
@@ -84,19 +86,6 @@ def history_limit(d: Obj) -> int | None:
     if value is None or int(value) == MAX_INT32:
         return None
     return int(value)
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def format_time(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # Surge and unavailability -----------------------------------------------------------------
