@@ -59,6 +59,7 @@ from steward.cluster.errors import (
 )
 from steward.cluster.process import ProcessRecord, spawn, stop, tail
 from steward.cluster.progress import Progress
+from steward.cluster.registry import controller_names, steward_controllers
 from steward.security import ClientSecurity
 from steward.serving.security import ServerTLS, ServingSecurity
 
@@ -81,9 +82,10 @@ COMPONENTS = (
 )
 """Every component, in start order (stopped in reverse); Steward's own services follow."""
 
-STEWARD_CONTROLLERS = ("job", "replicaset", "deployment")
-"""Steward's controllers that ``make up`` runs (``steward.controllers.<name>.main``), each
-in place of upstream's controller of the same name in kube-controller-manager."""
+STEWARD_CONTROLLERS = controller_names()
+"""Steward's controllers that ``make up`` runs, each in place of upstream's controller of
+the same name in kube-controller-manager: those declared in the registry
+(:mod:`steward.cluster.registry`)."""
 
 STEWARD_IDENTITIES = {
     "informer": "steward:informer",
@@ -823,23 +825,21 @@ class LocalCluster:
             self._launch(name, argv, config, traced=True)
             address = st.informer_address if name == "informer" else st.manager_address
             self._wait_grpc_health(name, address, timeout, out)
-        for name in STEWARD_CONTROLLERS:
+        for registered in steward_controllers():
+            name = registered.name
             upstream = _upstream_runs(st.controllers, name)
+            if upstream and registered.beside_upstream is None:
+                continue  # two controllers would fight over each object
             argv = [
                 sys.executable,
                 "-m",
-                f"steward.controllers.{name}.main",
+                registered.module,
                 kubeconfig(f"controller-{name}"),
                 f"--informer={st.informer_address}",
                 f"--manager={st.manager_address}",
                 *st.client_args(f"controller-{name}"),
+                *((registered.beside_upstream or ()) if upstream else registered.alone),
             ]
-            if name == "job":
-                # Jobs name their controller (spec.managedBy): Steward's takes those
-                # naming none only when upstream's is off.
-                argv.append("--no-take-unmanaged" if upstream else "--take-unmanaged")
-            elif upstream:
-                continue  # no spec.managedBy: two controllers would fight over each object
             self._launch(f"{name}-controller", argv, config, traced=True)
             self._wait_active(f"{name}-controller", name, timeout, out)
 

@@ -1,0 +1,54 @@
+"""The registry of Steward's controllers: every controller distribution declares its
+definition under the ``steward.controllers`` entry points, and the local control plane
+runs exactly those; a broken declaration is an error that names it."""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint
+from pathlib import Path
+
+import pytest
+
+from steward.cluster import registry
+from steward.cluster.control_plane import STEWARD_CONTROLLERS, STEWARD_IDENTITIES, ClusterConfig
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_controller_of_the_workspace_is_declared() -> None:
+    declared = {c.name: c for c in registry.steward_controllers()}
+    on_disk = {
+        p.name
+        for p in (ROOT / "services" / "controllers").iterdir()
+        if (p / "pyproject.toml").exists()
+    }
+    assert set(declared) == on_disk
+    assert tuple(sorted(on_disk)) == STEWARD_CONTROLLERS
+    for name, controller in declared.items():
+        assert controller.module == f"steward.controllers.{name}.main"
+        assert f"controller-{name}" in STEWARD_IDENTITIES
+        assert (ROOT / "deploy" / "rbac" / f"controller-{name}.yaml").exists()
+    # Only the Job controller can run beside upstream's (Jobs name theirs in spec.managedBy).
+    assert declared["job"].beside_upstream == ("--no-take-unmanaged",)
+    assert declared["job"].alone == ("--take-unmanaged",)
+    assert declared["replicaset"].beside_upstream is None
+
+
+def test_upstreams_controllers_of_those_names_are_switched_off() -> None:
+    config = ClusterConfig(steward=True)
+    assert config.kcm_controllers() == "*," + ",".join(f"-{n}" for n in STEWARD_CONTROLLERS)
+
+
+def test_a_declaration_that_does_not_load_is_an_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broken = EntryPoint("ghost", "steward.controllers.ghost.main:CONTROLLER", registry.GROUP)
+    monkeypatch.setattr(registry, "entry_points", lambda group: [broken])
+    with pytest.raises(registry.RegistryError, match=r"'ghost'.*cannot be loaded"):
+        registry.steward_controllers()
+    wrong = EntryPoint("ghost", "steward.cluster.registry:GROUP", registry.GROUP)
+    monkeypatch.setattr(registry, "entry_points", lambda group: [wrong])
+    with pytest.raises(registry.RegistryError, match="not a controller definition"):
+        registry.steward_controllers()

@@ -1,0 +1,80 @@
+"""Which Steward controllers exist: the one registry the local control plane reads.
+
+Every controller distribution declares its controller under the entry-point group
+``steward.controllers`` (its name → the ``CONTROLLER`` definition in its ``main`` module),
+for example in its ``pyproject.toml``::
+
+    [project.entry-points."steward.controllers"]
+    job = "steward.controllers.job.main:CONTROLLER"
+
+The local control plane runs each one as ``python -m <that module>`` in place of upstream's
+controller of the same name, and gives it the flags its definition declares for running
+beside upstream's (``beside_upstream``) or alone. A controller installed later (a new
+workspace member) is picked up without changing this code.
+
+# Errors
+A declared controller that cannot be imported, or whose entry point is not a controller
+definition, raises :class:`RegistryError` naming it, so ``make up`` says what is broken
+instead of silently running without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+
+GROUP = "steward.controllers"
+"""The entry-point group controllers declare themselves in."""
+
+
+class RegistryError(Exception):
+    """A declared controller cannot be loaded."""
+
+
+@dataclass(frozen=True)
+class RegisteredController:
+    """One declared controller, as the local control plane runs it."""
+
+    name: str
+    """The controller's name (as in kube-controller-manager's ``--controllers``)."""
+    module: str
+    """The module to run with ``python -m``."""
+    beside_upstream: tuple[str, ...] | None
+    """Flags that let it run beside upstream's controller of the same name; None when
+    the two must not run together."""
+    alone: tuple[str, ...]
+    """Flags for when upstream's controller of the same name is off."""
+
+
+def controller_names() -> tuple[str, ...]:
+    """The names of the declared controllers, sorted (reads metadata only)."""
+    return tuple(sorted({ep.name for ep in entry_points(group=GROUP)}))
+
+
+def steward_controllers() -> tuple[RegisteredController, ...]:
+    """Every declared controller, loaded, sorted by name.
+
+    Raises:
+        RegistryError: a declared controller cannot be imported or is not a definition.
+    """
+    found: dict[str, RegisteredController] = {}
+    for ep in entry_points(group=GROUP):
+        try:
+            definition = ep.load()
+        except Exception as err:
+            raise RegistryError(
+                f"controller {ep.name!r} ({ep.value}) cannot be loaded: {err}"
+            ) from err
+        name = getattr(definition, "name", None)
+        if name != ep.name:
+            raise RegistryError(
+                f"controller {ep.name!r} ({ep.value}) is not a controller definition named "
+                f"{ep.name!r} (got {name!r})"
+            )
+        found[ep.name] = RegisteredController(
+            name=ep.name,
+            module=ep.module,
+            beside_upstream=definition.beside_upstream,
+            alone=tuple(definition.alone),
+        )
+    return tuple(found[name] for name in sorted(found))
