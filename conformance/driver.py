@@ -20,8 +20,8 @@ import grpc
 import orjson
 
 from steward.runtime import Request, Result, TraceContext
-from steward.runtime.controller import ControllerBuilder, ControllerOptions
-from steward.runtime.mirror import Mirror, MirrorError, resource_type
+from steward.runtime.controller import Context, ControllerBuilder, ControllerOptions
+from steward.runtime.mirror import MirrorError, resource_type
 
 CONFIGMAPS = resource_type("", "v1", "configmaps")
 SLEEP = "conformance.steward.dev/sleep-ms"
@@ -36,8 +36,8 @@ def emit(record: dict[str, object]) -> None:
 class Reporter:
     """Reconciles a ConfigMap as the contract says, and reports the attempt."""
 
-    def __init__(self, mirror: Mirror) -> None:
-        self.mirror = mirror
+    def __init__(self, ctx: Context) -> None:
+        self.mirror = ctx.mirror
         self.failures: dict[Request, int] = {}
 
     async def reconcile(self, request: Request, contexts: Sequence[TraceContext]) -> Result:
@@ -75,10 +75,11 @@ class Reporter:
 async def run(args: argparse.Namespace) -> int:
     async with grpc.aio.insecure_channel(args.informer) as channel:
         controller = (
-            ControllerBuilder("conformance")
+            ControllerBuilder[Reporter]("conformance")
             .for_(CONFIGMAPS, kind="ConfigMap")
             .with_options(ControllerOptions(max_concurrent_reconciles=args.workers))
-            .complete(channel, Reporter)
+            .complete(Reporter)
+            .new(channel)  # no API client: the driver writes nothing
         )
         task = asyncio.create_task(controller.run())
         synced = asyncio.create_task(controller.mirror.wait_synced())
