@@ -17,11 +17,11 @@ import grpc
 import pytest
 import pytest_asyncio
 
+from steward import Controller, ControllerOptions, KubeClient, NotFoundError
 from steward.cluster import LocalCluster
-from steward.controllers.job.controller import JobControllerOptions, build
+from steward.controllers.job.main import CONTROLLER
 from steward.informer import InformerOptions, InformerServer
-from steward.kube import KubeClient, NotFoundError, load_access
-from steward.runtime.controller import Controller, ControllerOptions
+from steward.kube import load_access
 from steward.serving.security import DEVELOPMENT
 
 MANAGED_BY = "steward.io/job-controller"
@@ -56,7 +56,7 @@ async def informer(cluster: LocalCluster) -> AsyncIterator[str]:
 class Running:
     """A controller running in this event loop until :meth:`stop`."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Controller[Any]) -> None:
         self.controller = controller
         self.task = asyncio.create_task(controller.run())
 
@@ -76,11 +76,11 @@ class Starter:
         self.running: list[Running] = []
 
     def start(self) -> Running:
-        controller = build(
+        controller = CONTROLLER.new(
             self.channel,
             self.api,
             ControllerOptions(max_concurrent_reconciles=2, namespace=self.namespace),
-            JobControllerOptions(take_unmanaged=False),
+            flags=["--no-take-unmanaged"],
         )
         running = Running(controller)
         self.running.append(running)

@@ -1,8 +1,12 @@
 """Steward's Job controller given a mirror that is behind the API server: a Job status
 read before its pods lost the tracking finalizer must not make it create pods beyond
-the completions (the pods no longer count, the status does not count them yet). The
-mirror is fed by hand, so the stale view is exact; everything else is the real API
-server."""
+the completions (the pods no longer count, the status does not count them yet).
+
+Two guards cover it: when the newer status is this controller's own write, the runtime's
+read-your-writes guard ends the reconcile before it acts (and looks again shortly); when
+another writer made it (a previous instance, just before it stopped), the Job
+controller's own check of the API server's version does. The mirror is fed by hand, so
+the stale view is exact; everything else is the real API server."""
 
 from __future__ import annotations
 
@@ -15,20 +19,15 @@ import orjson
 import pytest
 import pytest_asyncio
 
+from steward import Controller, KubeClient, Mirror, Request, Result
 from steward.cluster import LocalCluster
-from steward.controllers.job.controller import (
-    JOBS,
-    PODS,
-    JobControllerOptions,
-    JobReconciler,
-    _by_job,
-    _orphans,
-)
+from steward.controllers.job.controller import PODS, JobReconciler
+from steward.controllers.job.main import CONTROLLER
+from steward.controllers.job.sync import JOBS
 from steward.informer import wire
 from steward.informer.store import EventKind, StoredObject
-from steward.kube import KubeClient, load_access
-from steward.runtime import Request, Result
-from steward.runtime.mirror import Mirror
+from steward.kube import load_access
+from steward.runtime.controller import STALE_RECHECK
 from steward.v1 import informer_pb2 as pb
 from tests.controllers.job.conftest import fail_pod, get_job, job_body, job_pods
 
@@ -52,11 +51,19 @@ def controller_api(cluster: LocalCluster) -> Iterator[KubeClient]:
 
 
 @pytest_asyncio.fixture
-async def mirror() -> AsyncIterator[Mirror]:
-    """A mirror of Jobs and pods that no stream feeds: the test applies events itself."""
+async def controller(controller_api: KubeClient) -> AsyncIterator[Controller[JobReconciler]]:
+    """The Job controller, bound but not run: its mirror of Jobs and pods is fed by no
+    stream (the test applies events itself), its API client is the real one."""
     channel = grpc.aio.insecure_channel("127.0.0.1:9")  # never dialled
-    yield Mirror(channel, [JOBS, PODS], indexers={"job": _by_job, "orphan": _orphans})
+    yield CONTROLLER.new(channel, controller_api, flags=["--no-take-unmanaged"])
     await channel.close()
+
+
+async def reconcile(controller: Controller[JobReconciler], namespace: str, name: str) -> Result:
+    """One reconcile of the Job as the runtime's workers run it (with the lease check and
+    the mirror's read-your-writes guard)."""
+    guarded = controller.pool._reconciler
+    return await guarded.reconcile(Request(namespace, name), [])
 
 
 def show(mirror: Mirror, rtype: pb.ResourceType, *objects: dict[str, Any]) -> None:
@@ -115,6 +122,18 @@ def finished_pods(kube: KubeClient, job: dict[str, Any], count: int) -> list[dic
     return job_pods(kube, meta["namespace"], meta["name"])
 
 
+def counted(job: dict[str, Any]) -> dict[str, Any]:
+    """The Job with a status counting its ``completions`` pods as succeeded."""
+    return {
+        **job,
+        "status": {
+            "startTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "succeeded": job["spec"]["completions"],
+            "uncountedTerminatedPods": {},
+        },
+    }
+
+
 def create_job(kube: KubeClient, ns: str, name: str, completions: int) -> dict[str, Any]:
     body = job_body(
         name, completions=completions, parallelism=completions, pod_spec=dict(UNSCHEDULABLE)
@@ -122,25 +141,53 @@ def create_job(kube: KubeClient, ns: str, name: str, completions: int) -> dict[s
     return kube.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body)
 
 
+async def test_no_pods_from_a_status_older_than_the_controllers_own_write(
+    kube: KubeClient,
+    controller_api: KubeClient,
+    controller: Controller[JobReconciler],
+    namespace: str,
+) -> None:
+    stale = create_job(kube, namespace, "own", 2)
+    done = finished_pods(kube, stale, 2)
+    assert all(p["status"]["phase"] == "Succeeded" for p in done)
+    mirror = controller.mirror
+    show(mirror, JOBS, stale)
+    show(mirror, PODS, *done)
+    # The controller's own client writes the status counting both pods; the mirror still
+    # shows the version before.
+    await controller_api.arequest(
+        "PUT", f"/apis/batch/v1/namespaces/{namespace}/jobs/own/status", counted(stale)
+    )
+
+    result = await reconcile(controller, namespace, "own")
+
+    assert len(job_pods(kube, namespace, "own")) == 2  # no pod beyond the completions
+    assert result == Result(requeue_after=STALE_RECHECK)  # looked at again shortly
+    assert get_job(kube, namespace, "own")["status"]["succeeded"] == 2
+
+    # Once the mirror shows the current Job, the sync goes on: nothing more to run.
+    show(mirror, JOBS, get_job(kube, namespace, "own"))
+    assert await reconcile(controller, namespace, "own") == Result()
+    assert len(job_pods(kube, namespace, "own")) == 2
+    status = get_job(kube, namespace, "own")["status"]
+    assert status["succeeded"] == 2
+    assert status.get("active", 0) == 0
+
+
 async def test_no_pods_from_a_status_older_than_the_pods(
-    kube: KubeClient, controller_api: KubeClient, mirror: Mirror, namespace: str
+    kube: KubeClient, controller: Controller[JobReconciler], namespace: str
 ) -> None:
     stale = create_job(kube, namespace, "stale", 2)
     done = finished_pods(kube, stale, 2)
     assert all(p["status"]["phase"] == "Succeeded" for p in done)
-    # The API server's Job counts both pods; the mirror still shows the version before.
-    counted = dict(stale)
-    counted["status"] = {
-        "startTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "succeeded": 2,
-        "uncountedTerminatedPods": {},
-    }
-    kube.request("PUT", f"/apis/batch/v1/namespaces/{namespace}/jobs/stale/status", counted)
+    # The API server's Job counts both pods (another writer's status: a previous
+    # instance's); the mirror still shows the version before.
+    kube.request("PUT", f"/apis/batch/v1/namespaces/{namespace}/jobs/stale/status", counted(stale))
+    mirror = controller.mirror
     show(mirror, JOBS, stale)
     show(mirror, PODS, *done)
-    reconciler = JobReconciler(mirror, controller_api, JobControllerOptions(take_unmanaged=False))
 
-    result = await reconciler.reconcile(Request(namespace, "stale"), [])
+    result = await reconcile(controller, namespace, "stale")
 
     assert len(job_pods(kube, namespace, "stale")) == 2  # no pod beyond the completions
     assert result == Result()  # the newer Job's own event brings it back
@@ -148,7 +195,7 @@ async def test_no_pods_from_a_status_older_than_the_pods(
 
     # Once the mirror shows the current Job, the sync goes on: nothing more to run.
     show(mirror, JOBS, get_job(kube, namespace, "stale"))
-    await reconciler.reconcile(Request(namespace, "stale"), [])
+    await reconcile(controller, namespace, "stale")
     assert len(job_pods(kube, namespace, "stale")) == 2
     status = get_job(kube, namespace, "stale")["status"]
     assert status["succeeded"] == 2
@@ -156,17 +203,16 @@ async def test_no_pods_from_a_status_older_than_the_pods(
 
 
 async def test_finished_pods_without_finalizer_on_a_current_job_do_not_wedge_it(
-    kube: KubeClient, controller_api: KubeClient, mirror: Mirror, namespace: str
+    kube: KubeClient, controller: Controller[JobReconciler], namespace: str
 ) -> None:
     # A pod that finished without ever carrying the finalizer is not counted (as
     # upstream); with the mirror current, the Job still gets its own pod.
     job = create_job(kube, namespace, "current", 1)
     done = finished_pods(kube, job, 1)
-    show(mirror, JOBS, get_job(kube, namespace, "current"))
-    show(mirror, PODS, *done)
-    reconciler = JobReconciler(mirror, controller_api, JobControllerOptions(take_unmanaged=False))
+    show(controller.mirror, JOBS, get_job(kube, namespace, "current"))
+    show(controller.mirror, PODS, *done)
 
-    await reconciler.reconcile(Request(namespace, "current"), [])
+    await reconcile(controller, namespace, "current")
 
     pods = job_pods(kube, namespace, "current")
     assert len(pods) == 2

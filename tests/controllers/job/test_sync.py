@@ -9,15 +9,10 @@ from typing import Any
 
 import pytest
 
+from steward import format_time
 from steward.controllers.job import indexes
-from steward.controllers.job.pods import TRACKING_FINALIZER, format_time
-from steward.controllers.job.sync import (
-    MAX_UNCOUNTED,
-    BackoffRecord,
-    JobSync,
-    Plan,
-    slow_start_batches,
-)
+from steward.controllers.job.pods import TRACKING_FINALIZER
+from steward.controllers.job.sync import MAX_UNCOUNTED, BackoffRecord, JobSync, Plan
 
 pytestmark = pytest.mark.unit
 
@@ -109,21 +104,6 @@ def run(
 
 def ctypes(status: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [(c["type"], c["status"], c["reason"]) for c in status.get("conditions", [])]
-
-
-@pytest.mark.parametrize(
-    ("count", "batches"),
-    [
-        (0, []),
-        (1, [1]),
-        (2, [1, 1]),
-        (7, [1, 2, 4]),
-        (10, [1, 2, 4, 3]),
-        (500, [1, 2, 4, 8, 16, 32, 64, 128, 245]),
-    ],
-)
-def test_slow_start_batches(count: int, batches: list[int]) -> None:
-    assert slow_start_batches(count) == batches
 
 
 @pytest.mark.parametrize(

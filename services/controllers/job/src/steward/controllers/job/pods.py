@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
+
+from steward import parse_time
 
 TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 """The finalizer that keeps a Job's pod until the Job's status has counted it."""
 
 _PHASE_ORDER = {"Pending": 0, "Unknown": 1, "Running": 2}
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp as the API server writes it, or None when absent or malformed."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def format_time(when: datetime) -> str:
-    """A timestamp the way the API server writes it (seconds, UTC, "Z")."""
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def uid(pod: dict[str, Any]) -> str:

@@ -42,20 +42,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import steward
 from steward.controllers.job import failure_policy, indexes, pods, success_policy
-from steward.controllers.job.pods import TRACKING_FINALIZER, format_time
+from steward.controllers.job.pods import TRACKING_FINALIZER
 
 MAX_UNCOUNTED = 500
 """At most this many pods enter ``status.uncountedTerminatedPods`` per sync."""
 MAX_CREATE_DELETE = 500
 """At most this many pods are created or deleted per sync."""
-SLOW_START_INITIAL_BATCH = 1
-"""The first creation batch; each later batch doubles."""
 DEFAULT_BACKOFF = 10.0
 """Seconds before re-creating a pod after the first failure."""
 MAX_BACKOFF = 600.0
 """The longest re-creation delay in seconds."""
 
+JOBS = steward.resource_type("batch", "v1", "jobs")
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 MAX_INT32 = 2**31 - 1
 """The API server's default ``backoffLimit`` when ``backoffLimitPerIndex`` is set."""
@@ -100,17 +100,6 @@ def _earlier(current: float | None, wait: float) -> float:
     return wait if current is None else min(wait, current)
 
 
-def slow_start_batches(count: int) -> list[int]:
-    """Batch sizes for creating ``count`` pods: 1, 2, 4, … (the last one what remains)."""
-    out: list[int] = []
-    size = min(count, SLOW_START_INITIAL_BATCH)
-    while count > 0:
-        out.append(size)
-        count -= size
-        size = min(2 * size, count)
-    return out
-
-
 @dataclass(frozen=True)
 class BackoffRecord:
     """Failures since the last success and when the last one happened (per Job, in memory)."""
@@ -146,7 +135,7 @@ def new_condition(
     ctype: str, status: str, reason: str, message: str, now: datetime
 ) -> dict[str, Any]:
     """A Job condition as the API server stores it."""
-    stamp = format_time(now)
+    stamp = steward.format_time(now)
     return {
         "type": ctype,
         "status": status,
@@ -306,7 +295,7 @@ class JobSync:
         self.failed = int(st.get("failed", 0)) + counted_failures + len(self.uncounted_failed)
         self.ready = sum(1 for p in self.active_pods if pods.ready(p))
         if st.get("startTime") is None and not is_suspended(self.job):
-            st["startTime"] = format_time(self.now)
+            st["startTime"] = steward.format_time(self.now)
         self.new_backoff = self.backoff.advance(new_succeeded, new_failed, self.now)
 
         conditions: list[dict[str, Any]] = st.setdefault("conditions", [])
@@ -341,7 +330,7 @@ class JobSync:
                     self.now,
                 )
             elif self.spec.get("activeDeadlineSeconds") is not None and not is_suspended(self.job):
-                start = pods.parse_time(st.get("startTime")) or self.now
+                start = steward.parse_time(st.get("startTime")) or self.now
                 left = (
                     float(self.spec["activeDeadlineSeconds"]) - (self.now - start).total_seconds()
                 )
@@ -482,7 +471,7 @@ class JobSync:
 
     def _past_deadline(self) -> bool:
         deadline = self.spec.get("activeDeadlineSeconds")
-        start = pods.parse_time(self.status.get("startTime"))
+        start = steward.parse_time(self.status.get("startTime"))
         if deadline is None or start is None or is_suspended(self.job):
             return False
         return (self.now - start).total_seconds() >= float(deadline)
@@ -633,16 +622,7 @@ class JobSync:
             "namespace": meta.get("namespace", ""),
             "labels": labels,
             "finalizers": finalizers,
-            "ownerReferences": [
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
-                    "name": job_name,
-                    "uid": meta.get("uid", ""),
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [steward.controller_ref(self.job, JOBS, "Job")],
         }
         if annotations:
             pod_meta["annotations"] = annotations
@@ -699,7 +679,7 @@ class JobSync:
                 ):
                     suspend_changed = True
                     events.append(("Normal", "Resumed", "Job resumed"))
-                    st["startTime"] = format_time(self.now)
+                    st["startTime"] = steward.format_time(self.now)
         self._events = events
         needs = (
             suspend_changed
