@@ -1,7 +1,7 @@
 /**
  * Health endpoints of a controller process over HTTP, for the kubelet's probes:
- * `GET /healthz` (liveness) and `GET /readyz` (readiness), plus `GET /metrics` (a few
- * Prometheus gauges and counters of the worker pool, under controller-runtime's names).
+ * `GET /healthz` (liveness) and `GET /readyz` (readiness); and, on a server of its own or
+ * the same, `GET /metrics` (Prometheus' text format).
  *
  * Node runs the server on the same event loop as the controller, so a loop that is blocked
  * answers nothing and the probe times out, which is what a liveness probe should see.
@@ -33,6 +33,8 @@ export interface HealthChecks {
   unready?: () => string | undefined;
   /** The Prometheus text exposition of `/metrics` (omit: 404). */
   metrics?: () => string;
+  /** Serve `/healthz` and `/readyz` (default true; false: 404). */
+  probes?: boolean;
 }
 
 /** A running health server; see the module docs. */
@@ -41,6 +43,8 @@ export class HealthServer {
     private readonly server: http.Server,
     /** The address it listens on, as host:port (the real port when asked for port 0). */
     readonly address: string,
+    /** Whether it serves `/metrics`. */
+    readonly servesMetrics: boolean,
   ) {}
 
   /** Listen on `address` (host:port; port 0: a free one). */
@@ -54,7 +58,7 @@ export class HealthServer {
       if (req.method !== "GET" && req.method !== "HEAD") {
         status = 405;
         body = "method not allowed\n";
-      } else if (path === "/healthz" || path === "/readyz") {
+      } else if ((path === "/healthz" || path === "/readyz") && checks.probes !== false) {
         const reason = path === "/healthz" ? checks.unhealthy?.() : (checks.unhealthy?.() ?? checks.unready?.());
         status = reason === undefined ? 200 : 503;
         body = reason === undefined ? "ok\n" : `${reason}\n`;
@@ -75,7 +79,7 @@ export class HealthServer {
     ]);
     const bound = server.address() as AddressInfo;
     const shown = bound.family === "IPv6" ? `[${bound.address}]` : bound.address;
-    return new HealthServer(server, `${shown}:${bound.port}`);
+    return new HealthServer(server, `${shown}:${bound.port}`, checks.metrics !== undefined);
   }
 
   /** Stop listening and close the open connections. */

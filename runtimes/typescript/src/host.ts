@@ -27,8 +27,8 @@
  *
  * # What the host does
  * - Parses the standard flags ({@link HOST_FLAGS}: `--informer`, `--manager`, `--standby`,
- *   `--kubeconfig`, `--namespace`, `--workers`, `--health-listen`, the TLS and token flags,
- *   `--help`) and the author's own ({@link ControllerDefinition.flags}); a bad flag exits 2
+ *   `--kubeconfig`, `--namespace`, `--workers`, `--resync-period`, `--shutdown-grace`,
+ *   `--health-listen`, `--metrics-listen`, the TLS and token flags, `--help`) and the author's own ({@link ControllerDefinition.flags}); a bad flag exits 2
  *   with the help, `--help` prints it and exits 0.
  * - Dials the informer and the manager with mutual TLS (the flags, else the `STEWARD_TLS_*`
  *   variables; plaintext only when asked for), and exits 2 naming the settings otherwise.
@@ -43,8 +43,9 @@
  * - Runs the controller alone, or under the manager given by `--manager` (one
  *   {@link Controller.run}: the same sync, resync and graceful shutdown either way; under a
  *   manager it also stands by, catches up before its first reconcile, and deregisters).
- * - Serves `/healthz`, `/readyz` (ready once the caches have synced, not while shutting down)
- *   and `/metrics` over HTTP with `--health-listen`.
+ * - Serves `/healthz` and `/readyz` (ready once the caches have synced, not while shutting
+ *   down) over HTTP with `--health-listen`, and Prometheus metrics (controller-runtime's
+ *   reconcile and work queue names) on `/metrics` with `--metrics-listen`.
  * - On SIGTERM or SIGINT stops taking work, lets running reconciles finish, deregisters and
  *   exits 0; a second signal exits 1 at once. A registration the manager refuses exits 3,
  *   any other failure 1.
@@ -146,8 +147,14 @@ export interface HostSettings {
   namespace: string | undefined;
   /** Reconciles at once; undefined: the definition's, else 1. */
   workers: number | undefined;
-  /** host:port of `/healthz`, `/readyz` and `/metrics`; undefined: not served. */
+  /** ms between enqueuing every primary object again; undefined: the definition's, else never. */
+  resyncPeriodMs: number | undefined;
+  /** ms running reconciles may finish on shutdown; undefined: the definition's, else 30 s. */
+  shutdownGraceMs: number | undefined;
+  /** host:port of `/healthz` and `/readyz`; undefined: not served. */
   healthListen: string | undefined;
+  /** host:port of `/metrics`; undefined: not served. */
+  metricsListen: string | undefined;
   /** How the informer and the manager are dialed (flags over the `STEWARD_*` variables). */
   security: ClientSecurity;
 }
@@ -206,10 +213,25 @@ export const HOST_FLAGS = {
   },
   namespace: { type: "string", metavar: "NAMESPACE", help: "watch only this namespace (default all)" },
   workers: { type: "string", metavar: "N", help: "reconciles at once (default 1)" },
+  "resync-period": {
+    type: "string",
+    metavar: "SECONDS",
+    help: "enqueue every object of the primary type again this often,\nwhile active (default never)",
+  },
+  "shutdown-grace": {
+    type: "string",
+    metavar: "SECONDS",
+    help: "how long running reconciles may finish on SIGTERM (default 30)",
+  },
   "health-listen": {
     type: "string",
     metavar: "HOST:PORT",
-    help: "serve /healthz, /readyz and /metrics over HTTP there\n(default $STEWARD_HEALTH_LISTEN; none)",
+    help: "serve /healthz and /readyz over HTTP there\n(default $STEWARD_HEALTH_LISTEN; none)",
+  },
+  "metrics-listen": {
+    type: "string",
+    metavar: "HOST:PORT",
+    help: "serve Prometheus metrics on /metrics there\n(default $STEWARD_METRICS_LISTEN; none)",
   },
   "tls-ca-file": { type: "string", metavar: "FILE", help: "CA of their certificates (default $STEWARD_TLS_CA_FILE)" },
   "tls-cert-file": { type: "string", metavar: "FILE", help: "client certificate (default $STEWARD_TLS_CERT_FILE)" },
@@ -233,6 +255,8 @@ export const HOST_FLAGS = {
 
 /** The variable `--health-listen` defaults to. */
 export const HEALTH_LISTEN_ENV = "STEWARD_HEALTH_LISTEN";
+/** The variable `--metrics-listen` defaults to. */
+export const METRICS_LISTEN_ENV = "STEWARD_METRICS_LISTEN";
 
 const DEFAULT_INFORMER = "127.0.0.1:50061";
 const SECURITY_FLAGS = ["tls-ca-file", "tls-cert-file", "tls-key-file", "token-file", "tls-server-name", "insecure-plaintext"];
@@ -270,14 +294,21 @@ export function helpText(definition: ControllerDefinition<FlagSpecs>, program = 
   const sections = [
     `usage: ${program} ${usage ? `${usage}\n       ` : ""}[--informer HOST:PORT] [--manager HOST:PORT [--standby]]\n` +
       `       [--kubeconfig FILE] [--name NAME] [--namespace NAMESPACE] [--workers N]\n` +
-      `       [--health-listen HOST:PORT] [--tls-ca-file FILE --tls-cert-file FILE --tls-key-file FILE]\n` +
+      `       [--resync-period SECONDS] [--shutdown-grace SECONDS]\n` +
+      `       [--health-listen HOST:PORT] [--metrics-listen HOST:PORT]\n` +
+      `       [--tls-ca-file FILE --tls-cert-file FILE --tls-key-file FILE]\n` +
       `       [--token-file FILE] [--tls-server-name NAME] [--insecure-plaintext]`,
   ];
   if (definition.description) sections.push(definition.description.trim());
   if (ownNames.length > 0) sections.push(flagLines(own, ownNames, definition.name));
   sections.push(
     "The controller:\n" +
-      flagLines(host, ["name", "informer", "manager", "standby", "kubeconfig", "namespace", "workers", "health-listen", "help"], definition.name),
+      flagLines(
+        host,
+        ["name", "informer", "manager", "standby", "kubeconfig", "namespace", "workers", "resync-period",
+          "shutdown-grace", "health-listen", "metrics-listen", "help"],
+        definition.name,
+      ),
     "Security: the informer and the manager are dialed with mutual TLS.\n" +
       flagLines(host, SECURITY_FLAGS, definition.name) +
       "\nWithout the TLS files or plaintext it exits 2 at once, naming the variables.",
@@ -351,14 +382,30 @@ export function parseHostArgs<const F extends FlagSpecs>(
       throw new UsageError(`--workers takes a whole number of at least 1, not ${JSON.stringify(workersText)}`);
     }
   }
-  const healthListen = str("health-listen") ?? (env[HEALTH_LISTEN_ENV] || undefined);
-  if (healthListen !== undefined) {
-    try {
-      splitAddress(healthListen);
-    } catch (err) {
-      throw new UsageError(`--health-listen: ${(err as Error).message}`);
+  const seconds = (flag: string): number | undefined => {
+    const text = str(flag);
+    if (text === undefined) return undefined;
+    const value = Number(text);
+    if (text.trim() === "" || !Number.isFinite(value) || value < 0) {
+      throw new UsageError(`--${flag} takes a number of seconds, not ${JSON.stringify(text)}`);
     }
-  }
+    return Math.round(value * 1000);
+  };
+  const resyncPeriodMs = seconds("resync-period");
+  const shutdownGraceMs = seconds("shutdown-grace");
+  const address = (flag: string, variable: string): string | undefined => {
+    const value = str(flag) ?? (env[variable] || undefined);
+    if (value !== undefined) {
+      try {
+        splitAddress(value);
+      } catch (err) {
+        throw new UsageError(`--${flag}: ${(err as Error).message}`);
+      }
+    }
+    return value;
+  };
+  const healthListen = address("health-listen", HEALTH_LISTEN_ENV);
+  const metricsListen = address("metrics-listen", METRICS_LISTEN_ENV);
   const manager = str("manager");
   const standby = values["standby"] === true;
   if (standby && manager === undefined) throw new UsageError("--standby needs --manager");
@@ -380,7 +427,10 @@ export function parseHostArgs<const F extends FlagSpecs>(
     kubeconfig: str("kubeconfig"),
     namespace: str("namespace"),
     workers,
+    resyncPeriodMs,
+    shutdownGraceMs,
     healthListen,
+    metricsListen,
     security,
   };
   const flags: Record<string, unknown> = {};
@@ -398,6 +448,7 @@ export class Host {
   readonly controller: Controller;
   readonly #api: KubeClient;
   #health: HealthServer | undefined;
+  #metrics: HealthServer | undefined;
   #stopping = false;
   #failed: string | undefined;
 
@@ -447,14 +498,21 @@ export class Host {
     const options: ControllerOptions = { ...definition.options, ...builder.currentOptions, credentials };
     if (settings.namespace !== undefined) options.namespace = settings.namespace;
     if (settings.workers !== undefined) options.maxConcurrentReconciles = settings.workers;
+    if (settings.resyncPeriodMs !== undefined) options.resyncPeriodMs = settings.resyncPeriodMs;
+    if (settings.shutdownGraceMs !== undefined) options.shutdownGraceMs = settings.shutdownGraceMs;
     builder.withOptions(options);
     controller = builder.complete(settings.informer, (mirror) => factory({ mirror, api, settings }));
     return new Host(settings, controller, api);
   }
 
-  /** host:port of the health endpoints while they are served. */
+  /** host:port of `/healthz` and `/readyz` while they are served. */
   get healthAddress(): string | undefined {
     return this.#health?.address;
+  }
+
+  /** host:port of `/metrics` while it is served. */
+  get metricsAddress(): string | undefined {
+    return this.#metrics?.address ?? (this.#health?.servesMetrics ? this.#health.address : undefined);
   }
 
   /** Why the process is not ready (`/readyz` answers 503 with it), or undefined. */
@@ -527,12 +585,17 @@ export class Host {
     signal.addEventListener("abort", onAbort, { once: true });
     try {
       if (s.healthListen !== undefined) {
+        const both = s.metricsListen === s.healthListen && splitAddress(s.healthListen)[1] !== 0;
         this.#health = await HealthServer.start(s.healthListen, {
           unhealthy: () => this.unhealthy(),
           unready: () => this.unready(),
-          metrics: () => this.metrics(),
+          ...(both ? { metrics: () => this.metrics() } : {}),
         });
-        log.info(`${s.name}: /healthz, /readyz and /metrics on http://${this.#health.address}`);
+        log.info(`${s.name}: /healthz and /readyz${both ? " and /metrics" : ""} on http://${this.#health.address}`);
+      }
+      if (s.metricsListen !== undefined && this.#metrics === undefined && !this.#health?.servesMetrics) {
+        this.#metrics = await HealthServer.start(s.metricsListen, { probes: false, metrics: () => this.metrics() });
+        log.info(`${s.name}: /metrics on http://${this.#metrics.address}`);
       }
       log.info(
         `${s.name}: watching through ${s.informer}` +
@@ -551,6 +614,8 @@ export class Host {
       this.#api.close();
       await this.#health?.close();
       this.#health = undefined;
+      await this.#metrics?.close();
+      this.#metrics = undefined;
     }
   }
 }

@@ -31,6 +31,7 @@ export {
   type FlagValue,
   type FlagValues,
   HEALTH_LISTEN_ENV,
+  METRICS_LISTEN_ENV,
   HOST_FLAGS,
   Host,
   type HostSettings,

@@ -80,7 +80,10 @@ describe("host flags", () => {
       kubeconfig: undefined,
       namespace: undefined,
       workers: undefined,
+      resyncPeriodMs: undefined,
+      shutdownGraceMs: undefined,
       healthListen: undefined,
+      metricsListen: undefined,
       security: {
         caFile: "/ca",
         certFile: "/cert",
@@ -98,7 +101,8 @@ describe("host flags", () => {
     const { settings } = parsed(
       [
         "--name", "other", "--informer", "informer:1", "--manager", "manager:2", "--standby",
-        "--kubeconfig", "/kc", "--namespace", "ns", "--workers", "4", "--health-listen", "0.0.0.0:8081",
+        "--kubeconfig", "/kc", "--namespace", "ns", "--workers", "4", "--resync-period", "2.5",
+        "--shutdown-grace", "10", "--health-listen", "0.0.0.0:8081", "--metrics-listen", ":8080",
         "--tls-ca-file", "/a", "--tls-cert-file", "/b", "--tls-key-file", "/c", "--token-file", "/t",
         "--tls-server-name", "steward",
       ],
@@ -112,7 +116,10 @@ describe("host flags", () => {
       kubeconfig: "/kc",
       namespace: "ns",
       workers: 4,
+      resyncPeriodMs: 2500,
+      shutdownGraceMs: 10_000,
       healthListen: "0.0.0.0:8081",
+      metricsListen: ":8080",
       security: {
         caFile: "/a",
         certFile: "/b",
@@ -123,6 +130,7 @@ describe("host flags", () => {
       },
     });
     assert.equal(parsed([], { STEWARD_HEALTH_LISTEN: "127.0.0.1:9" }).settings.healthListen, "127.0.0.1:9");
+    assert.equal(parsed([], { STEWARD_METRICS_LISTEN: "127.0.0.1:7" }).settings.metricsListen, "127.0.0.1:7");
     assert.equal(parsed(["--insecure-plaintext"], {}).settings.security.insecurePlaintext, true);
   });
 
@@ -144,6 +152,9 @@ describe("host flags", () => {
       ["--workers", "1.5"],
       ["--standby"],
       ["--health-listen", "nowhere"],
+      ["--metrics-listen", "1.2.3.4"],
+      ["--resync-period", "soon"],
+      ["--shutdown-grace", "-1"],
       ["--name", ""],
       ["--informer"],
     ]) {
@@ -158,7 +169,8 @@ describe("host flags", () => {
     assert.match(text, /Tests the host\./);
     for (const flag of [
       "--rule RULE", "--mode VALUE", "--dry", "--name NAME", "--informer HOST:PORT", "--manager HOST:PORT",
-      "--standby", "--kubeconfig FILE", "--namespace NAMESPACE", "--workers N", "--health-listen HOST:PORT",
+      "--standby", "--kubeconfig FILE", "--namespace NAMESPACE", "--workers N", "--resync-period SECONDS",
+      "--shutdown-grace SECONDS", "--health-listen HOST:PORT", "--metrics-listen HOST:PORT",
       "--tls-ca-file FILE", "--tls-cert-file FILE", "--tls-key-file FILE", "--token-file FILE",
       "--tls-server-name NAME", "--insecure-plaintext", "-h, --help", "STEWARD_TLS_CA_FILE",
       "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -301,11 +313,14 @@ describe("the host's API client", () => {
     }
   });
 
-  it("passes the namespace and workers to the controller", () => {
-    const { host: made, api } = host(["--namespace", "ns1", "--workers", "3"]);
+  it("passes the namespace, workers, resync period and grace to the controller", () => {
+    const { host: made, api } = host(["--namespace", "ns1", "--workers", "3", "--resync-period", "60", "--shutdown-grace", "5"]);
     api.close();
     assert.equal(made.controller.status().workers, 3);
-    assert.equal(made.settings.namespace, "ns1");
+    const options = (made.controller as unknown as { options: Record<string, unknown> }).options;
+    assert.equal(options["namespace"], "ns1");
+    assert.equal(options["resyncPeriodMs"], 60_000);
+    assert.equal(options["shutdownGraceMs"], 5_000);
   });
 
   it("refuses to start without security settings, without credentials, or with a bad author's flag", () => {
@@ -352,32 +367,76 @@ describe("the host's health endpoints", () => {
     const def = definition();
     const args = parseHostArgs(
       def,
-      ["--informer", "127.0.0.1:1", "--kubeconfig", arrivals.kubeconfig, "--health-listen", "127.0.0.1:0"],
+      [
+        "--informer", "127.0.0.1:1", "--kubeconfig", arrivals.kubeconfig,
+        "--health-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+      ],
       PLAINTEXT,
     );
     if (args.help) throw new Error("unreachable");
     const made = Host.create(def, args, PLAINTEXT);
     const stop = new AbortController();
     const running = made.run(stop.signal);
-    let address: string | undefined;
-    for (let i = 0; i < 100 && address === undefined; i += 1) {
-      address = made.healthAddress;
-      if (address === undefined) await new Promise((r) => setTimeout(r, 20));
+    try {
+      await checkEndpoints(made);
+    } finally {
+      stop.abort();
+      await running;
     }
-    assert.ok(address !== undefined, "the health server did not start");
+    assert.equal(made.healthAddress, undefined);
+    assert.equal(made.metricsAddress, undefined);
+  });
+
+  it("serve /metrics with the probes when both listen on the same address", async () => {
+    const probe = http.createServer().listen(0, "127.0.0.1");
+    await once(probe, "listening");
+    const port = (probe.address() as AddressInfo).port;
+    await new Promise((r) => probe.close(r));
+    const def = definition();
+    const address = `127.0.0.1:${port}`;
+    const args = parseHostArgs(
+      def,
+      ["--informer", "127.0.0.1:1", "--kubeconfig", arrivals.kubeconfig, "--health-listen", address],
+      { ...PLAINTEXT, STEWARD_METRICS_LISTEN: address },
+    );
+    if (args.help) throw new Error("unreachable");
+    const made = Host.create(def, args, PLAINTEXT);
+    const stop = new AbortController();
+    const running = made.run(stop.signal);
+    try {
+      for (let i = 0; i < 100 && made.metricsAddress === undefined; i += 1) await new Promise((r) => setTimeout(r, 20));
+      assert.equal(made.metricsAddress, address);
+      assert.equal(made.healthAddress, address);
+      assert.equal((await get(`http://${address}/healthz`)).status, 200);
+      assert.match((await get(`http://${address}/metrics`)).body, /^workqueue_depth\{name="host-test"\} 0$/m);
+    } finally {
+      stop.abort();
+      await running;
+    }
+  });
+});
+
+async function checkEndpoints(made: Host): Promise<void> {
+  {
+    let address: string | undefined;
+    let metricsAddress: string | undefined;
+    for (let i = 0; i < 100 && (address === undefined || metricsAddress === undefined); i += 1) {
+      address = made.healthAddress;
+      metricsAddress = made.metricsAddress;
+      if (address === undefined || metricsAddress === undefined) await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.ok(address !== undefined && metricsAddress !== undefined, "the health servers did not start");
+    assert.notEqual(address, metricsAddress);
     const base = `http://${address}`;
     assert.deepEqual(await get(`${base}/healthz`), { status: 200, body: "ok\n" });
     // The informer at 127.0.0.1:1 never answers: the caches do not sync.
     assert.deepEqual(await get(`${base}/readyz`), { status: 503, body: "caches not synced\n" });
-    const metrics = await get(`${base}/metrics`);
+    assert.equal((await get(`${base}/metrics`)).status, 404);
+    assert.equal((await get(`http://${metricsAddress}/healthz`)).status, 404);
+    const metrics = await get(`http://${metricsAddress}/metrics`);
     assert.equal(metrics.status, 200);
     assert.match(metrics.body, /^controller_runtime_reconcile_total\{controller="host-test",result="success"\} 0$/m);
     assert.match(metrics.body, /^workqueue_depth\{name="host-test"\} 0$/m);
     assert.equal((await get(`${base}/nothing`)).status, 404);
-
-    stop.abort();
-    await running;
-    assert.equal(made.healthAddress, undefined);
-    await assert.rejects(get(`${base}/healthz`));
-  });
-});
+  }
+}
