@@ -22,13 +22,15 @@ an expectation is always lowered before the key of the change that lowers it is 
 # Start-up, alone or under a manager
 There is one start path. The mirror starts at once and keeps syncing. The workers start
 when the instance becomes active: at once when running alone, or when the manager says
-START. Before the first reconcile the mirror must have synced and caught up with the
-informer (:meth:`~steward.runtime.mirror.Mirror.catch_up`: what a predecessor wrote just
-before it stopped may still be on its way), then every object of the primary type is
-queued, and a resync (``resync_period``) re-queues them every period while active. Under a
-manager, DRAIN stops the workers gracefully and STOP or a lost lease stops them at once —
-the lease is lost before another instance may start, so two instances never reconcile
-together. Every worker checks the lease before each reconcile.
+START. Before the first reconcile the mirror must hold everything the informer held when
+the instance became active: its initial sync does when the watch opened with the start
+(alone); when the watch is older than the start (a promoted standby, a START after a
+DRAIN) the mirror first catches up (:meth:`~steward.runtime.mirror.Mirror.catch_up`: what
+a predecessor wrote just before it stopped may still be on its way). Then every object of
+the primary type is queued, and a resync (``resync_period``) re-queues them every period
+while active. Under a manager, DRAIN stops the workers gracefully and STOP or a lost
+lease stops them at once — the lease is lost before another instance may start, so two
+instances never reconcile together. Every worker checks the lease before each reconcile.
 
 # Writes
 The API client a controller is given is fenced by construction: every write first asks
@@ -406,7 +408,9 @@ class Controller(Generic[R]):
             )
             tasks["session"] = asyncio.create_task(self.session.run(), name=f"{self.name}-session")
         else:
-            self._on_start(0)  # alone: always the active instance
+            # Alone, the instance is active from the moment its watch opens: the stream's
+            # own snapshot already holds everything the informer held then.
+            self._on_start(0, barrier=self.mirror.has_synced())
         try:
             done, _ = await asyncio.wait(tasks.values(), return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -423,26 +427,28 @@ class Controller(Generic[R]):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    def _on_start(self, epoch: int) -> None:
+    def _on_start(self, epoch: int, *, barrier: bool = True) -> None:
         if self._workers is not None:
             return
         log.info("controller %s: active (epoch %d), starting workers", self.name, epoch)
         # The pool's queue already holds what changed while standing by, with the events'
         # trace contexts, so the first reconciles continue those events' traces.
-        self._workers = asyncio.create_task(self._work(), name=f"{self.name}-workers")
+        self._workers = asyncio.create_task(self._work(barrier), name=f"{self.name}-workers")
 
-    async def _work(self) -> None:
+    async def _work(self, barrier: bool) -> None:
         await self.mirror.wait_synced()  # usually long done: the mirror syncs while standing by
-        # Read barrier: what the predecessor wrote just before it stopped may still be on its
-        # way to this mirror; reconciling without it would, say, create a Job's pod again.
-        started = time.monotonic()
-        await self.mirror.catch_up()
-        log.info(
-            "controller %s: mirror caught up with the informer in %.3fs; %d workers",
-            self.name,
-            time.monotonic() - started,
-            self.options.max_concurrent_reconciles,
-        )
+        if barrier:
+            # The watch predates this start: what the predecessor wrote just before it
+            # stopped may still be on its way to this mirror; reconciling without it
+            # would, say, create a Job's pod again.
+            started = time.monotonic()
+            await self.mirror.catch_up()
+            log.info(
+                "controller %s: mirror caught up with the informer in %.3fs",
+                self.name,
+                time.monotonic() - started,
+            )
+        log.info("controller %s: %d workers", self.name, self.options.max_concurrent_reconciles)
         self._enqueue_primary()
         resync = None
         if self.options.resync_period:
