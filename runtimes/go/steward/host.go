@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,9 +53,33 @@ type HostOptions struct {
 	// Logger receives the host's and the controller's logs. Defaults to slog.Default()
 	// (Main first sets it to text on stderr).
 	Logger *slog.Logger
-	// ShutdownGrace is how long in-flight reconciles may finish after SIGTERM. Defaults
-	// to the builder's ControllerOptions.ShutdownGrace, else 30 s.
-	ShutdownGrace time.Duration
+}
+
+// seconds is a flag of a duration given in seconds ("2.5"), as the Python and
+// TypeScript hosts take it, or as a Go duration ("1m30s").
+type seconds struct{ d *time.Duration }
+
+func (s seconds) String() string {
+	if s.d == nil || *s.d == 0 {
+		return "0"
+	}
+	return strconv.FormatFloat(s.d.Seconds(), 'f', -1, 64)
+}
+
+func (s seconds) Set(v string) error {
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		if f < 0 {
+			return errors.New("negative")
+		}
+		*s.d = time.Duration(f * float64(time.Second))
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return errors.New("not a number of seconds")
+	}
+	*s.d = d
+	return nil
 }
 
 // Host runs one controller as a process — what controller-runtime calls the Manager,
@@ -70,7 +95,7 @@ type HostOptions struct {
 // Without --manager the instance is active from the start (Controller.Run); with it,
 // only between the manager's START and DRAIN/STOP (Controller.RunWithManager). Either
 // way the workers start once the mirror has synced, every object of the primary type
-// is enqueued, --resync (ControllerOptions.ResyncPeriod) applies, and shutdown is the
+// is enqueued, --resync-period (ControllerOptions.ResyncPeriod) applies, and shutdown is the
 // same; a promoted instance also catches its mirror up with the informer first.
 //
 // # A fenced client, by construction
@@ -96,7 +121,7 @@ type Host struct {
 	name, namespace, labelSelector string
 	standby                        bool
 	workers                        int
-	resync                         time.Duration
+	resync, shutdownGrace          time.Duration
 	security                       SecurityConfig
 	healthListen, metricsListen    string
 
@@ -130,7 +155,8 @@ func Run(b *Builder, newReconciler func(Deps) Reconciler) {
 //	--namespace       watch only this namespace (default: the builder's, else all)
 //	--label-selector  watch only matching objects (default: the builder's, else all)
 //	--workers         concurrent reconciles (default: the builder's, else 1)
-//	--resync          enqueue every primary object again this often (default: the builder's, else never)
+//	--resync-period   seconds between enqueueing every primary object again (default: the builder's, else never)
+//	--shutdown-grace  seconds in-flight reconciles may finish on SIGTERM (default: the builder's, else 30)
 //	--health-listen   serve /healthz and /readyz on host:port (default $STEWARD_HEALTH_LISTEN, else off)
 //	--metrics-listen  serve Prometheus /metrics on host:port (default $STEWARD_METRICS_LISTEN, else off)
 //	--tls-ca-file … --insecure-plaintext (AddSecurityFlags)
@@ -148,7 +174,13 @@ func NewHost(b *Builder, newReconciler func(Deps) Reconciler, opts HostOptions) 
 	fs.StringVar(&h.namespace, "namespace", bo.Namespace, "watch only this namespace (default: all)")
 	fs.StringVar(&h.labelSelector, "label-selector", bo.LabelSelector, "watch only objects matching this label selector (default: all)")
 	fs.IntVar(&h.workers, "workers", max(1, bo.MaxConcurrentReconciles), "concurrent reconciles")
-	fs.DurationVar(&h.resync, "resync", bo.ResyncPeriod, "enqueue every object of the primary type again this often (0: never)")
+	h.resync = bo.ResyncPeriod
+	fs.Var(seconds{&h.resync}, "resync-period", "seconds between enqueueing every object of the primary type again, while active (0: never)")
+	h.shutdownGrace = bo.ShutdownGrace
+	if h.shutdownGrace <= 0 {
+		h.shutdownGrace = 30 * time.Second
+	}
+	fs.Var(seconds{&h.shutdownGrace}, "shutdown-grace", "seconds in-flight reconciles may finish on SIGTERM")
 	fs.StringVar(&h.healthListen, "health-listen", os.Getenv(EnvHealthListen), "serve /healthz and /readyz over HTTP on host:port (default $"+EnvHealthListen+", else off)")
 	fs.StringVar(&h.metricsListen, "metrics-listen", os.Getenv(EnvMetricsListen), "serve Prometheus metrics on host:port /metrics (default $"+EnvMetricsListen+", else off)")
 	AddSecurityFlags(fs, &h.security)
@@ -173,8 +205,8 @@ Spans go to OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (service steward-contro
 --health-listen serves GET /healthz and /readyz (ready once the informer's initial list
 is in and, with --manager, the manager has answered); --metrics-listen serves /metrics.
 
-SIGTERM or SIGINT stops taking work, lets in-flight reconciles finish, deregisters from
-the manager and exits 0; a second signal exits at once. It exits 1 on an error (a refused
+SIGTERM or SIGINT stops taking work, lets in-flight reconciles finish (--shutdown-grace),
+deregisters from the manager and exits 0; a second signal exits at once. It exits 1 on an error (a refused
 registration or watch, unusable TLS files, an unreadable kubeconfig) and 2 on bad flags.
 
 Flags:
@@ -321,9 +353,7 @@ func (h *Host) Start(ctx context.Context) error {
 	b.opts.MaxConcurrentReconciles = h.workers
 	b.opts.ResyncPeriod = h.resync
 	b.opts.Logger = log
-	if h.opts.ShutdownGrace > 0 {
-		b.opts.ShutdownGrace = h.opts.ShutdownGrace
-	}
+	b.opts.ShutdownGrace = h.shutdownGrace
 	ctrl, err := b.Complete(conn, func(m *Mirror) Reconciler {
 		return h.newReconciler(Deps{Name: h.name, Mirror: m, API: api, Logger: log})
 	})

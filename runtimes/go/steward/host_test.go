@@ -45,8 +45,8 @@ func TestHostFlagsDefaultToTheBuilder(t *testing.T) {
 	if h.name != "host-test" || h.workers != 3 || h.namespace != "default" || h.manager != "" || h.standby {
 		t.Fatalf("defaults: name %q workers %d namespace %q manager %q standby %v", h.name, h.workers, h.namespace, h.manager, h.standby)
 	}
-	if h.informer != "127.0.0.1:50061" {
-		t.Fatalf("default informer %q", h.informer)
+	if h.informer != "127.0.0.1:50061" || h.resync != 0 || h.shutdownGrace != 30*time.Second {
+		t.Fatalf("default informer %q, resync %v, shutdown grace %v", h.informer, h.resync, h.shutdownGrace)
 	}
 }
 
@@ -55,16 +55,16 @@ func TestHostParsesStandardAndOwnFlags(t *testing.T) {
 	threshold := h.Flags.Int("threshold", 7, "a controller's own flag")
 	err := h.Parse([]string{
 		"--informer", "10.0.0.1:1", "--manager", "10.0.0.2:2", "--standby", "--name", "other",
-		"--namespace", "", "--workers", "5", "--kubeconfig", "/k", "--resync", "90s",
+		"--namespace", "", "--workers", "5", "--kubeconfig", "/k", "--resync-period", "90", "--shutdown-grace", "2.5",
 		"--label-selector", "app=x", "--health-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
 		"--insecure-plaintext", "--threshold", "9",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []any{"10.0.0.1:1", "10.0.0.2:2", true, "other", "", 5, "/k", 90 * time.Second, "app=x", "127.0.0.1:0", "127.0.0.1:0", true, 9}
+	want := []any{"10.0.0.1:1", "10.0.0.2:2", true, "other", "", 5, "/k", 90 * time.Second, "app=x", "127.0.0.1:0", "127.0.0.1:0", true, 9, 2500 * time.Millisecond}
 	got := []any{h.informer, h.manager, h.standby, h.name, h.namespace, h.workers, h.kubeconfig, h.resync,
-		h.labelSelector, h.healthListen, h.metricsListen, h.security.InsecurePlaintext, *threshold}
+		h.labelSelector, h.healthListen, h.metricsListen, h.security.InsecurePlaintext, *threshold, h.shutdownGrace}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("parsed %v, want %v", got, want)
 	}
@@ -74,7 +74,8 @@ func TestHostParsesStandardAndOwnFlags(t *testing.T) {
 }
 
 func TestHostRefusesBadCommandLines(t *testing.T) {
-	for _, args := range [][]string{{"extra"}, {"--no-such-flag"}, {"--workers", "0"}, {"--workers", "x"}} {
+	for _, args := range [][]string{{"extra"}, {"--no-such-flag"}, {"--workers", "0"}, {"--workers", "x"},
+		{"--resync-period", "soon"}, {"--shutdown-grace", "-1"}} {
 		h := quietHost(testBuilder(), func(Deps) Reconciler { return nopReconciler{} })
 		var out bytes.Buffer
 		h.Flags.SetOutput(&out)
@@ -101,7 +102,7 @@ func TestHostHelpExplains(t *testing.T) {
 		"Usage: host-test [flags]", "host-test does nothing at all.", "--standby", "STEWARD_TLS_CA_FILE",
 		"STEWARD_INSECURE_PLAINTEXT=true", "OTEL_EXPORTER_OTLP_ENDPOINT", "SIGTERM", "/readyz",
 		"-informer", "-manager", "-kubeconfig", "-workers", "-namespace", "-health-listen",
-		"-metrics-listen", "-tls-cert-file", "-own",
+		"-metrics-listen", "-tls-cert-file", "-resync-period", "-shutdown-grace", "-own",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help does not mention %q:\n%s", want, out.String())
@@ -403,5 +404,18 @@ func TestHostAloneReconcilesOnceSyncedAndDrainsOnCancel(t *testing.T) {
 	}
 	if h.Controller().WorkersRunning() {
 		t.Fatal("the workers still run after Run returned")
+	}
+}
+
+func TestSecondsFlagTakesSecondsOrDurations(t *testing.T) {
+	for in, want := range map[string]time.Duration{"30": 30 * time.Second, "0.25": 250 * time.Millisecond, "1m30s": 90 * time.Second, "0": 0} {
+		var d time.Duration
+		if err := (seconds{&d}).Set(in); err != nil || d != want {
+			t.Errorf("Set(%q): %v, %v; want %v", in, d, err, want)
+		}
+	}
+	d := 1500 * time.Millisecond
+	if got := (seconds{&d}).String(); got != "1.5" {
+		t.Errorf("String() = %q, want 1.5", got)
 	}
 }
