@@ -2,7 +2,8 @@
  * A controller: mirror → sources → work queue → workers → reconciler, wired and run as one.
  *
  * Build one with {@link ControllerBuilder} (`ControllerManagedBy(mgr).For(..).Owns(..)` in
- * controller-runtime):
+ * controller-runtime). A controller process usually leaves the wiring below to the host
+ * (`run` in host.ts: flags, credentials, a fenced client, signals); by hand it is:
  *
  * ```ts
  * const controller = new ControllerBuilder("namespace-labeller")
