@@ -217,8 +217,7 @@ async def test_the_hosted_labeller_serves_health_and_metrics_refuses_a_twin_and_
         [*argv, f"--health-listen=127.0.0.1:{health}", f"--metrics-listen=127.0.0.1:{metrics}"],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        stderr=subprocess.DEVNULL,
     )
     try:
         core.create_namespaced_config_map(

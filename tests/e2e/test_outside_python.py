@@ -129,6 +129,7 @@ def test_a_controller_outside_the_tree_reconciles_with_the_installed_wheel(
     # The scratch environment cannot see this repository's sources.
     probe = _run([str(python), "-c", "import steward, sys; print(steward.__file__)"], venv)
     assert str(ROOT) not in probe and "site-packages" in probe
+    log = (venv / "controller.log").open("w")
     proc = subprocess.Popen(
         [
             str(python),
@@ -141,8 +142,7 @@ def test_a_controller_outside_the_tree_reconciles_with_the_installed_wheel(
         ],
         cwd=venv,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        stderr=log,
     )
     try:
         core.create_namespaced_config_map(
@@ -156,7 +156,7 @@ def test_a_controller_outside_the_tree_reconciles_with_the_installed_wheel(
             if seen:
                 break
             time.sleep(0.3)
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert proc.poll() is None, (venv / "controller.log").read_text()
         assert seen, "the outside controller never reconciled the ConfigMap"
         holder = manager.stub.GetController(mpb.GetControllerRequest(name=NAME)).controller.holder
         assert holder, "the outside controller is not the manager's active instance"
@@ -167,3 +167,5 @@ def test_a_controller_outside_the_tree_reconciles_with_the_installed_wheel(
         finally:
             if proc.poll() is None:
                 proc.kill()
+                proc.wait()
+            log.close()
