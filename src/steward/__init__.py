@@ -22,8 +22,8 @@ session) are usable alone; see each module's documentation.
 
 from pkgutil import extend_path
 
-# Steward's distributions (the runtime, the informer, the manager, each controller, the
-# tools) each install part of this package; every part is found wherever it lives.
+# Steward's distributions (the runtime, steward-serving, the informer, the manager, each
+# controller, the tools) each install part of this package; every part is found wherever it lives.
 __path__ = extend_path(__path__, __name__)
 
 from steward.kube import (
@@ -42,7 +42,7 @@ from steward.runtime.controller import (
     ControllerOptions,
 )
 from steward.runtime.events import EventRecorder
-from steward.runtime.expectations import Expectations, slow_start_batches
+from steward.runtime.expectations import BatchOutcome, Expectations, slow_start_batches
 from steward.runtime.host import run
 from steward.runtime.mirror import (
     Change,
@@ -67,13 +67,14 @@ from steward.runtime.source import (
     labels_changed,
     resource_version_changed,
 )
-from steward.runtime.times import format_time, parse_time
+from steward.runtime.times import format_time, parse_time, utc_now
 from steward.runtime.tracing import stamp_trace_context
 from steward.runtime.workqueue import TraceContext
 
 __all__ = [
     "ApiError",
     "ApiStatusError",
+    "BatchOutcome",
     "Change",
     "ChangeKind",
     "ConflictError",
@@ -111,4 +112,5 @@ __all__ = [
     "selector_matches",
     "slow_start_batches",
     "stamp_trace_context",
+    "utc_now",
 ]

@@ -387,6 +387,13 @@ class Controller(Generic[R]):
         """True unless a manager session exists and this instance does not hold the lease."""
         return self.session is None or self.session.holds_lease()
 
+    async def reconcile_once(
+        self, request: Request, contexts: Sequence[TraceContext] = ()
+    ) -> Result:
+        """Reconcile one key now, exactly as a worker does (lease check, reads guarded
+        against copies older than the controller's own writes), outside the queue."""
+        return await _Guarded(self.reconciler, self).reconcile(request, list(contexts))  # type: ignore[arg-type]
+
     # Running ---------------------------------------------------------------------------------
     async def run(self, manager: str | None = None, session: SessionOptions | None = None) -> None:
         """Run until cancelled (see the module docs). With ``manager`` (host:port), the
