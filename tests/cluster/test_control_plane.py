@@ -213,9 +213,9 @@ def test_steward_job_controller_completes_a_plain_job(tmp_path: Path) -> None:
     running = LocalCluster.up(cfg, progress=Progress(quiet=True))
     try:
         # Upstream's Job, ReplicaSet and Deployment controllers are off: Steward's run.
-        assert running.state.controllers == "*,-job,-replicaset,-deployment"
+        assert running.state.controllers == "*,-deployment,-job,-replicaset"
         kcm = next(r for r in running.iter_processes() if r.name == "kube-controller-manager")
-        assert "--controllers=*,-job,-replicaset,-deployment" in kcm.argv
+        assert "--controllers=*,-deployment,-job,-replicaset" in kcm.argv
         api = k8s_config.new_client_from_config(config_file=str(running.kubeconfig))
         batch = client.BatchV1Api(api)
         job = client.V1Job(  # no spec.managedBy: what `kubectl apply` of a plain Job makes

@@ -82,7 +82,7 @@ def test_kubectl_whoami_names_the_component_in_system_monitoring(
 
 
 def test_unknown_component_has_no_kubeconfig(cluster: LocalCluster) -> None:
-    with pytest.raises(ValueError, match="known: informer, manager, controller-job"):
+    with pytest.raises(ValueError, match="known: informer, manager, controller-deployment, controller-job, controller-replicaset"):
         cluster.component_kubeconfig("job-controller")
 
 
