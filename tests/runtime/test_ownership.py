@@ -81,11 +81,10 @@ async def test_claim_adopts_releases_and_leaves_others_alone(
         assert not released["metadata"].get("ownerReferences")
         assert HOLD not in (released["metadata"].get("finalizers") or ())
 
+        # (The cluster's garbage collector may delete it, its owner being unknown; the
+        # claim must not have changed whom it belongs to.)
         untouched = await api.arequest("GET", f"{path}/foreign")
-        assert (steward.controller_of(untouched) or {}).get("uid") == foreign["uid"]
-        assert (
-            untouched["metadata"]["resourceVersion"] == children[2]["metadata"]["resourceVersion"]
-        )
+        assert [r["uid"] for r in untouched["metadata"]["ownerReferences"]] == [foreign["uid"]]
         assert not (await api.arequest("GET", f"{path}/stranger"))["metadata"].get(
             "ownerReferences"
         )
