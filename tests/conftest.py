@@ -16,6 +16,8 @@ from kubernetes import client, config
 
 from steward.cluster import ClusterConfig, LocalCluster, ToolchainError
 from steward.cluster.progress import Progress
+from steward.serving.security import DEVELOPMENT
+from tests.services import running_informer
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -63,6 +65,13 @@ def api_client(cluster: LocalCluster) -> Iterator[client.ApiClient]:
         yield api
     finally:
         api.close()
+
+
+@pytest.fixture
+def dev_informer(cluster: LocalCluster) -> Iterator[str]:
+    """A plaintext informer (development security) with the informer's own identity, on
+    a loop of its own (its address)."""
+    yield from running_informer(str(cluster.component_kubeconfig("informer")), DEVELOPMENT)
 
 
 @pytest.fixture

@@ -10,26 +10,21 @@ admin's client certificate from the ``STEWARD_TLS_*`` variables.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
-import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 from kubernetes import client
 
 from steward.cluster import LocalCluster
-from steward.informer import InformerOptions, InformerServer
-from steward.manager import ManagerOptions
-from steward.security import ClientSecurity
-from steward.serving.security import ServingSecurity
 from steward.v1 import manager_pb2 as mpb
-from tests.manager.conftest import FAST, RunningManager
+from tests.manager.conftest import RunningManager
+from tests.services import security_env
 
 pytestmark = [pytest.mark.e2e]
 
@@ -58,48 +53,6 @@ def build_go_runtime() -> None:
         pytest.fail(
             f"make -C runtimes/go build failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
         )
-
-
-class RunningInformer:
-    """An :class:`InformerServer` on its own event loop in a background thread."""
-
-    def __init__(self, kubeconfig: str, security: ServingSecurity) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="informer")
-        self._thread.start()
-        self.server = InformerServer(
-            InformerOptions(security=security, listen="127.0.0.1:0", kubeconfig=kubeconfig)
-        )
-        try:
-            self.address = f"127.0.0.1:{self._call(self.server.start())}"
-        except BaseException:
-            self._close_loop()
-            raise
-
-    def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60.0)
-
-    def _close_loop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=30)
-        self.loop.close()
-
-    def stop(self) -> None:
-        try:
-            self._call(self.server.stop(grace=1.0))
-        finally:
-            self._close_loop()
-
-
-def security_env(security: ClientSecurity) -> dict[str, str]:
-    """The ``STEWARD_*`` variables with which a Go or TypeScript controller dials as
-    ``security`` does (mutual TLS files)."""
-    assert security.ca_file and security.cert_file and security.key_file
-    return {
-        "STEWARD_TLS_CA_FILE": security.ca_file,
-        "STEWARD_TLS_CERT_FILE": security.cert_file,
-        "STEWARD_TLS_KEY_FILE": security.key_file,
-    }
 
 
 class ControllerProcess:
@@ -164,33 +117,6 @@ def eventually(check: Callable[[], bool], what: str, timeout: float = 90.0) -> N
 @pytest.fixture(scope="module")
 def go_binaries() -> None:
     build_go_runtime()
-
-
-@pytest.fixture
-def informer(cluster: LocalCluster) -> Iterator[str]:
-    running = RunningInformer(str(cluster.kubeconfig), cluster.state.serving_security())
-    try:
-        yield running.address
-    finally:
-        running.stop()
-
-
-@pytest.fixture
-def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
-    running = RunningManager(
-        ManagerOptions(
-            security=cluster.state.serving_security(),
-            listen="127.0.0.1:0",
-            kubeconfig=str(cluster.kubeconfig),
-            namespace=namespace,
-            timing=FAST,
-        ),
-        client=cluster.client_security(),
-    )
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture

@@ -13,63 +13,26 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 import pytest
-import pytest_asyncio
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from examples import labeller
 from steward.cluster import LocalCluster
 from steward.cluster.process import free_port
-from steward.informer import InformerOptions, InformerServer
 from steward.kube import KubeClient, load_access
-from steward.manager import ManagerOptions
 from steward.runtime.controller import ControllerOptions
 from steward.runtime.session import SessionOptions
-from steward.serving.security import DEVELOPMENT
 from steward.v1 import manager_pb2 as mpb
-from tests.manager.conftest import FAST, RunningManager
+from tests.manager.conftest import RunningManager
 
 pytestmark = [pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
-    running = RunningManager(
-        ManagerOptions(
-            security=DEVELOPMENT,
-            listen="127.0.0.1:0",
-            kubeconfig=str(cluster.component_kubeconfig("manager")),
-            namespace=namespace,
-            timing=FAST,
-        )
-    )
-    try:
-        yield running
-    finally:
-        running.stop()
-
-
-@pytest_asyncio.fixture
-async def informer(cluster: LocalCluster) -> AsyncIterator[str]:
-    server = InformerServer(
-        InformerOptions(
-            security=DEVELOPMENT,
-            listen="127.0.0.1:0",
-            kubeconfig=str(cluster.component_kubeconfig("informer")),
-        )
-    )
-    await server.start()
-    try:
-        yield f"127.0.0.1:{server.port}"
-    finally:
-        await server.stop()
 
 
 async def _eventually(check: Callable[[], bool], what: str) -> None:
@@ -87,8 +50,8 @@ async def test_labeller_copies_labels_only_while_active(
     cluster: LocalCluster,
     api_client: client.ApiClient,
     namespace: str,
-    informer: str,
-    manager: RunningManager,
+    dev_informer: str,
+    dev_manager: RunningManager,
 ) -> None:
     core = client.CoreV1Api(api_client)
     api = KubeClient(load_access(str(cluster.kubeconfig)), user_agent="labeller-test")
@@ -103,11 +66,12 @@ async def test_labeller_copies_labels_only_while_active(
         cm = core.read_namespaced_config_map(name, namespace)
         return (cm.metadata.annotations or {}).get(labeller.ANNOTATION)
 
-    async with grpc.aio.insecure_channel(informer) as channel:
+    async with grpc.aio.insecure_channel(dev_informer) as channel:
         first = labeller.LABELLER.new(channel, api, ControllerOptions(namespace=namespace))
         task = asyncio.create_task(
             first.run(
-                manager=manager.address, session=SessionOptions(controller=labeller.LABELLER.name)
+                manager=dev_manager.address,
+                session=SessionOptions(controller=labeller.LABELLER.name),
             )
         )
         try:
@@ -126,13 +90,15 @@ async def test_labeller_copies_labels_only_while_active(
             await _eventually(lambda: annotation("after") == "three", "a copy of a change")
 
             # The manager shows the instance active, with its reconciles.
-            info = manager.stub.GetController(mpb.GetControllerRequest(name=labeller.LABELLER.name))
+            info = dev_manager.stub.GetController(
+                mpb.GetControllerRequest(name=labeller.LABELLER.name)
+            )
             assert first.session is not None
             assert info.controller.holder == first.session.options.instance_id
             assert first.status().reconciles["success"] >= 3
 
             # Disabled at run time: the instance stops reconciling, changes are not copied.
-            manager.stub.DisableController(
+            dev_manager.stub.DisableController(
                 mpb.DisableControllerRequest(name=labeller.LABELLER.name)
             )
             await _eventually(lambda: first._workers is None, "the workers to stop")
@@ -150,12 +116,12 @@ async def test_labeller_copies_labels_only_while_active(
 
 @pytest.mark.asyncio
 async def test_labeller_without_a_manager_reconciles_on_its_own(
-    cluster: LocalCluster, api_client: client.ApiClient, namespace: str, informer: str
+    cluster: LocalCluster, api_client: client.ApiClient, namespace: str, dev_informer: str
 ) -> None:
     core = client.CoreV1Api(api_client)
     api = KubeClient(load_access(str(cluster.kubeconfig)), user_agent="labeller-test")
     registry = CollectorRegistry()
-    async with grpc.aio.insecure_channel(informer) as channel:
+    async with grpc.aio.insecure_channel(dev_informer) as channel:
         alone = labeller.LABELLER.new(
             channel, api, ControllerOptions(namespace=namespace, registry=registry)
         )
@@ -185,6 +151,39 @@ async def test_labeller_without_a_manager_reconciles_on_its_own(
     assert adds >= 1
 
 
+@pytest.mark.asyncio
+async def test_the_resync_runs_under_a_manager_too(
+    cluster: LocalCluster,
+    api_client: client.ApiClient,
+    namespace: str,
+    dev_informer: str,
+    dev_manager: RunningManager,
+) -> None:
+    """One start path: the resync period holds for an active instance under a manager as
+    it does alone. One ConfigMap, whose only event the predicate lets through is its
+    creation: every further reconcile of it is a resync."""
+    core = client.CoreV1Api(api_client)
+    api = KubeClient(load_access(str(cluster.kubeconfig)), user_agent="labeller-test")
+    core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="resynced"))
+    )
+    async with grpc.aio.insecure_channel(dev_informer) as channel:
+        options = ControllerOptions(namespace=namespace, resync_period=0.3)
+        controller = labeller.LABELLER.new(channel, api, options)
+        session = SessionOptions(controller=labeller.LABELLER.name)
+        task = asyncio.create_task(controller.run(manager=dev_manager.address, session=session))
+        try:
+            await _eventually(
+                lambda: controller.status().reconciles["success"] >= 5, "five reconciles"
+            )
+            assert controller.session is not None and controller.session.holds_lease()
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    api.close()
+
+
 def _get(url: str) -> tuple[int, str]:
     with urllib.request.urlopen(url, timeout=5) as response:
         return response.status, response.read().decode()
@@ -195,8 +194,8 @@ async def test_the_hosted_labeller_serves_health_and_metrics_refuses_a_twin_and_
     cluster: LocalCluster,
     api_client: client.ApiClient,
     namespace: str,
-    informer: str,
-    manager: RunningManager,
+    dev_informer: str,
+    dev_manager: RunningManager,
 ) -> None:
     """``python -m examples.labeller``: the 39-line example is a whole service through
     ``steward.run`` — flags, health, metrics, the manager session, SIGTERM."""
@@ -207,8 +206,8 @@ async def test_the_hosted_labeller_serves_health_and_metrics_refuses_a_twin_and_
         "-m",
         "examples.labeller",
         f"--kubeconfig={cluster.kubeconfig}",
-        f"--informer={informer}",
-        f"--manager={manager.address}",
+        f"--informer={dev_informer}",
+        f"--manager={dev_manager.address}",
         f"--namespace={namespace}",
         "--insecure-plaintext",
     ]
@@ -249,7 +248,7 @@ async def test_the_hosted_labeller_serves_health_and_metrics_refuses_a_twin_and_
 
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(proc.wait, 60) == 0
-        info = manager.stub.GetController(mpb.GetControllerRequest(name=labeller.LABELLER.name))
+        info = dev_manager.stub.GetController(mpb.GetControllerRequest(name=labeller.LABELLER.name))
         assert not info.controller.holder  # it said goodbye: no lease left to lapse
     finally:
         if proc.poll() is None:

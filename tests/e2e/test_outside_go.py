@@ -18,22 +18,16 @@ import socket
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from steward.cluster import LocalCluster
-from steward.manager import ManagerOptions
 from steward.v1 import manager_pb2 as mpb
-from tests.e2e.test_go_controller import (
-    ControllerProcess,
-    RunningInformer,
-    eventually,
-    security_env,
-)
-from tests.manager.conftest import FAST, RunningManager
+from tests.e2e.test_go_controller import ControllerProcess, eventually
+from tests.manager.conftest import RunningManager
+from tests.services import security_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -198,33 +192,6 @@ def scratch(tmp_path: Path) -> Path:
     """A scratch directory outside the repository."""
     assert not tmp_path.resolve().is_relative_to(ROOT), tmp_path
     return tmp_path
-
-
-@pytest.fixture
-def informer(cluster: LocalCluster) -> Iterator[str]:
-    running = RunningInformer(str(cluster.kubeconfig), cluster.state.serving_security())
-    try:
-        yield running.address
-    finally:
-        running.stop()
-
-
-@pytest.fixture
-def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
-    running = RunningManager(
-        ManagerOptions(
-            security=cluster.state.serving_security(),
-            listen="127.0.0.1:0",
-            kubeconfig=str(cluster.kubeconfig),
-            namespace=namespace,
-            timing=FAST,
-        ),
-        client=cluster.client_security(),
-    )
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 # The test -----------------------------------------------------------------------------

@@ -10,19 +10,14 @@ import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from steward.cluster import LocalCluster
-from steward.informer import InformerOptions
-from steward.manager import ManagerOptions
-from steward.serving.security import DEVELOPMENT
 from steward.v1 import manager_pb2 as mpb
-from tests.informer.conftest import RunningInformer
-from tests.manager.conftest import FAST, RunningManager
+from tests.manager.conftest import RunningManager
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -84,45 +79,13 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return scratch
 
 
-@pytest.fixture
-def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
-    running = RunningManager(
-        ManagerOptions(
-            security=DEVELOPMENT,
-            listen="127.0.0.1:0",
-            kubeconfig=str(cluster.component_kubeconfig("manager")),
-            namespace=namespace,
-            timing=FAST,
-        )
-    )
-    try:
-        yield running
-    finally:
-        running.stop()
-
-
-@pytest.fixture
-def informer(cluster: LocalCluster) -> Iterator[str]:
-    running = RunningInformer(
-        InformerOptions(
-            security=DEVELOPMENT,
-            listen="127.0.0.1:0",
-            kubeconfig=str(cluster.component_kubeconfig("informer")),
-        )
-    )
-    try:
-        yield running.address
-    finally:
-        running.stop()
-
-
 def test_a_controller_outside_the_tree_reconciles_with_the_installed_wheel(
     venv: Path,
     cluster: LocalCluster,
     api_client: client.ApiClient,
     namespace: str,
-    informer: str,
-    manager: RunningManager,
+    dev_informer: str,
+    dev_manager: RunningManager,
 ) -> None:
     core = client.CoreV1Api(api_client)
     python = venv / "venv" / "bin" / "python"
@@ -135,8 +98,8 @@ def test_a_controller_outside_the_tree_reconciles_with_the_installed_wheel(
             str(python),
             "controller.py",
             f"--kubeconfig={cluster.kubeconfig}",
-            f"--informer={informer}",
-            f"--manager={manager.address}",
+            f"--informer={dev_informer}",
+            f"--manager={dev_manager.address}",
             f"--namespace={namespace}",
             "--insecure-plaintext",
         ],
@@ -158,7 +121,9 @@ def test_a_controller_outside_the_tree_reconciles_with_the_installed_wheel(
             time.sleep(0.3)
         assert proc.poll() is None, (venv / "controller.log").read_text()
         assert seen, "the outside controller never reconciled the ConfigMap"
-        holder = manager.stub.GetController(mpb.GetControllerRequest(name=NAME)).controller.holder
+        holder = dev_manager.stub.GetController(
+            mpb.GetControllerRequest(name=NAME)
+        ).controller.holder
         assert holder, "the outside controller is not the manager's active instance"
     finally:
         proc.terminate()

@@ -23,7 +23,6 @@ from kubernetes import client
 
 from steward.cluster import LocalCluster
 from steward.v1 import manager_pb2 as mpb
-from tests.e2e import test_typescript_controller as ts_e2e
 from tests.e2e.test_typescript_controller import Instance, _environment, _eventually, _tls_env
 from tests.manager.conftest import RunningManager
 
@@ -35,9 +34,6 @@ PACKAGE = "@steward-dev/runtime"
 NAME = "outside-annotator"
 ANNOTATION = "outside.steward.dev/stamp"
 
-# The informer and manager fixtures of the example's test (mutual TLS, RBAC).
-informer = ts_e2e.informer
-manager = ts_e2e.manager
 
 CONTROLLER = """\
 // A controller outside the Steward tree: it knows only the npm package.

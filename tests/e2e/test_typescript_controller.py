@@ -22,10 +22,9 @@ import pytest_asyncio
 from kubernetes import client
 
 from steward.cluster import LocalCluster
-from steward.informer import InformerOptions, InformerServer
-from steward.manager import ManagerOptions
 from steward.v1 import manager_pb2 as mpb
-from tests.manager.conftest import FAST, RunningManager
+from tests.manager.conftest import RunningManager
+from tests.services import security_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
 
@@ -56,40 +55,6 @@ def built() -> Path:
     return EXAMPLE
 
 
-@pytest.fixture
-def manager(cluster: LocalCluster, namespace: str) -> Iterator[RunningManager]:
-    running = RunningManager(
-        ManagerOptions(
-            security=cluster.state.serving_security(),
-            listen="127.0.0.1:0",
-            kubeconfig=str(cluster.kubeconfig),
-            namespace=namespace,
-            timing=FAST,
-        ),
-        client=cluster.client_security(),
-    )
-    try:
-        yield running
-    finally:
-        running.stop()
-
-
-@pytest_asyncio.fixture
-async def informer(cluster: LocalCluster) -> AsyncIterator[str]:
-    server = InformerServer(
-        InformerOptions(
-            security=cluster.state.serving_security(),
-            listen="127.0.0.1:0",
-            kubeconfig=str(cluster.kubeconfig),
-        )
-    )
-    await server.start()
-    try:
-        yield f"127.0.0.1:{server.port}"
-    finally:
-        await server.stop()
-
-
 def _environment() -> dict[str, str]:
     """This process's environment without ``OTEL_*`` and ``STEWARD_*``."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "STEWARD_"))}
@@ -97,13 +62,7 @@ def _environment() -> dict[str, str]:
 
 def _tls_env(cluster: LocalCluster) -> dict[str, str]:
     """The admin's mTLS files (system:masters: it may register any name) as ``STEWARD_*``."""
-    admin = cluster.client_security("admin")
-    assert admin.ca_file and admin.cert_file and admin.key_file
-    return {
-        "STEWARD_TLS_CA_FILE": admin.ca_file,
-        "STEWARD_TLS_CERT_FILE": admin.cert_file,
-        "STEWARD_TLS_KEY_FILE": admin.key_file,
-    }
+    return security_env(cluster.client_security("admin"))
 
 
 class Instance:

@@ -71,7 +71,7 @@ class Spawner:
 
 
 async def test_children_are_created_exactly_once_with_the_observer_lowering_first(
-    cluster: LocalCluster, namespace: str, informer: str
+    cluster: LocalCluster, namespace: str, dev_informer: str
 ) -> None:
     definition = (
         steward.ControllerBuilder[Spawner]("spawner")
@@ -81,7 +81,7 @@ async def test_children_are_created_exactly_once_with_the_observer_lowering_firs
         .complete(Spawner)
     )
     api = steward.KubeClient(load_access(str(cluster.kubeconfig)))
-    async with grpc.aio.insecure_channel(informer) as channel:
+    async with grpc.aio.insecure_channel(dev_informer) as channel:
         controller = definition.new(
             channel,
             api,

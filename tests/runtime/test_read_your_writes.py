@@ -32,13 +32,13 @@ async def _until(check: Callable[[], bool], what: str) -> None:
 
 
 async def test_a_reconcile_never_reads_a_copy_older_than_its_own_write(
-    cluster: LocalCluster, namespace: str, informer: str
+    cluster: LocalCluster, namespace: str, dev_informer: str
 ) -> None:
     api = steward.KubeClient(load_access(str(cluster.kubeconfig)))
     path = steward.api_path(CONFIGMAPS, namespace)
     body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}
     await api.arequest("POST", path, body)
-    async with grpc.aio.insecure_channel(informer) as channel:
+    async with grpc.aio.insecure_channel(dev_informer) as channel:
         mirror = steward.Mirror(channel, [CONFIGMAPS], MirrorOptions(namespace=namespace))
         api.write_observer = mirror.written
         task = asyncio.create_task(mirror.run())
@@ -82,7 +82,7 @@ async def test_a_reconcile_never_reads_a_copy_older_than_its_own_write(
 
 
 async def test_the_runtime_fences_and_wires_the_client_it_is_given(
-    cluster: LocalCluster, namespace: str, informer: str
+    cluster: LocalCluster, namespace: str, dev_informer: str
 ) -> None:
     seen: list[str] = []
 
@@ -102,7 +102,7 @@ async def test_the_runtime_fences_and_wires_the_client_it_is_given(
         steward.api_path(CONFIGMAPS, namespace),
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "once"}},
     )
-    async with grpc.aio.insecure_channel(informer) as channel:
+    async with grpc.aio.insecure_channel(dev_informer) as channel:
         controller = definition.new(
             channel, api, steward.ControllerOptions(namespace=namespace, resync_period=0.3)
         )

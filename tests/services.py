@@ -1,0 +1,66 @@
+"""Steward's services for tests: an informer on a loop of its own, and the variables with
+which a controller process dials them."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+from steward.informer import InformerOptions, InformerServer
+from steward.security import ClientSecurity
+from steward.serving.security import ServingSecurity
+
+_T = TypeVar("_T")
+
+
+class RunningInformer:
+    """An :class:`InformerServer` on its own event loop in a background thread."""
+
+    def __init__(self, kubeconfig: str, security: ServingSecurity) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="informer")
+        self._thread.start()
+        self.server = InformerServer(
+            InformerOptions(security=security, listen="127.0.0.1:0", kubeconfig=kubeconfig)
+        )
+        try:
+            self.address = f"127.0.0.1:{self._call(self.server.start())}"
+        except BaseException:
+            self._close_loop()
+            raise
+
+    def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60.0)
+
+    def _close_loop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=30)
+        self.loop.close()
+
+    def stop(self) -> None:
+        try:
+            self._call(self.server.stop(grace=1.0))
+        finally:
+            self._close_loop()
+
+
+def security_env(security: ClientSecurity) -> dict[str, str]:
+    """The ``STEWARD_*`` variables with which a controller process dials as ``security``
+    does (mutual TLS files)."""
+    assert security.ca_file and security.cert_file and security.key_file
+    return {
+        "STEWARD_TLS_CA_FILE": security.ca_file,
+        "STEWARD_TLS_CERT_FILE": security.cert_file,
+        "STEWARD_TLS_KEY_FILE": security.key_file,
+    }
+
+
+def running_informer(kubeconfig: str, security: ServingSecurity) -> Iterator[str]:
+    """For a fixture to yield from: a :class:`RunningInformer`'s address, stopped after."""
+    running = RunningInformer(kubeconfig, security)
+    try:
+        yield running.address
+    finally:
+        running.stop()
