@@ -64,12 +64,18 @@ async def test_a_reconcile_never_reads_a_copy_older_than_its_own_write(
                 mirror.objects(CONFIGMAPS, namespace)
             # Outside a reconcile (a mapper, a test) the copy is still readable.
             assert mirror.get(CONFIGMAPS, namespace, "cm") is old
+            woken: list[str] = []
+            mirror.when_current(old, lambda: woken.append("now"))
+            assert woken == []
 
             task = asyncio.create_task(mirror.run())  # resumes: the write's event comes
             await _until(
                 lambda: not mirror.is_stale(mirror.get(CONFIGMAPS, namespace, "cm") or old),
                 "the write's event",
             )
+            assert woken == ["now"]  # once, when the write's event arrived
+            mirror.when_current(old, lambda: woken.append("at once"))
+            assert woken == ["now", "at once"]  # nothing pending: called at once
             with guard_reads(mirror):
                 current = mirror.get(CONFIGMAPS, namespace, "cm")
             assert current is not None

@@ -38,8 +38,8 @@ whether this instance holds its lease, on the thread that sends it, and is refus
 :class:`~steward.kube.FencedError` otherwise (a process paused past its lease sends none
 of the writes it had under way). Its completed writes are told to the mirror, so no
 reconcile acts on a copy older than the controller's own writes (the mirror's "Read your
-own writes"); such a reconcile ends early and the key is looked at again after
-:data:`STALE_RECHECK` seconds.
+own writes"); such a reconcile ends early, and its key is queued again as soon as the
+mirror shows the write (after :data:`STALE_RECHECK` seconds at the latest).
 
 # Shutdown
 Cancelling :meth:`Controller.run` stops taking work, lets in-flight reconciles finish
@@ -98,8 +98,10 @@ log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
-STALE_RECHECK = 1.0
-"""Seconds after which a reconcile that met a copy older than its own write looks again."""
+STALE_RECHECK = 30.0
+"""A reconcile that met a copy older than its own write is queued again once the mirror
+shows the write; should that never happen (the object left the watch without a deletion),
+after this many seconds all the same."""
 
 
 @dataclass
@@ -387,6 +389,22 @@ class Controller(Generic[R]):
         """True unless a manager session exists and this instance does not hold the lease."""
         return self.session is None or self.session.holds_lease()
 
+    def requeue_when_current(self, request: Request, obj: MirrorObject) -> None:
+        """Queue ``request`` again once the mirror shows the controller's own last write of
+        ``obj`` (after :data:`STALE_RECHECK` seconds at the latest)."""
+        loop = asyncio.get_running_loop()
+        fired = False
+
+        def requeue() -> None:
+            nonlocal fired
+            if not fired:
+                fired = True
+                timer.cancel()
+                self.pool.queue.add(request)
+
+        timer = loop.call_later(STALE_RECHECK, requeue)
+        self.mirror.when_current(obj, requeue)
+
     async def reconcile_once(
         self, request: Request, contexts: Sequence[TraceContext] = ()
     ) -> Result:
@@ -524,8 +542,9 @@ class _Guarded:
             with guard_reads(self.controller.mirror):
                 return await self.inner.reconcile(request, contexts)
         except StaleRead as err:
-            log.debug("%s: %s: %s; looking again shortly", self.controller.name, request, err)
-            return Result(requeue_after=STALE_RECHECK)
+            log.debug("%s: %s: %s; waiting for it", self.controller.name, request, err)
+            self.controller.requeue_when_current(request, err.obj)
+            return Result()
 
 
 class ControllerBuilder(Generic[R]):

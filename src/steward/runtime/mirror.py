@@ -34,8 +34,8 @@ them again). So the mirror is told of every write its controller's API client co
 (:meth:`Mirror.written`, wired by the runtime) and remembers, per object, the version
 that write produced and the versions it replaced. While a reconcile runs
 (:func:`guard_reads`), any read that would return a copy older than the controller's own
-last write raises :class:`StaleRead`; the runtime ends that reconcile and looks at the key
-again shortly (the write's own event usually brings it back first). Resource versions are
+last write raises :class:`StaleRead`; the runtime ends that reconcile and queues the key
+again as soon as the mirror shows the write (:meth:`Mirror.when_current`). Resource versions are
 compared as the integers kube-apiserver makes them; a version that is not an integer is
 stale only when it is one a write replaced. The record of an object is dropped as soon as
 the mirror shows that write or a later version, or the object's deletion.
@@ -157,6 +157,8 @@ class _Written:
     """The version the last write produced."""
     replaced: set[str] = field(default_factory=set)
     """Versions the writes replaced (for versions that are not integers)."""
+    waiters: list[Callable[[], None]] = field(default_factory=list)
+    """Called once the mirror shows the write (see :meth:`Mirror.when_current`)."""
 
     def older(self, version: str) -> bool:
         ours, theirs = _as_int(self.version), _as_int(version)
@@ -415,7 +417,26 @@ class Mirror:
             record.replaced.add(held.resource_version)
         record.replaced.discard(record.version)
         if held is not None and not record.older(held.resource_version):
-            del state.written[key]  # the mirror already shows this write (or later)
+            self._caught_up(state, key)  # the mirror already shows this write (or later)
+
+    def when_current(self, obj: MirrorObject, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the event loop, once) as soon as the mirror shows the
+        controller's own last write of ``obj``, or the object's deletion; at once if it
+        already does. A reconcile that met :class:`StaleRead` is queued again this way."""
+        state = self._state.get(obj.type)
+        record = state.written.get(obj.key) if state is not None else None
+        if record is None:
+            callback()
+        else:
+            record.waiters.append(callback)
+
+    def _caught_up(self, state: _TypeState, key: ObjectKey) -> None:
+        record = state.written.pop(key, None)
+        for waiter in record.waiters if record is not None else ():
+            try:
+                waiter()
+            except Exception:  # a waiter's bug must not stop the mirror
+                log.exception("mirror: a waiter for %s/%s failed", *key)
 
     def resource_version(self, rtype: pb.ResourceType | TypeKey) -> str:
         """The last resource version seen of a type (the resume point)."""
@@ -559,7 +580,7 @@ class Mirror:
                 if gone is not None:
                     self._unindex(state, gone)
                     del state.objects[obj.key]
-                state.written.pop(obj.key, None)
+                self._caught_up(state, obj.key)
                 self._emit(Change(ChangeKind.DELETED, obj, None, _trace(event)))
             if event.resource_version:
                 state.resource_version = event.resource_version
@@ -574,7 +595,7 @@ class Mirror:
         self._index(state, obj)
         record = state.written.get(obj.key)
         if record is not None and not record.older(obj.resource_version):
-            del state.written[obj.key]  # the mirror caught up with our write
+            self._caught_up(state, obj.key)  # the mirror caught up with our write
         kind = ChangeKind.ADDED if old is None else ChangeKind.MODIFIED
         self._emit(Change(kind, obj, old, _trace(event)))
 
@@ -582,7 +603,7 @@ class Mirror:
         for obj_key in [k for k in state.objects if k not in seen]:
             gone = state.objects.pop(obj_key)
             self._unindex(state, gone)
-            state.written.pop(obj_key, None)
+            self._caught_up(state, obj_key)
             self._emit(Change(ChangeKind.DELETED, gone, None, None))
 
     def _index(self, state: _TypeState, obj: MirrorObject) -> None:
