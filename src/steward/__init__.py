@@ -34,6 +34,7 @@ from steward.kube import (
     KubeClient,
     NotFoundError,
 )
+from steward.runtime import pods
 from steward.runtime.controller import (
     Context,
     Controller,
@@ -106,6 +107,7 @@ __all__ = [
     "is_controlled_by",
     "labels_changed",
     "parse_time",
+    "pods",
     "resource_type",
     "resource_version_changed",
     "run",

@@ -244,3 +244,20 @@ def test_a_definitions_own_flags_parse_with_their_defaults() -> None:
     assert definition.flag_parser().parse_args(["--colour", "green"]).colour == "green"
     assert definition.beside_upstream is None
     assert definition.alone == ("--colour=red",)
+
+
+# Pod facts --------------------------------------------------------------------------------
+def test_pod_facts_as_upstream_defines_them() -> None:
+    ready = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-01T20:00:00Z"}
+    running = {"status": {"phase": "Running", "conditions": [ready]}, "metadata": {}}
+    going = {
+        "status": {"phase": "Running"},
+        "metadata": {"deletionTimestamp": "2026-12-01T21:00:00Z"},
+    }
+    done = {"status": {"phase": "Succeeded"}, "metadata": {"deletionTimestamp": "x"}}
+    assert steward.pods.is_active(running) and steward.pods.is_ready(running)
+    assert steward.pods.ready_condition(running) == ready
+    assert not steward.pods.is_active(going) and steward.pods.is_terminating(going)
+    assert steward.pods.is_terminal(done) and not steward.pods.is_terminating(done)
+    assert steward.pods.ready_condition({}) == {} and not steward.pods.is_ready({})
+    assert steward.pods.phase({}) == "" and steward.pods.is_active({})

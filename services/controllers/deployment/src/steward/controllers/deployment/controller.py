@@ -38,7 +38,6 @@ from steward import ApiError, ConflictError, MirrorObject, NotFoundError, Reques
 from steward.controllers.deployment import rollout as ro
 from steward.controllers.deployment.hashing import pod_template_hash
 from steward.controllers.deployment.rollout import Obj, meta, replicas
-from steward.runtime.times import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +70,9 @@ class Stale(Exception):
 class DeploymentReconciler:
     """Reconciles one Deployment by key; see the module docs."""
 
-    def __init__(self, ctx: steward.Context, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(
+        self, ctx: steward.Context, clock: Callable[[], datetime] = steward.utc_now
+    ) -> None:
         self.mirror = ctx.mirror
         self.api = ctx.api
         self.clock = clock
@@ -616,7 +617,7 @@ class _Sync:
                 ref = pod.controller_owner()
                 if ref is None or ref.uid != uid:
                     continue
-                if (pod.object.get("status") or {}).get("phase") not in ("Failed", "Succeeded"):
+                if not steward.pods.is_terminal(pod.object):
                     return True
         return False
 

@@ -44,8 +44,6 @@ from steward import (
 from steward.controllers.job import pods
 from steward.controllers.job.pods import TRACKING_FINALIZER
 from steward.controllers.job.sync import JOBS, BackoffRecord, JobSync, job_finished
-from steward.runtime.expectations import BatchOutcome
-from steward.runtime.times import utc_now
 
 NAME = "job"
 """The controller's name with the manager (as in kube-controller-manager's --controllers)."""
@@ -107,7 +105,9 @@ class JobReconciler:
     (expectations start satisfied, backoff starts from the pods' status).
     """
 
-    def __init__(self, ctx: steward.Context, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(
+        self, ctx: steward.Context, clock: Callable[[], datetime] = steward.utc_now
+    ) -> None:
         self.mirror = ctx.mirror
         self.api = ctx.api
         self.managed_by: str = ctx.flags.managed_by
@@ -256,7 +256,7 @@ class JobReconciler:
 
     async def _create(
         self, job: dict[str, Any], key: JobKey, bodies: list[dict[str, Any]]
-    ) -> BatchOutcome:
+    ) -> steward.BatchOutcome:
         """Create pods in slow-start batches; a failed batch stops the rest."""
         ns = job["metadata"]["namespace"]
 
@@ -274,7 +274,7 @@ class JobReconciler:
 
     async def _delete(
         self, job: dict[str, Any], key: JobKey, victims: list[dict[str, Any]]
-    ) -> BatchOutcome:
+    ) -> steward.BatchOutcome:
         """Delete pods (their finalizer removed first, so they are not counted as failed);
         a pod gone already counts as deleted."""
 
@@ -346,7 +346,7 @@ def counted_behind(job: dict[str, Any], owned: Sequence[dict[str, Any]]) -> bool
     finished = sum(
         1
         for p in owned
-        if pods.terminal(p) and not pods.has_finalizer(p) and pods.uid(p) not in listed
+        if steward.pods.is_terminal(p) and not pods.has_finalizer(p) and pods.uid(p) not in listed
     )
     return finished > int(status.get("succeeded") or 0) + int(status.get("failed") or 0)
 

@@ -1,10 +1,12 @@
-"""Pod facts the Job controller decides on: phases, readiness, finish times, removal order."""
+"""Pod facts only the Job controller decides on: its tracking finalizer, restarts, finish
+times, removal order (the common ones are ``steward.pods``)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
+import steward
 from steward import parse_time
 
 TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
@@ -23,47 +25,9 @@ def name(pod: dict[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("name", ""))
 
 
-def phase(pod: dict[str, Any]) -> str:
-    """The pod's phase ("" when not reported yet)."""
-    return str((pod.get("status") or {}).get("phase", ""))
-
-
-def deleting(pod: dict[str, Any]) -> bool:
-    """Whether the pod is marked for deletion."""
-    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-
-
-def terminal(pod: dict[str, Any]) -> bool:
-    """Whether the pod has finished (Succeeded or Failed)."""
-    return phase(pod) in ("Succeeded", "Failed")
-
-
-def active(pod: dict[str, Any]) -> bool:
-    """Neither finished nor being deleted (client-go's FilterActivePods)."""
-    return not terminal(pod) and not deleting(pod)
-
-
-def terminating(pod: dict[str, Any]) -> bool:
-    """Being deleted but not finished yet."""
-    return deleting(pod) and not terminal(pod)
-
-
 def has_finalizer(pod: dict[str, Any]) -> bool:
     """Whether the pod carries the Job tracking finalizer."""
     return TRACKING_FINALIZER in ((pod.get("metadata") or {}).get("finalizers") or ())
-
-
-def _ready_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
-    for cond in (pod.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == "Ready":
-            return dict(cond)
-    return None
-
-
-def ready(pod: dict[str, Any]) -> bool:
-    """Whether the pod's Ready condition is True."""
-    cond = _ready_condition(pod)
-    return cond is not None and cond.get("status") == "True"
 
 
 def restarts(pod: dict[str, Any], *, include_init: bool = False) -> list[int]:
@@ -104,15 +68,14 @@ def removal_key(pod: dict[str, Any]) -> tuple[Any, ...]:
     """Sort key putting first the active pods to delete first (client-go's ActivePods):
     unassigned before assigned; Pending, Unknown, Running; not ready before ready; ready
     for less time first; more container restarts first; newer first."""
-    is_ready = ready(pod)
+    is_ready = steward.pods.is_ready(pod)
     ready_since: tuple[int, float] = (0, 0.0)
     if is_ready:
-        cond = _ready_condition(pod) or {}
-        ready_since = _newest_first(cond.get("lastTransitionTime"))
+        ready_since = _newest_first(steward.pods.ready_condition(pod).get("lastTransitionTime"))
     counts = restarts(pod)
     return (
         1 if (pod.get("spec") or {}).get("nodeName") else 0,
-        _PHASE_ORDER.get(phase(pod), 0),
+        _PHASE_ORDER.get(steward.pods.phase(pod), 0),
         1 if is_ready else 0,
         ready_since,
         -(max(counts) if counts else 0),

@@ -89,11 +89,11 @@ def only_replace_failed(job: dict[str, Any]) -> bool:
 def pod_failed(pod: dict[str, Any], job: dict[str, Any]) -> bool:
     """Whether the pod counts as failed: phase Failed, or (unless replacement waits for
     Failed) being deleted without having succeeded — orphaned pods never reach Failed."""
-    if pods.phase(pod) == "Failed":
+    if steward.pods.phase(pod) == "Failed":
         return True
     if only_replace_failed(job):
         return False
-    return pods.deleting(pod) and pods.phase(pod) != "Succeeded"
+    return steward.pods.is_deleting(pod) and steward.pods.phase(pod) != "Succeeded"
 
 
 def _earlier(current: float | None, wait: float) -> float:
@@ -266,8 +266,8 @@ class JobSync:
         self.delayed: dict[int, dict[str, Any]] = {}
         """Per index, the failed pod whose finalizer stays until its replacement exists
         (so the replacement can carry the index's failure counts)."""
-        self.active_pods = [p for p in pod_list if pods.active(p)]
-        self.terminating = sum(1 for p in pod_list if pods.terminating(p))
+        self.active_pods = [p for p in pod_list if steward.pods.is_active(p)]
+        self.terminating = sum(1 for p in pod_list if steward.pods.is_terminating(p))
         self.finished: dict[str, Any] | None = None
         self.new_backoff = self.backoff
         self._needs_update = False
@@ -284,16 +284,16 @@ class JobSync:
         uncounted = st.get("uncountedTerminatedPods") or {}
         self.uncounted_succeeded = set(uncounted.get("succeeded") or ())
         self.uncounted_failed = set(uncounted.get("failed") or ())
-        new_succeeded = self._new_finished(lambda p: pods.phase(p) == "Succeeded")
+        new_succeeded = self._new_finished(lambda p: steward.pods.phase(p) == "Succeeded")
         new_failed = self._new_finished(
-            lambda p: pods.phase(p) != "Succeeded" and pod_failed(p, self.job)
+            lambda p: steward.pods.phase(p) != "Succeeded" and pod_failed(p, self.job)
         )
         self.succeeded = (
             int(st.get("succeeded", 0)) + len(new_succeeded) + len(self.uncounted_succeeded)
         )
         counted_failures = sum(1 for p in new_failed if self._policy(p).counts)
         self.failed = int(st.get("failed", 0)) + counted_failures + len(self.uncounted_failed)
-        self.ready = sum(1 for p in self.active_pods if pods.ready(p))
+        self.ready = sum(1 for p in self.active_pods if steward.pods.is_ready(p))
         if st.get("startTime") is None and not is_suspended(self.job):
             st["startTime"] = steward.format_time(self.now)
         self.new_backoff = self.backoff.advance(new_succeeded, new_failed, self.now)
@@ -342,7 +342,7 @@ class JobSync:
             done = {
                 ix
                 for p in self.pods
-                if pods.phase(p) == "Succeeded"
+                if steward.pods.phase(p) == "Succeeded"
                 and pods.has_finalizer(p)
                 and 0 <= (ix := indexes.pod_index(p)) < completions
             }
@@ -465,7 +465,7 @@ class JobSync:
         total = sum(
             sum(pods.restarts(p, include_init=True))
             for p in self.pods
-            if pods.phase(p) in ("Running", "Pending")
+            if steward.pods.phase(p) in ("Running", "Pending")
         )
         return total > 0 if self.backoff_limit == 0 else total >= self.backoff_limit
 
@@ -534,7 +534,7 @@ class JobSync:
         completions = self.completions or 0
         taken = {indexes.pod_index(p) for p in self.active_pods}
         if only_replace_failed(self.job):
-            taken |= {indexes.pod_index(p) for p in self.pods if pods.terminating(p)}
+            taken |= {indexes.pod_index(p) for p in self.pods if steward.pods.is_terminating(p)}
         failed = self.failed_indexes or []
         out: list[int] = []
         for ix in range(completions):
@@ -715,7 +715,7 @@ class JobSync:
             if not self._can_remove_finalizer(p, failed):
                 continue
             remove.append(p)
-            if pods.phase(p) == "Succeeded" and u not in uncounted["failed"]:
+            if steward.pods.phase(p) == "Succeeded" and u not in uncounted["failed"]:
                 if self.indexed:
                     ix = indexes.pod_index(p)
                     if 0 <= ix < completions and not indexes.contains(self._prev_indexes, ix):
@@ -774,7 +774,7 @@ class JobSync:
     def _can_remove_finalizer(self, pod: dict[str, Any], failed: bool) -> bool:
         if (self.job.get("metadata") or {}).get("deletionTimestamp") or self.finished is not None:
             return True
-        if pods.phase(pod) == "Succeeded":
+        if steward.pods.phase(pod) == "Succeeded":
             return True
         if not failed:
             return False

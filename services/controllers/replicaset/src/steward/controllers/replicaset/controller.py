@@ -40,7 +40,6 @@ from steward.controllers.replicaset.sync import (
     scale_diff,
     status_current,
 )
-from steward.runtime.times import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +72,6 @@ def _pod_key(pod: dict[str, Any]) -> str:
     return f"{meta['namespace']}/{meta['name']}"
 
 
-def _terminating(pod: dict[str, Any]) -> bool:
-    """Being deleted but not finished (upstream's FilterTerminatingPods)."""
-    phase = (pod.get("status") or {}).get("phase")
-    deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
-    return bool(deleting) and phase not in ("Succeeded", "Failed")
-
-
 def _message(err: ApiError) -> str:
     return err.message if isinstance(err, ApiStatusError) else str(err)
 
@@ -91,7 +83,7 @@ class ReplicaSetReconciler:
     def __init__(self, ctx: steward.Context) -> None:
         self.mirror = ctx.mirror
         self.api = ctx.api
-        self.clock = utc_now
+        self.clock = steward.utc_now
         self.expectations = ctx.expectations
         self.events = ctx.event_recorder(COMPONENT)
         self.pods = ctx.ownership(PODS)
@@ -141,12 +133,12 @@ class ReplicaSetReconciler:
         satisfied = self.expectations.satisfied(key)
         pods = self._pods(rs)
         # As upstream: only active pods are claimed; terminating ones are only counted.
-        active = await self.pods.claim(rs, [p for p in pods if ranking.is_active(p)])
+        active = await self.pods.claim(rs, [p for p in pods if steward.pods.is_active(p)])
         selector = (rs.get("spec") or {}).get("selector")
         terminating = [
             p
             for p in pods
-            if _terminating(p)
+            if steward.pods.is_terminating(p)
             and steward.is_controlled_by(p, rs)
             and steward.selector_matches(selector, p["metadata"].get("labels") or {})
         ]

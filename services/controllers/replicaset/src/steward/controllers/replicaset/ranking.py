@@ -35,25 +35,6 @@ _COST = re.compile(r"0|-[0-9]+|[1-9][0-9]*")
 _PHASES = {"Pending": 0, "Unknown": 1, "Running": 2}
 
 
-def ready_condition(pod: dict[str, Any]) -> dict[str, Any]:
-    """The pod's Ready condition (empty when it reports none)."""
-    conditions = (pod.get("status") or {}).get("conditions") or ()
-    return next((dict(c) for c in conditions if c.get("type") == "Ready"), {})
-
-
-def is_ready(pod: dict[str, Any]) -> bool:
-    """Whether the pod's Ready condition is True."""
-    return ready_condition(pod).get("status") == "True"
-
-
-def is_active(pod: dict[str, Any]) -> bool:
-    """Neither finished (Succeeded, Failed) nor being deleted."""
-    phase = (pod.get("status") or {}).get("phase")
-    return phase not in ("Succeeded", "Failed") and not (pod.get("metadata") or {}).get(
-        "deletionTimestamp"
-    )
-
-
 def deletion_cost(pod: dict[str, Any]) -> int:
     """The pod's deletion cost: its annotation as a 32-bit integer, 0 when absent or
     malformed (a leading ``+`` or a leading zero is malformed, as upstream)."""
@@ -132,7 +113,7 @@ def compare(
     phj = _PHASES.get(str((pj.get("status") or {}).get("phase", "")), 0)
     if phi != phj:
         return -1 if phi < phj else 1
-    ri, rj = is_ready(pi), is_ready(pj)
+    ri, rj = steward.pods.is_ready(pi), steward.pods.is_ready(pj)
     if ri != rj:
         return -1 if not ri else 1
     ci, cj = deletion_cost(pi), deletion_cost(pj)
@@ -141,8 +122,8 @@ def compare(
     if rank_i != rank_j:
         return -1 if rank_i > rank_j else 1
     if ri and rj:
-        ti = steward.parse_time(ready_condition(pi).get("lastTransitionTime"))
-        tj = steward.parse_time(ready_condition(pj).get("lastTransitionTime"))
+        ti = steward.parse_time(steward.pods.ready_condition(pi).get("lastTransitionTime"))
+        tj = steward.parse_time(steward.pods.ready_condition(pj).get("lastTransitionTime"))
         order = _by_time(ti, tj, _uid(pi), _uid(pj), now)
         if order:
             return order
@@ -164,7 +145,7 @@ def ranked(
     ``pods``: the pods of every ReplicaSet with the same controller)."""
     on_node: dict[str, int] = {}
     for pod in related:
-        if is_active(pod):
+        if steward.pods.is_active(pod):
             on_node[_node(pod)] = on_node.get(_node(pod), 0) + 1
     entries = [(pod, on_node.get(_node(pod), 0)) for pod in pods]
 

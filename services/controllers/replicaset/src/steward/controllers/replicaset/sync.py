@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import steward
-from steward.controllers.replicaset.ranking import is_ready, ready_condition
 
 BURST_REPLICAS = 500
 """Most pods one sync creates or deletes (upstream's burstReplicas)."""
@@ -65,11 +64,11 @@ def pod_from_template(rs: dict[str, Any]) -> dict[str, Any]:
 
 def is_available(pod: dict[str, Any], min_ready: int, now: datetime) -> bool:
     """Ready for at least ``min_ready`` seconds (just ready when 0)."""
-    if not is_ready(pod):
+    if not steward.pods.is_ready(pod):
         return False
     if min_ready == 0:
         return True
-    since = steward.parse_time(ready_condition(pod).get("lastTransitionTime"))
+    since = steward.parse_time(steward.pods.ready_condition(pod).get("lastTransitionTime"))
     return since is not None and since + timedelta(seconds=min_ready) <= now
 
 
@@ -106,7 +105,7 @@ def calculate_status(
     for pod in active:
         if template_labels_match(rs, (pod.get("metadata") or {}).get("labels") or {}):
             fully += 1
-        if is_ready(pod):
+        if steward.pods.is_ready(pod):
             ready += 1
             if is_available(pod, min_ready, now):
                 available += 1
@@ -162,9 +161,9 @@ def next_check(rs: dict[str, Any], active: list[dict[str, Any]], now: datetime) 
         return None
     waits = []
     for pod in active:
-        if not is_ready(pod) or is_available(pod, min_ready, now):
+        if not steward.pods.is_ready(pod) or is_available(pod, min_ready, now):
             continue
-        since = steward.parse_time(ready_condition(pod).get("lastTransitionTime"))
+        since = steward.parse_time(steward.pods.ready_condition(pod).get("lastTransitionTime"))
         if since is None:
             continue
         waits.append((since + timedelta(seconds=min_ready) - now).total_seconds())
