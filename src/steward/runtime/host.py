@@ -49,6 +49,18 @@ from steward.telemetry import configure_tracing
 log = logging.getLogger(__name__)
 
 
+_HELP = """\
+It watches through Steward's informer (--informer), writes to the API server with the
+credentials of --kubeconfig (default: in-cluster, $KUBECONFIG or ~/.kube/config), and with
+--manager registers with Steward's manager: only the active instance reconciles, and a
+second one is refused unless it says --standby. Every write is refused while this
+instance does not hold its lease. The informer and the manager are dialled with mutual
+TLS (--tls-*, or STEWARD_TLS_*); plaintext needs --insecure-plaintext. Spans go over OTLP
+when OTEL_EXPORTER_OTLP_ENDPOINT is set. SIGTERM or SIGINT drains: running reconciles
+finish within --shutdown-grace, the manager is told goodbye, and the process exits 0.
+Exit status 2: bad flags; 1: the registration or the watch was refused."""
+
+
 def _default_prog(definition: ControllerDefinition[Any]) -> str:
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     return f"python -m {spec.name}" if spec is not None else definition.name
@@ -63,7 +75,7 @@ def parser_for(
         prog=prog or _default_prog(definition),
         description=(definition.description or f"Steward controller {definition.name}.")
         + "\n\n"
-        + __doc__.split("\n\n", 2)[1],
+        + _HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     std = parser.add_argument_group("controller host")
