@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from steward import Expectations, slow_start_batches
+from steward.runtime.clock import FakeClock
 from steward.runtime.expectations import TTL
 
 pytestmark = pytest.mark.unit
@@ -13,19 +14,11 @@ pytestmark = pytest.mark.unit
 KEY = ("ns", "job")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_an_outcome_observed_twice_does_not_eat_into_the_next_expectation() -> None:
     """A creation lowered when its sync was cancelled, then seen after all, leaves the
     count below zero; the next expectation of creations is still counted in full, also
     while deletions are pending."""
-    exp = Expectations(clock=Clock())
+    exp = Expectations(clock=FakeClock())
     exp.expect_creations(KEY, 1)
     exp.expect_deletions(KEY, ["ns/a"])
     exp.creation_observed(KEY)  # the cancelled sync's accounting
@@ -39,7 +32,7 @@ def test_an_outcome_observed_twice_does_not_eat_into_the_next_expectation() -> N
 
 
 def test_creations_and_deletions_must_be_observed() -> None:
-    exp = Expectations(clock=Clock())
+    exp = Expectations(clock=FakeClock())
     assert exp.satisfied(KEY)
     exp.expect_creations(KEY, 2)
     exp.expect_deletions(KEY, ["ns/a"])
@@ -53,7 +46,7 @@ def test_creations_and_deletions_must_be_observed() -> None:
 
 def test_a_deletion_seen_twice_counts_once() -> None:
     """A pod shows first with a deletion timestamp, then gone: one deletion, not two."""
-    exp = Expectations(clock=Clock())
+    exp = Expectations(clock=FakeClock())
     exp.expect_deletions(KEY, ["ns/a", "ns/b"])
     exp.deletion_observed(KEY, "ns/a")
     exp.deletion_observed(KEY, "ns/a")
@@ -64,15 +57,15 @@ def test_a_deletion_seen_twice_counts_once() -> None:
 
 
 def test_unmet_expectations_expire() -> None:
-    clock = Clock()
+    clock = FakeClock()
     exp = Expectations(clock=clock)
     exp.expect_creations(KEY, 1)
-    clock.now = TTL + 1
+    clock.advance(TTL + 1)
     assert exp.satisfied(KEY)
 
 
 def test_extra_observations_do_not_carry_over() -> None:
-    exp = Expectations(clock=Clock())
+    exp = Expectations(clock=FakeClock())
     exp.expect_creations(KEY, 1)
     exp.creation_observed(KEY)
     exp.creation_observed(KEY)  # an adoption, say: count goes below zero
@@ -81,7 +74,7 @@ def test_extra_observations_do_not_carry_over() -> None:
 
 
 def test_finalizer_removals() -> None:
-    exp = Expectations(clock=Clock())
+    exp = Expectations(clock=FakeClock())
     exp.expect_removals(KEY, {"a", "b"})
     assert exp.removals(KEY) == {"a", "b"}
     exp.removal_observed(KEY, "a")

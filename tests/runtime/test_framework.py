@@ -11,6 +11,7 @@ import pytest
 
 import steward
 from steward.kube import ApiStatusError, NotFoundError
+from steward.runtime.clock import FakeClock
 from steward.runtime.expectations import Expectations
 from steward.runtime.mirror import _Written, parse_path
 
@@ -85,16 +86,8 @@ def test_the_ledger_compares_versions_as_integers_and_else_by_what_was_replaced(
 
 
 # Expectations -----------------------------------------------------------------------------
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_expectations_count_creations_and_track_deletions_once() -> None:
-    exp = Expectations(clock=Clock())
+    exp = Expectations(clock=FakeClock())
     key = ("ns", "owner")
     assert exp.satisfied(key)
     exp.expect_creations(key, 2)
@@ -112,18 +105,18 @@ def test_expectations_count_creations_and_track_deletions_once() -> None:
 
 
 def test_expectations_expire_after_five_minutes() -> None:
-    clock = Clock()
+    clock = FakeClock()
     exp = Expectations(clock=clock)
     assert exp.ttl == 300.0
     exp.expect_creations("k", 1)
-    clock.now = 299.0
+    clock.advance(299.0)
     assert not exp.satisfied("k")
-    clock.now = 301.0
+    clock.advance(2.0)
     assert exp.satisfied("k")
 
 
 def test_more_observed_than_expected_does_not_eat_into_the_next_expectation() -> None:
-    exp = Expectations(clock=Clock())
+    exp = Expectations(clock=FakeClock())
     exp.expect_creations("k", 1)
     exp.creation_observed("k")  # lowered at once (failed) ...
     exp.creation_observed("k")  # ... and seen after all
@@ -132,7 +125,7 @@ def test_more_observed_than_expected_does_not_eat_into_the_next_expectation() ->
 
 
 def test_removals_are_tracked_by_uid_apart_from_satisfaction() -> None:
-    exp = Expectations(clock=Clock())
+    exp = Expectations(clock=FakeClock())
     exp.expect_removals("k", {"u1", "u2"})
     assert exp.satisfied("k")
     assert exp.removals("k") == {"u1", "u2"}
@@ -148,7 +141,7 @@ def test_slow_start_batches_double() -> None:
 
 @pytest.mark.asyncio
 async def test_a_failed_batch_stops_the_rest_and_every_unwritten_creation_is_lowered() -> None:
-    exp = Expectations(clock=Clock())
+    exp = Expectations(clock=FakeClock())
     attempted: list[int] = []
 
     async def create_one(i: int) -> None:
@@ -165,7 +158,7 @@ async def test_a_failed_batch_stops_the_rest_and_every_unwritten_creation_is_low
 
 @pytest.mark.asyncio
 async def test_creations_cut_off_by_cancellation_are_lowered() -> None:
-    exp = Expectations(clock=Clock())
+    exp = Expectations(clock=FakeClock())
     started = asyncio.Event()
 
     async def create_one(i: int) -> None:
@@ -184,7 +177,7 @@ async def test_creations_cut_off_by_cancellation_are_lowered() -> None:
 
 @pytest.mark.asyncio
 async def test_deletions_count_a_gone_child_as_done_and_lower_failures() -> None:
-    exp = Expectations(clock=Clock())
+    exp = Expectations(clock=FakeClock())
     names = ["ns/a", "ns/b", "ns/c"]
 
     async def delete_one(i: int) -> None:
@@ -203,7 +196,7 @@ async def test_deletions_count_a_gone_child_as_done_and_lower_failures() -> None
 
 @pytest.mark.asyncio
 async def test_deletions_cut_off_by_cancellation_are_all_lowered() -> None:
-    exp = Expectations(clock=Clock())
+    exp = Expectations(clock=FakeClock())
 
     async def delete_one(i: int) -> None:
         await asyncio.sleep(3600)

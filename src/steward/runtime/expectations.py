@@ -33,11 +33,11 @@ counts what the mirror shows.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from steward.kube import ApiError, NotFoundError
+from steward.runtime.clock import Clock, MonotonicClock
 
 TTL = 300.0
 """Seconds after which unmet expectations are ignored (client-go's ExpectationsTimeout)."""
@@ -80,9 +80,9 @@ class Expectations:
     Not thread-safe: use it from the event loop (observers and reconciles run there).
     """
 
-    def __init__(self, ttl: float = TTL, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ttl: float = TTL, clock: Clock | None = None) -> None:
         self.ttl = ttl
-        self._clock = clock
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._records: dict[Hashable, _Record] = {}
 
     def _record(self, key: Hashable) -> _Record:
@@ -99,13 +99,13 @@ class Expectations:
         # failed or cancelled here, then seen after all); that must not eat into what is
         # expected now.
         rec.adds = max(rec.adds, 0) + count
-        rec.at = self._clock()
+        rec.at = self._clock.now()
 
     def expect_deletions(self, key: Hashable, names: Iterable[str]) -> None:
         """Expect these children of ``key`` (by ``namespace/name``) to be deleted."""
         rec = self._record(key)
         rec.deleting |= set(names)
-        rec.at = self._clock()
+        rec.at = self._clock.now()
 
     def expect_removals(self, key: Hashable, uids: Iterable[str]) -> None:
         """Expect a finalizer to disappear from these children of ``key`` (by UID)."""
@@ -142,7 +142,7 @@ class Expectations:
         rec = self._records.get(key)
         if rec is None or (rec.adds <= 0 and not rec.deleting):
             return True
-        return self._clock() - rec.at > self.ttl
+        return self._clock.now() - rec.at > self.ttl
 
     def pending(self, key: Hashable) -> tuple[int, int]:
         """(creations, deletions) still expected for ``key``."""
