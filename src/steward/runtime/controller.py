@@ -64,7 +64,7 @@ from typing import Any, Generic, TypeVar, overload
 import grpc
 from prometheus_client import CollectorRegistry
 
-from steward.kube import KubeClient
+from steward.kube import KubeClient, NotFoundError
 from steward.runtime.events import EventRecorder
 from steward.runtime.expectations import Expectations
 from steward.runtime.mirror import (
@@ -75,6 +75,7 @@ from steward.runtime.mirror import (
     MirrorOptions,
     StaleRead,
     TypeKey,
+    api_path,
     guard_reads,
     type_key,
 )
@@ -194,6 +195,22 @@ class Context:
             child_type,
             finalizers=finalizers,
             strategic=strategic,
+        )
+
+    async def is_current(self, obj: dict[str, Any]) -> bool:
+        """Whether the API server still has ``obj`` (an object of the primary type) at the
+        version it carries: a fresh, uncached read. False when the server's is newer (say,
+        a predecessor wrote it just before it stopped, and that write is still on its way to
+        the mirror) or the object is gone. A sync that is about to act on something it
+        cannot undo (create children) asks this first."""
+        meta = obj.get("metadata") or {}
+        path = api_path(self.primary, meta.get("namespace", ""), meta.get("name", ""))
+        try:
+            fresh = await self.api.arequest("GET", path)
+        except NotFoundError:
+            return False
+        return bool(
+            (fresh.get("metadata") or {}).get("resourceVersion") == meta.get("resourceVersion")
         )
 
     async def drain_events(self) -> None:

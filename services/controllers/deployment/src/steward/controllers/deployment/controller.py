@@ -73,6 +73,7 @@ class DeploymentReconciler:
     def __init__(
         self, ctx: steward.Context, clock: Callable[[], datetime] = steward.utc_now
     ) -> None:
+        self.ctx = ctx
         self.mirror = ctx.mirror
         self.api = ctx.api
         self.clock = clock
@@ -410,10 +411,7 @@ class _Sync:
         works from: a new ReplicaSet is created only from current state (its creation is
         not undone by a failed status write, the Deployment's next version shows up in
         the mirror and brings the sync back)."""
-        fresh = await self.api.arequest(
-            "GET", f"/apis/apps/v1/namespaces/{self.ns}/deployments/{self.name}"
-        )
-        if meta(fresh).get("resourceVersion") != meta(self.d).get("resourceVersion"):
+        if not await self.rec.ctx.is_current(self.d):
             raise Stale
 
     # Paused and scaling --------------------------------------------------------------------------

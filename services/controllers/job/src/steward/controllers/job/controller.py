@@ -108,6 +108,7 @@ class JobReconciler:
     def __init__(
         self, ctx: steward.Context, clock: Callable[[], datetime] = steward.utc_now
     ) -> None:
+        self.ctx = ctx
         self.mirror = ctx.mirror
         self.api = ctx.api
         self.managed_by: str = ctx.flags.managed_by
@@ -194,7 +195,7 @@ class JobReconciler:
             backoff=self.backoffs.get(key),
         )
         plan = sync.plan()
-        if plan.create and counted_behind(job, owned) and await self._behind_server(job):
+        if plan.create and counted_behind(job, owned) and not await self.ctx.is_current(job):
             return Result()  # the Job's newer version is on its way to the mirror
         errors: list[Exception] = []
         created = deleted = 0
@@ -220,19 +221,6 @@ class JobReconciler:
         if errors:
             raise errors[0]
         return Result(requeue_after=plan.requeue_after or 0.0)
-
-    async def _behind_server(self, job: dict[str, Any]) -> bool:
-        """Whether the API server has a newer version of the Job than ``job`` (one that,
-        say, a previous instance of this controller wrote just before it stopped)."""
-        meta = job["metadata"]
-        try:
-            fresh = await self.api.arequest(
-                "GET", steward.api_path(JOBS, meta["namespace"], meta["name"])
-            )
-        except NotFoundError:
-            return True  # gone: its deletion is on its way to the mirror
-        fresh_meta = fresh.get("metadata") or {}
-        return bool(fresh_meta.get("resourceVersion") != meta.get("resourceVersion"))
 
     async def _clear_orphans(
         self, ns: str, name: str, job_uid: str | None, only_uid: str | None = None
