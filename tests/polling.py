@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,4 +20,17 @@ def wait_for(check: Callable[[], Any], what: str, within: float = 120.0) -> Any:
         if last:
             return last
         time.sleep(0.25)
+    pytest.fail(f"timed out after {within:.0f}s waiting for {what} (last: {last!r})")
+
+
+async def until(check: Callable[[], Any], what: str, within: float = 60.0) -> Any:
+    """:func:`wait_for` for a check of the test's own event loop (a mirror, a controller's
+    status): polled every 0.05 s, without blocking the loop."""
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        await asyncio.sleep(0.05)
     pytest.fail(f"timed out after {within:.0f}s waiting for {what} (last: {last!r})")

@@ -64,3 +64,18 @@ def running_informer(kubeconfig: str, security: ServingSecurity) -> Iterator[str
         yield running.address
     finally:
         running.stop()
+
+
+def host_flags(informer: str, manager: str, kubeconfig: str, namespace: str) -> list[str]:
+    """The standard flags with which every runtime's host (Python, Go, TypeScript) runs a
+    controller against these services, watching ``namespace``."""
+    return [
+        "--informer",
+        informer,
+        "--manager",
+        manager,
+        "--kubeconfig",
+        kubeconfig,
+        "--namespace",
+        namespace,
+    ]

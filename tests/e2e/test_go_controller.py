@@ -24,7 +24,7 @@ from kubernetes import client
 from steward.cluster import LocalCluster
 from steward.v1 import manager_pb2 as mpb
 from tests.manager.conftest import RunningManager
-from tests.services import security_env
+from tests.services import host_flags, security_env
 
 pytestmark = [pytest.mark.e2e]
 
@@ -134,18 +134,8 @@ def start_confighash(
     admin = security_env(cluster.client_security("admin"))
 
     def start(label: str, *extra: str) -> ControllerProcess:
-        argv = [
-            str(CONFIGHASH),
-            "--informer",
-            informer,
-            "--manager",
-            manager.address,
-            "--kubeconfig",
-            str(cluster.kubeconfig),
-            "--namespace",
-            namespace,
-            *extra,
-        ]
+        flags = host_flags(informer, manager.address, str(cluster.kubeconfig), namespace)
+        argv = [str(CONFIGHASH), *flags, *extra]
         proc = ControllerProcess(argv, tmp_path, label, admin)
         started.append(proc)
         return proc

@@ -29,6 +29,7 @@ from steward.runtime.controller import ControllerOptions
 from steward.runtime.session import SessionOptions
 from steward.v1 import manager_pb2 as mpb
 from tests.manager.conftest import RunningManager
+from tests.services import host_flags
 
 pytestmark = [pytest.mark.e2e]
 
@@ -43,6 +44,22 @@ async def _eventually(check: Callable[[], bool], what: str) -> None:
             return
         await asyncio.sleep(0.2)
     pytest.fail(f"timed out waiting for {what}")
+
+
+async def _labelled_and_copied(
+    core: client.CoreV1Api, namespace: str, name: str, value: str
+) -> None:
+    """Create ConfigMap ``name`` labelled ``value`` and wait for the labeller's copy."""
+    core.create_namespaced_config_map(
+        namespace,
+        client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name, labels={labeller.LABEL: value})),
+    )
+
+    def copied() -> bool:
+        cm = core.read_namespaced_config_map(name, namespace)
+        return (cm.metadata.annotations or {}).get(labeller.ANNOTATION) == value
+
+    await _eventually(copied, f"the copy of {name}")
 
 
 @pytest.mark.asyncio
@@ -127,18 +144,7 @@ async def test_labeller_without_a_manager_reconciles_on_its_own(
         )
         task = asyncio.create_task(alone.run())
         try:
-            core.create_namespaced_config_map(
-                namespace,
-                client.V1ConfigMap(
-                    metadata=client.V1ObjectMeta(name="solo", labels={labeller.LABEL: "x"})
-                ),
-            )
-
-            def copied() -> bool:
-                cm = core.read_namespaced_config_map("solo", namespace)
-                return (cm.metadata.annotations or {}).get(labeller.ANNOTATION) == "x"
-
-            await _eventually(copied, "the copy")
+            await _labelled_and_copied(core, namespace, "solo", "x")
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -205,10 +211,7 @@ async def test_the_hosted_labeller_serves_health_and_metrics_refuses_a_twin_and_
         sys.executable,
         "-m",
         "examples.labeller",
-        f"--kubeconfig={cluster.kubeconfig}",
-        f"--informer={dev_informer}",
-        f"--manager={dev_manager.address}",
-        f"--namespace={namespace}",
+        *host_flags(dev_informer, dev_manager.address, str(cluster.kubeconfig), namespace),
         "--insecure-plaintext",
     ]
     proc = await asyncio.to_thread(
@@ -219,18 +222,7 @@ async def test_the_hosted_labeller_serves_health_and_metrics_refuses_a_twin_and_
         stderr=subprocess.DEVNULL,
     )
     try:
-        core.create_namespaced_config_map(
-            namespace,
-            client.V1ConfigMap(
-                metadata=client.V1ObjectMeta(name="hosted", labels={labeller.LABEL: "h"})
-            ),
-        )
-
-        def copied() -> bool:
-            cm = core.read_namespaced_config_map("hosted", namespace)
-            return (cm.metadata.annotations or {}).get(labeller.ANNOTATION) == "h"
-
-        await _eventually(copied, "the hosted labeller's copy")
+        await _labelled_and_copied(core, namespace, "hosted", "h")
         for probe in ("healthz", "readyz"):
             status, _ = await asyncio.to_thread(_get, f"http://127.0.0.1:{health}/{probe}")
             assert status == 200

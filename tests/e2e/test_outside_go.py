@@ -27,7 +27,7 @@ from steward.cluster import LocalCluster
 from steward.v1 import manager_pb2 as mpb
 from tests.e2e.test_go_controller import ControllerProcess, eventually
 from tests.manager.conftest import RunningManager
-from tests.services import security_env
+from tests.services import host_flags, security_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -214,14 +214,7 @@ def test_controller_built_outside_the_tree_reconciles(
     health = f"127.0.0.1:{free_port()}"
     argv = [
         str(binary),
-        "--informer",
-        informer,
-        "--manager",
-        manager.address,
-        "--kubeconfig",
-        str(cluster.kubeconfig),
-        "--namespace",
-        namespace,
+        *host_flags(informer, manager.address, str(cluster.kubeconfig), namespace),
         "--health-listen",
         health,
         "--metrics-listen",

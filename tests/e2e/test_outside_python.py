@@ -18,6 +18,7 @@ from kubernetes import client
 from steward.cluster import LocalCluster
 from steward.v1 import manager_pb2 as mpb
 from tests.manager.conftest import RunningManager
+from tests.services import host_flags
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -97,10 +98,7 @@ def test_a_controller_outside_the_tree_reconciles_with_the_installed_wheel(
         [
             str(python),
             "controller.py",
-            f"--kubeconfig={cluster.kubeconfig}",
-            f"--informer={dev_informer}",
-            f"--manager={dev_manager.address}",
-            f"--namespace={namespace}",
+            *host_flags(dev_informer, dev_manager.address, str(cluster.kubeconfig), namespace),
             "--insecure-plaintext",
         ],
         cwd=venv,

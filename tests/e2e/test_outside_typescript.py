@@ -25,6 +25,7 @@ from steward.cluster import LocalCluster
 from steward.v1 import manager_pb2 as mpb
 from tests.e2e.test_typescript_controller import Instance, _environment, _eventually, _tls_env
 from tests.manager.conftest import RunningManager
+from tests.services import host_flags
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.asyncio]
 
@@ -169,14 +170,7 @@ async def annotator(
         proc = await asyncio.create_subprocess_exec(
             "node",
             str(project / "dist" / "annotator.js"),
-            "--informer",
-            informer,
-            "--manager",
-            manager.address,
-            "--kubeconfig",
-            str(cluster.kubeconfig),
-            "--namespace",
-            namespace,
+            *host_flags(informer, manager.address, str(cluster.kubeconfig), namespace),
             "--workers",
             "2",
             "--health-listen",

@@ -22,7 +22,8 @@ from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorOptions
 from steward.serving.security import DEVELOPMENT
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
-from tests.runtime.test_mirror_informer import CONFIGMAPS, _until
+from tests.polling import until
+from tests.runtime.test_mirror_informer import CONFIGMAPS
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -106,7 +107,7 @@ async def test_catch_up_returns_only_once_the_mirror_holds_what_the_informer_hol
             task = asyncio.create_task(mirror.run())
             try:
                 create("before")
-                await _until(
+                await until(
                     lambda: mirror.get(CONFIGMAPS, namespace, "before") is not None, "before"
                 )
                 gate.freeze()  # the mirror's stream lags from here on
@@ -125,9 +126,7 @@ async def test_catch_up_returns_only_once_the_mirror_holds_what_the_informer_hol
                 assert {"before", "late-1", "late-2"} <= held
                 # The stream keeps flowing after the barrier.
                 create("after")
-                await _until(
-                    lambda: mirror.get(CONFIGMAPS, namespace, "after") is not None, "after"
-                )
+                await until(lambda: mirror.get(CONFIGMAPS, namespace, "after") is not None, "after")
             finally:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import Callable
 
 import grpc
 import pytest
@@ -17,18 +15,11 @@ from steward.cluster.process import free_port
 from steward.informer import InformerOptions, InformerServer
 from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorOptions, resource_type
 from steward.serving.security import DEVELOPMENT
+from tests.polling import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 CONFIGMAPS = resource_type("", "v1", "configmaps")
-
-
-async def _until(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 60.0
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 async def test_mirror_recovers_across_an_informer_restart(
@@ -65,7 +56,7 @@ async def test_mirror_recovers_across_an_informer_restart(
         try:
             create("a")
             create("b")
-            await _until(
+            await until(
                 lambda: {"a", "b"} <= {o.name for o in mirror.objects(CONFIGMAPS)},
                 "the mirror to see a and b",
             )
@@ -76,7 +67,7 @@ async def test_mirror_recovers_across_an_informer_restart(
             second = InformerServer(options)  # a new process would have no history either
             await second.start()
             try:
-                await _until(
+                await until(
                     lambda: {o.name for o in mirror.objects(CONFIGMAPS)} == server_names(),
                     "the mirror to equal the API server",
                 )

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import Callable
 
 import grpc
 import pytest
@@ -17,18 +15,11 @@ import steward
 from steward.cluster import LocalCluster
 from steward.kube import load_access
 from steward.runtime.mirror import MirrorOptions, guard_reads
+from tests.polling import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 CONFIGMAPS = steward.resource_type("", "v1", "configmaps")
-
-
-async def _until(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 60.0
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def test_a_reconcile_never_reads_a_copy_older_than_its_own_write(
@@ -43,7 +34,7 @@ async def test_a_reconcile_never_reads_a_copy_older_than_its_own_write(
         api.write_observer = mirror.written
         task = asyncio.create_task(mirror.run())
         try:
-            await _until(lambda: mirror.get(CONFIGMAPS, namespace, "cm") is not None, "the cm")
+            await until(lambda: mirror.get(CONFIGMAPS, namespace, "cm") is not None, "the cm")
             # Stop the stream, so the write's event cannot arrive before we look.
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -69,7 +60,7 @@ async def test_a_reconcile_never_reads_a_copy_older_than_its_own_write(
             assert woken == []
 
             task = asyncio.create_task(mirror.run())  # resumes: the write's event comes
-            await _until(
+            await until(
                 lambda: not mirror.is_stale(mirror.get(CONFIGMAPS, namespace, "cm") or old),
                 "the write's event",
             )
@@ -118,7 +109,7 @@ async def test_the_runtime_fences_and_wires_the_client_it_is_given(
         task = asyncio.create_task(controller.run())
         try:
             # Alone, as under a manager, the resync re-queues the primary objects.
-            await _until(lambda: seen.count("once") >= 3, "three resyncs of the ConfigMap")
+            await until(lambda: seen.count("once") >= 3, "three resyncs of the ConfigMap")
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
