@@ -30,6 +30,9 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from steward import flowcontrol
+from steward.flowcontrol import TokenBucket
+
 _T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
@@ -298,10 +301,15 @@ class KubeClient:
         timeout: float = 10.0,
         user_agent: str = "steward",
         workers: int = 4,
+        rate_limiter: TokenBucket | None = None,
     ) -> None:
         self.access = access
         self.user_agent = user_agent
         self.timeout = timeout
+        self.rate_limiter = rate_limiter
+        """When set, every request takes a token from it first (client-go's
+        ``--kube-api-qps``/``--kube-api-burst``, see :mod:`steward.flowcontrol`)."""
+        self._host = access.host.split("://", 1)[-1]
         # One pooled connection per thread at least: past ``maxsize`` urllib3 opens (and
         # then discards) a new TLS connection per request.
         self._pool = pool_manager(access, num_pools=2, maxsize=max(8, workers))
@@ -356,17 +364,23 @@ class KubeClient:
             token = self.access.token()
             if token:
                 headers["Authorization"] = token
+        if self.rate_limiter is not None:
+            waited = self.rate_limiter.wait()
+            flowcontrol.RATE_LIMITER_DURATION.labels(method, self._host).observe(waited)
+        # The fence is asked after the token: a long wait must not carry an old answer.
         fence = self.write_fence if method != "GET" else None
         if fence is not None and not fence():
             raise self._fenced(method, path)
+        payload = orjson.dumps(body) if body is not None else None
         # Asked again on this thread once the connection is ready, just before the bytes
         # leave: a pause while connecting must not let the write through after it.
         _sending.fence = fence
+        started = time.monotonic()
         try:
             response = self._pool.request(
                 method,
                 self.access.host + path,
-                body=orjson.dumps(body) if body is not None else None,
+                body=payload,
                 headers=headers,
                 timeout=urllib3.Timeout(connect=min(self.timeout, 5.0), read=self.timeout),
                 redirect=False,
@@ -374,12 +388,14 @@ class KubeClient:
         except _FencedAtSend:
             raise self._fenced(method, path) from None
         except (Urllib3Error, OSError) as err:
+            flowcontrol.REQUESTS.labels("<error>", method, self._host).inc()
             raise ApiUnavailableError(
                 f"cannot reach the API server at {self.access.host}: {err}"
             ) from err
         finally:
             _sending.fence = None
         data = response.data
+        flowcontrol.observe(method, self._host, response.status, started, payload, data)
         if response.status >= 300:
             message = data[:300].decode("utf-8", "replace")
             try:

@@ -33,6 +33,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
+from steward.flowcontrol import add_rate_limit_arguments, bucket_from_args
 from steward.kube import KubeClient, load_access
 from steward.runtime.controller import Controller, ControllerDefinition
 from steward.runtime.health import (
@@ -124,6 +125,7 @@ def parser_for(
         default=os.environ.get(HEALTH_LISTEN_ENV) or None,
         help=f"serve /healthz and /readyz on host:port (default: ${HEALTH_LISTEN_ENV}, or off)",
     )
+    add_rate_limit_arguments(std)  # --kube-api-qps, --kube-api-burst
     add_client_arguments(parser)  # --tls-ca-file, --tls-cert-file, --tls-key-file, ...
     if definition.add_flags:
         definition.flag_parser(parser.add_argument_group(f"{definition.name} controller"))
@@ -149,6 +151,7 @@ async def serve(
         load_access(args.kubeconfig),
         user_agent=f"steward-{definition.name}-controller",
         workers=max(16, 2 * options.max_concurrent_reconciles),
+        rate_limiter=bucket_from_args(args),
     )
     metrics = start_metrics_server(args.metrics_listen, REGISTRY) if args.metrics_listen else None
     controller: Controller[Any] | None = None
@@ -193,6 +196,10 @@ def run(
         parser.error(str(err))
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, not {args.workers}")
+    try:
+        bucket_from_args(args)
+    except ValueError as err:
+        parser.error(str(err))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     configure_tracing(f"steward-controller-{definition.name}")
     try:

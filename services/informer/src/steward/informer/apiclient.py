@@ -29,6 +29,8 @@ import orjson
 import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from steward import flowcontrol
+from steward.flowcontrol import TokenBucket
 from steward.informer.store import ResourceTypeName
 from steward.kube import (
     ApiError,
@@ -128,9 +130,20 @@ class WatchStream:
 class ApiClient:
     """A thread-safe raw client of one API server (see the module docs for errors)."""
 
-    def __init__(self, access: ClusterAccess, *, timeout: float = 30.0, workers: int = 8) -> None:
+    def __init__(
+        self,
+        access: ClusterAccess,
+        *,
+        timeout: float = 30.0,
+        workers: int = 8,
+        rate_limiter: TokenBucket | None = None,
+    ) -> None:
         self.access = access
         self.timeout = timeout
+        self.rate_limiter = rate_limiter
+        """When set, every request (each LIST page, each WATCH) takes a token from it
+        first, as client-go's informers do (see :mod:`steward.flowcontrol`)."""
+        self._host = access.host.split("://", 1)[-1]
         self._pool = pool_manager(access, num_pools=4, maxsize=64)
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="apiclient")
         self._discovery: dict[tuple[str, str], dict[str, ResourceInfo]] = {}
@@ -164,6 +177,10 @@ class ApiClient:
     def _open(
         self, path: str, query: dict[str, str] | None, *, stream: bool, read_timeout: float
     ) -> urllib3.BaseHTTPResponse:
+        if self.rate_limiter is not None:
+            waited = self.rate_limiter.wait()
+            flowcontrol.RATE_LIMITER_DURATION.labels("GET", self._host).observe(waited)
+        started = time.monotonic()
         try:
             response = self._pool.request(
                 "GET",
@@ -174,9 +191,14 @@ class ApiClient:
                 redirect=False,
             )
         except (Urllib3Error, OSError) as err:
+            flowcontrol.REQUESTS.labels("<error>", "GET", self._host).inc()
             raise ApiUnavailableError(
                 f"cannot reach the API server at {self.access.host}: {err}"
             ) from err
+        if stream:  # a watch: its size is the stream's, not an answer's
+            flowcontrol.REQUESTS.labels(str(response.status), "GET", self._host).inc()
+        else:
+            flowcontrol.observe("GET", self._host, response.status, started, None, response.data)
         if response.status >= 300:
             body = response.read() if stream else response.data
             if stream:

@@ -20,6 +20,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 
+from steward.flowcontrol import (
+    DEFAULT_BURST,
+    DEFAULT_QPS,
+    TokenBucket,
+    add_rate_limit_arguments,
+    bucket_from_args,
+)
 from steward.informer.apiclient import ApiClient
 from steward.informer.fanout import Fanout
 from steward.informer.metrics import InformerMetrics
@@ -86,6 +93,11 @@ class InformerOptions:
     Defaults to 100."""
     security: ServingSecurity = field(default_factory=ServingSecurity)
     """mTLS and authorization; the default needs TLS files (see steward.security)."""
+    kube_api_qps: float = DEFAULT_QPS
+    """Requests a second the LIST & WATCH client may send on average (client-go's token
+    bucket; 0 or less: no limit). Defaults to 20, kube-controller-manager's default."""
+    kube_api_burst: int = DEFAULT_BURST
+    """Requests the LIST & WATCH client may send at once. Defaults to 30."""
 
 
 class InformerServer:
@@ -98,7 +110,9 @@ class InformerServer:
         self.options = options
         self.access = access if access is not None else load_access(options.kubeconfig)
         self.metrics = InformerMetrics()
-        self.client = ApiClient(self.access)
+        self.client = ApiClient(
+            self.access, rate_limiter=TokenBucket(options.kube_api_qps, options.kube_api_burst)
+        )
         options.security.validate()
         self.reviewer = (
             KubeClient(self.access, user_agent="steward-informer-auth")
@@ -316,6 +330,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "refused with RESOURCE_EXHAUSTED (one Watch can name several types) "
         "(default: %(default)s)",
     )
+    add_rate_limit_arguments(parser)
     add_serving_arguments(parser, "STEWARD_INFORMER")
 
 
@@ -333,6 +348,7 @@ def options_from_args(args: argparse.Namespace) -> InformerOptions:
     ):
         if value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
+    bucket_from_args(args)  # a burst below 1 with a qps above 0 is refused here
     if args.idle_grace < 0:
         raise ValueError(f"--idle-grace must not be negative, got {args.idle_grace}")
     split_address(args.listen)
@@ -349,6 +365,8 @@ def options_from_args(args: argparse.Namespace) -> InformerOptions:
         max_selector_length=args.max_selector_length,
         max_watch_streams_per_peer=args.max_watch_streams_per_peer,
         security=serving_from_args(args),
+        kube_api_qps=args.kube_api_qps,
+        kube_api_burst=args.kube_api_burst,
     )
 
 
