@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/steward-dev/steward/runtimes/go/internal/tokenbucket"
 )
 
 // Defaults of the controller rate limiter, as in client-go's DefaultControllerRateLimiter.
@@ -77,13 +79,8 @@ func (b *ItemExponentialBackoff[K]) NumRequeues(item K) int {
 // with rate 10 and burst 100, 100 calls at once wait 0, the 101st 100 ms, the 102nd
 // 200 ms. It keeps no per-item state.
 type TokenBucket[K comparable] struct {
-	rate  float64
-	burst float64
-	now   func() time.Time
-
-	mu     sync.Mutex
-	tokens float64
-	last   time.Time
+	now    func() time.Time
+	bucket *tokenbucket.Bucket
 }
 
 // NewTokenBucket returns a full bucket; now is the clock (nil for time.Now).
@@ -94,28 +91,11 @@ func NewTokenBucket[K comparable](rate float64, burst int, now func() time.Time)
 	if now == nil {
 		now = time.Now
 	}
-	return &TokenBucket[K]{rate: rate, burst: float64(burst), now: now, tokens: float64(burst), last: now()}
+	return &TokenBucket[K]{now: now, bucket: tokenbucket.New(rate, burst, now())}
 }
 
 // When reserves one token and returns how long until it is available.
-func (t *TokenBucket[K]) When(K) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := t.now()
-	elapsed := now.Sub(t.last).Seconds()
-	if elapsed < 0 {
-		elapsed = 0
-	}
-	tokens := math.Min(t.burst, t.tokens+elapsed*t.rate) - 1
-	t.tokens = tokens
-	if now.After(t.last) {
-		t.last = now
-	}
-	if tokens >= 0 {
-		return 0
-	}
-	return time.Duration(-tokens / t.rate * float64(time.Second))
-}
+func (t *TokenBucket[K]) When(K) time.Duration { return t.bucket.Reserve(t.now()) }
 
 // Forget does nothing: the bucket is shared by every item.
 func (t *TokenBucket[K]) Forget(K) {}
