@@ -15,6 +15,14 @@
 // past its lease (SIGSTOP, a stopped VM, a long GC) thus sends no write after it resumes,
 // not even one that was already under way, while a standby has taken over. A fenced
 // write is retryable: the active instance will make it.
+//
+// # Rate limit
+//
+// With Config.QPS above 0 every request first takes a token from a bucket that refills
+// at QPS tokens a second and holds Config.Burst, full at the start (kube-controller-
+// manager's --kube-api-qps and --kube-api-burst, 20 and 30 by default; client-go's
+// token bucket rate limiter): a burst goes at once, then requests are paced at QPS, in
+// the order they asked. Client.RateLimiterWaits reports the time they waited, by verb.
 package kube
 
 import (
@@ -48,6 +56,15 @@ type Config struct {
 	TLS *tls.Config
 	// BearerToken, when set, is sent as Authorization: Bearer.
 	BearerToken string
+	// QPS is how many requests a second the client sends on average (the host's
+	// --kube-api-qps): every request first takes a token from a bucket that refills at
+	// QPS tokens a second and holds Burst, full at the start, and waits for one when it
+	// is empty, as client-go's rest client does. 0 or less: no limit (unlike client-go's
+	// rest.Config, where 0 means 5). LoadConfig leaves it 0.
+	QPS float64
+	// Burst is the bucket's size (--kube-api-burst): how many requests go at once after a
+	// quiet spell. At least 1 when QPS > 0.
+	Burst int
 }
 
 type kubeconfig struct {
@@ -259,7 +276,8 @@ type Client struct {
 	http      *http.Client
 	userAgent string
 
-	sealed       func() bool // NewFencedClient's fence, for the client's whole life
+	limiter      *rateLimiter // nil: no limit
+	sealed       func() bool  // NewFencedClient's fence, for the client's whole life
 	fence        atomic.Pointer[func() bool]
 	fencedWrites atomic.Uint64
 }
@@ -306,7 +324,8 @@ func (c *Client) SetWriteFence(fence func() bool) {
 // FencedWrites is how many writes the write fence has refused.
 func (c *Client) FencedWrites() uint64 { return c.fencedWrites.Load() }
 
-// NewClient returns a client for cfg, identifying itself as userAgent.
+// NewClient returns a client for cfg, identifying itself as userAgent, its requests
+// limited by cfg.QPS and cfg.Burst. It panics when QPS > 0 and Burst < 1.
 func NewClient(cfg *Config, userAgent string) *Client {
 	transport := &http.Transport{
 		Proxy:               nil,
@@ -319,13 +338,16 @@ func NewClient(cfg *Config, userAgent string) *Client {
 		cfg:       cfg,
 		http:      &http.Client{Transport: httptrace.Transport(transport), Timeout: 60 * time.Second},
 		userAgent: userAgent,
+		limiter:   newRateLimiter(cfg),
 	}
 }
 
 // Do sends one request (body is marshalled to JSON unless it is nil or []byte) and
 // decodes a 2xx response into out (unless out is nil). Other statuses are returned as
 // *StatusError; a write refused by the write fence (SetWriteFence) is a *FencedError
-// and sends nothing.
+// and sends nothing. With a rate limit (Config.QPS) the request first waits for a
+// token; a wait that ctx ends, or that would pass its deadline, fails and sends
+// nothing. The fence is asked after that wait, just before the request is sent.
 func (c *Client) Do(ctx context.Context, method, path, contentType string, body, out any) error {
 	var reader io.Reader
 	switch b := body.(type) {
@@ -355,6 +377,11 @@ func (c *Client) Do(ctx context.Context, method, path, contentType string, body,
 	}
 	if c.cfg.BearerToken != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.BearerToken)
+	}
+	if c.limiter != nil {
+		if err := c.limiter.wait(ctx, method); err != nil {
+			return err
+		}
 	}
 	if method != http.MethodGet && !c.mayWrite() {
 		c.fencedWrites.Add(1)
