@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -124,6 +125,8 @@ type Host struct {
 	resync, shutdownGrace          time.Duration
 	security                       SecurityConfig
 	healthListen, metricsListen    string
+	kubeAPIQPS                     float64
+	kubeAPIBurst                   int
 
 	ctrl       atomic.Pointer[Controller]
 	api        atomic.Pointer[kube.Client]
@@ -159,6 +162,8 @@ func Run(b *Builder, newReconciler func(Deps) Reconciler) {
 //	--shutdown-grace  seconds in-flight reconciles may finish on SIGTERM (default: the builder's, else 30)
 //	--health-listen   serve /healthz and /readyz on host:port (default $STEWARD_HEALTH_LISTEN, else off)
 //	--metrics-listen  serve Prometheus /metrics on host:port (default $STEWARD_METRICS_LISTEN, else off)
+//	--kube-api-qps    requests a second to kube-apiserver, on average (default 20; 0 or less: no limit)
+//	--kube-api-burst  requests to kube-apiserver at once before --kube-api-qps paces them (default 30)
 //	--tls-ca-file … --insecure-plaintext (AddSecurityFlags)
 func NewHost(b *Builder, newReconciler func(Deps) Reconciler, opts HostOptions) *Host {
 	h := &Host{builder: b, newReconciler: newReconciler, opts: opts, listenedCh: make(chan struct{})}
@@ -183,6 +188,8 @@ func NewHost(b *Builder, newReconciler func(Deps) Reconciler, opts HostOptions) 
 	fs.Var(seconds{&h.shutdownGrace}, "shutdown-grace", "seconds in-flight reconciles may finish on SIGTERM")
 	fs.StringVar(&h.healthListen, "health-listen", os.Getenv(EnvHealthListen), "serve /healthz and /readyz over HTTP on host:port (default $"+EnvHealthListen+", else off)")
 	fs.StringVar(&h.metricsListen, "metrics-listen", os.Getenv(EnvMetricsListen), "serve Prometheus metrics on host:port /metrics (default $"+EnvMetricsListen+", else off)")
+	fs.Float64Var(&h.kubeAPIQPS, "kube-api-qps", kube.DefaultQPS, "QPS to use while talking with kubernetes apiserver: requests a second the API client\nsends on average, as kube-controller-manager's flag of the same name;\n0 or less means no limit")
+	fs.IntVar(&h.kubeAPIBurst, "kube-api-burst", kube.DefaultBurst, "Burst to use while talking with kubernetes apiserver: requests sent at once before\n--kube-api-qps paces them; at least 1 when --kube-api-qps is above 0")
 	AddSecurityFlags(fs, &h.security)
 	return h
 }
@@ -194,6 +201,8 @@ Steward's manager under --name and reconciles only while it is the active instan
 second instance is refused (ALREADY_EXISTS) unless it runs with --standby, in which case
 it waits and takes over when the active one goes away. Every write to kube-apiserver
 first checks that this instance still holds its lease, and is refused otherwise.
+Requests to kube-apiserver are paced by a token bucket, as kube-controller-manager's
+are: --kube-api-burst at once, then --kube-api-qps a second.
 
 It dials the informer and the manager with mutual TLS: --tls-ca-file, --tls-cert-file and
 --tls-key-file, or STEWARD_TLS_CA_FILE, STEWARD_TLS_CERT_FILE and STEWARD_TLS_KEY_FILE
@@ -249,6 +258,12 @@ func (h *Host) Parse(args []string) error {
 		fmt.Fprintln(h.Flags.Output(), err)
 	case h.workers < 1:
 		err = fmt.Errorf("--workers must be at least 1, not %d", h.workers)
+		fmt.Fprintln(h.Flags.Output(), err)
+	case math.IsNaN(h.kubeAPIQPS) || math.IsInf(h.kubeAPIQPS, 0):
+		err = fmt.Errorf("--kube-api-qps must be a number, not %v", h.kubeAPIQPS)
+		fmt.Fprintln(h.Flags.Output(), err)
+	case h.kubeAPIQPS > 0 && h.kubeAPIBurst < 1:
+		err = fmt.Errorf("--kube-api-burst must be at least 1 when --kube-api-qps is above 0, not %d", h.kubeAPIBurst)
 		fmt.Fprintln(h.Flags.Output(), err)
 	default:
 		return nil
@@ -330,6 +345,7 @@ func (h *Host) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	cfg.QPS, cfg.Burst = h.kubeAPIQPS, h.kubeAPIBurst
 	api := kube.NewFencedClient(cfg, "steward-controller-"+h.name, h.mayWrite)
 	h.api.Store(api)
 

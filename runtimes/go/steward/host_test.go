@@ -48,6 +48,9 @@ func TestHostFlagsDefaultToTheBuilder(t *testing.T) {
 	if h.informer != "127.0.0.1:50061" || h.resync != 0 || h.shutdownGrace != 30*time.Second {
 		t.Fatalf("default informer %q, resync %v, shutdown grace %v", h.informer, h.resync, h.shutdownGrace)
 	}
+	if h.kubeAPIQPS != 20 || h.kubeAPIBurst != 30 {
+		t.Fatalf("default --kube-api-qps %v, --kube-api-burst %d; want kube-controller-manager's 20 and 30", h.kubeAPIQPS, h.kubeAPIBurst)
+	}
 }
 
 func TestHostParsesStandardAndOwnFlags(t *testing.T) {
@@ -57,7 +60,7 @@ func TestHostParsesStandardAndOwnFlags(t *testing.T) {
 		"--informer", "10.0.0.1:1", "--manager", "10.0.0.2:2", "--standby", "--name", "other",
 		"--namespace", "", "--workers", "5", "--kubeconfig", "/k", "--resync-period", "90", "--shutdown-grace", "2.5",
 		"--label-selector", "app=x", "--health-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-		"--insecure-plaintext", "--threshold", "9",
+		"--insecure-plaintext", "--threshold", "9", "--kube-api-qps", "2.5", "--kube-api-burst", "4",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -71,11 +74,25 @@ func TestHostParsesStandardAndOwnFlags(t *testing.T) {
 	if h.Name() != "other" {
 		t.Fatalf("Name() = %q", h.Name())
 	}
+	if h.kubeAPIQPS != 2.5 || h.kubeAPIBurst != 4 {
+		t.Fatalf("--kube-api-qps %v, --kube-api-burst %d", h.kubeAPIQPS, h.kubeAPIBurst)
+	}
+}
+
+func TestHostTakesNoQPSAsNoLimitWhateverTheBurst(t *testing.T) {
+	for _, args := range [][]string{{"--kube-api-qps", "0", "--kube-api-burst", "0"}, {"--kube-api-qps", "-1"}} {
+		h := quietHost(testBuilder(), func(Deps) Reconciler { return nopReconciler{} })
+		if err := h.Parse(args); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+	}
 }
 
 func TestHostRefusesBadCommandLines(t *testing.T) {
 	for _, args := range [][]string{{"extra"}, {"--no-such-flag"}, {"--workers", "0"}, {"--workers", "x"},
-		{"--resync-period", "soon"}, {"--shutdown-grace", "-1"}} {
+		{"--resync-period", "soon"}, {"--shutdown-grace", "-1"}, {"--kube-api-qps", "fast"}, {"--kube-api-qps", "NaN"},
+		{"--kube-api-qps", "+Inf"}, {"--kube-api-burst", "0"}, {"--kube-api-qps", "5", "--kube-api-burst", "-1"},
+		{"--kube-api-burst", "1.5"}} {
 		h := quietHost(testBuilder(), func(Deps) Reconciler { return nopReconciler{} })
 		var out bytes.Buffer
 		h.Flags.SetOutput(&out)
@@ -103,6 +120,8 @@ func TestHostHelpExplains(t *testing.T) {
 		"STEWARD_INSECURE_PLAINTEXT=true", "OTEL_EXPORTER_OTLP_ENDPOINT", "SIGTERM", "/readyz",
 		"-informer", "-manager", "-kubeconfig", "-workers", "-namespace", "-health-listen",
 		"-metrics-listen", "-tls-cert-file", "-resync-period", "-shutdown-grace", "-own",
+		"-kube-api-qps", "QPS to use while talking with kubernetes apiserver", "0 or less means no limit", "(default 20)",
+		"-kube-api-burst", "Burst to use while talking with kubernetes apiserver", "(default 30)",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help does not mention %q:\n%s", want, out.String())
@@ -130,6 +149,7 @@ func TestHostStartRefusesMissingSecurity(t *testing.T) {
 // kubeconfig pointing at it.
 type apiServer struct {
 	kubeconfig string
+	server     string // its URL
 	mu         sync.Mutex
 	seen       []string
 }
@@ -145,6 +165,7 @@ func newAPIServer(t *testing.T) *apiServer {
 		_, _ = w.Write([]byte("{}"))
 	}))
 	t.Cleanup(srv.Close)
+	a.server = srv.URL
 	a.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
 	kc := fmt.Sprintf(`apiVersion: v1
 kind: Config
@@ -275,6 +296,9 @@ func TestHostAloneWritesAndServesHealth(t *testing.T) {
 	if !d.API.Fenced() {
 		t.Fatal("alone, the client is fenced by construction too")
 	}
+	if !d.API.RateLimited() {
+		t.Fatal("the host's client has no rate limit by default")
+	}
 	// Alone, the instance may always reconcile, so it may write.
 	if err := d.API.MergePatch(context.Background(), "/api/v1/namespaces/default/configmaps/c", map[string]any{}, nil); err != nil {
 		t.Fatalf("a write alone: %v", err)
@@ -296,6 +320,7 @@ func TestHostAloneWritesAndServesHealth(t *testing.T) {
 		return resp.StatusCode, string(body)
 	}
 	health, metrics := addrs["health"].String(), addrs["metrics"].String()
+	apiHost := strings.TrimPrefix(a.server, "http://")
 	if code, body := get(health, "/healthz"); code != 200 || body != "ok\n" {
 		t.Fatalf("/healthz: %d %q", code, body)
 	}
@@ -314,10 +339,21 @@ func TestHostAloneWritesAndServesHealth(t *testing.T) {
 		`steward_mirror_synced{controller="host-test"} 0`,
 		`steward_fenced_writes_total{controller="host-test"} 0`,
 		"# TYPE controller_runtime_reconcile_total counter",
+		"# TYPE rest_client_rate_limiter_duration_seconds histogram",
+		`rest_client_rate_limiter_duration_seconds_bucket{verb="PATCH",host="` + apiHost + `",le="0.005"} 1`,
+		`rest_client_rate_limiter_duration_seconds_bucket{verb="PATCH",host="` + apiHost + `",le="+Inf"} 1`,
+		`rest_client_rate_limiter_duration_seconds_count{verb="PATCH",host="` + apiHost + `"} 1`,
 	} {
 		if code != 200 || !strings.Contains(body, want) {
 			t.Errorf("/metrics (%d) lacks %q:\n%s", code, want, body)
 		}
+	}
+}
+
+func TestHostClientHasNoLimitWithoutQPS(t *testing.T) {
+	_, d := startHost(t, newAPIServer(t), "--kube-api-qps", "0")
+	if d.API.RateLimited() {
+		t.Fatal("--kube-api-qps 0: the host's client is rate limited")
 	}
 }
 

@@ -40,6 +40,17 @@ func (p promWriter) sample(name string, value float64, labels ...string) {
 	fmt.Fprintf(p.w, "%s %s\n", b.String(), strconv.FormatFloat(value, 'g', -1, 64))
 }
 
+// histogram writes one labelled histogram: cumulative counts by upper bound, +Inf
+// (the count), the sum and the count.
+func (p promWriter) histogram(name string, bounds []float64, cumulative []uint64, sum float64, count uint64, labels ...string) {
+	for i, bound := range bounds {
+		p.sample(name+"_bucket", float64(cumulative[i]), append(slices.Clone(labels), "le", strconv.FormatFloat(bound, 'g', -1, 64))...)
+	}
+	p.sample(name+"_bucket", float64(count), append(slices.Clone(labels), "le", "+Inf")...)
+	p.sample(name+"_sum", sum, labels...)
+	p.sample(name+"_count", float64(count), labels...)
+}
+
 func boolValue(b bool) float64 {
 	if b {
 		return 1
@@ -85,5 +96,11 @@ func (h *Host) writeMetrics(w io.Writer) {
 	if api := h.api.Load(); api != nil {
 		p.family("steward_fenced_writes_total", "counter", "Writes to kube-apiserver refused because this instance did not hold its lease.")
 		p.sample("steward_fenced_writes_total", float64(api.FencedWrites()), "controller", name)
+		if api.RateLimited() {
+			p.family("rest_client_rate_limiter_duration_seconds", "histogram", "Client side rate limiter latency in seconds. Broken down by verb, and host.")
+			for _, w := range api.RateLimiterWaits() {
+				p.histogram("rest_client_rate_limiter_duration_seconds", w.Bounds, w.Counts, w.Sum, w.Count, "verb", w.Verb, "host", w.Host)
+			}
+		}
 	}
 }
