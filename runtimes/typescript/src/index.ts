@@ -6,7 +6,7 @@
  * rate limiters) → {@link WorkerPool} → your `reconcile(request, info)`; a
  * {@link ManagerSession} decides when this instance may reconcile; {@link configureTracing}
  * exports the reconcile spans; {@link KubeClient} writes to the API server with
- * `traceparent`. {@link ControllerBuilder} wires it all, and {@link run} hosts a controller
+ * `traceparent`, paced by a {@link RequestRateLimiter}. {@link ControllerBuilder} wires it all, and {@link run} hosts a controller
  * as a process (flags, credentials, a fenced API client, health, signals).
  */
 
@@ -21,6 +21,14 @@ export {
   generationChanged,
   labelsChanged,
 } from "./controller";
+export {
+  DEFAULT_KUBE_API_BURST,
+  DEFAULT_KUBE_API_QPS,
+  RATE_LIMITER_BUCKETS_S,
+  type RateLimiterWaits,
+  RequestRateLimiter,
+  type RequestRateLimiterOptions,
+} from "./flowcontrol";
 export { HealthServer, type HealthChecks, splitAddress } from "./health";
 export {
   type BooleanFlag,

@@ -13,6 +13,11 @@
  * without sending anything. A process paused past its lease (SIGSTOP, a stopped VM) thus
  * sends no write after it resumes, not even one a reconcile already had under way, while a
  * standby has taken over.
+ *
+ * A client can be rate limited (the `rateLimiter` of {@link KubeClientOptions}, which the host
+ * makes from `--kube-api-qps` and `--kube-api-burst`): every request first takes a token from
+ * its bucket, waiting when there is none, as client-go's rest client does; the fence is asked
+ * after that wait.
  */
 
 import { existsSync, readFileSync } from "node:fs";
@@ -20,6 +25,7 @@ import { homedir } from "node:os";
 import https from "node:https";
 import { SpanKind, SpanStatusCode, context as otelContext, propagation, trace } from "@opentelemetry/api";
 import { parse as parseYaml } from "yaml";
+import type { RateLimiterWaits, RequestRateLimiter } from "./flowcontrol";
 import { TokenFile } from "./security";
 
 /** Where and how to reach the API server. */
@@ -169,6 +175,11 @@ export interface KubeClientOptions {
    * it cannot be replaced or removed, so a client made with one stays fenced.
    */
   fence?: () => boolean;
+  /**
+   * The token bucket every request waits on before it is sent (client-go's client-side rate
+   * limit); none: no limit.
+   */
+  rateLimiter?: RequestRateLimiter;
 }
 
 /** A JSON answer of the API server. */
@@ -192,6 +203,7 @@ export class KubeClient {
   private readonly agent: https.Agent;
   readonly #fence: (() => boolean) | undefined;
   readonly #token: TokenFile | undefined;
+  readonly #limiter: RequestRateLimiter | undefined;
 
   constructor(
     readonly access: ClusterAccess,
@@ -199,6 +211,7 @@ export class KubeClient {
     clientOptions: KubeClientOptions = {},
   ) {
     this.#fence = clientOptions.fence;
+    this.#limiter = clientOptions.rateLimiter;
     this.#token = access.tokenFile ? new TokenFile(access.tokenFile) : undefined;
     const options: https.AgentOptions = { keepAlive: true, maxSockets: 16 };
     if (access.ca) options.ca = access.ca;
@@ -213,9 +226,11 @@ export class KubeClient {
    * Send `method path` with `body` as JSON (or `contentType`, e.g.
    * `application/merge-patch+json`) inside a CLIENT span; resolves with the parsed answer,
    * rejects with {@link ApiStatusError} for a non-2xx status, and with {@link FencedError}
-   * (nothing sent) for a write a fence refuses.
+   * (nothing sent) for a write a fence refuses. With a rate limiter it first waits for a
+   * token (outside the span: the span is the exchange with the API server).
    */
-  request(method: string, path: string, body?: unknown, contentType = "application/json"): Promise<ApiResponse> {
+  async request(method: string, path: string, body?: unknown, contentType = "application/json"): Promise<ApiResponse> {
+    if (this.#limiter !== undefined) await this.#limiter.wait(method.toUpperCase());
     const tracer = trace.getTracer("steward.kube");
     return tracer.startActiveSpan(
       `${method} ${path.split("?")[0]}`,
@@ -258,6 +273,21 @@ export class KubeClient {
     const fixed = this.#fence;
     const settable = this.writeFence;
     return (fixed === undefined || fixed()) && (settable === undefined || settable());
+  }
+
+  /** True when the client's requests wait on a rate limiter ({@link KubeClientOptions.rateLimiter}). */
+  get rateLimited(): boolean {
+    return this.#limiter !== undefined;
+  }
+
+  /**
+   * How long the client's requests waited for its rate limiter, by verb, with the API
+   * server's host:port; none without a limiter.
+   */
+  rateLimiterWaits(): (RateLimiterWaits & { host: string })[] {
+    if (this.#limiter === undefined) return [];
+    const host = URL.canParse(this.access.server) ? new URL(this.access.server).host : this.access.server;
+    return this.#limiter.waits().map((w) => ({ ...w, host }));
   }
 
   /** True when the client was made with a fixed fence ({@link KubeClientOptions.fence}). */

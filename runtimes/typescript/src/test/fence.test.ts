@@ -4,68 +4,16 @@
  */
 
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { once } from "node:events";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import https from "node:https";
-import type { AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { credentials } from "@grpc/grpc-js";
 import { ControllerBuilder } from "../controller";
 import { InformerServiceClient } from "../gen/steward/v1/informer";
 import { FencedError, KubeClient } from "../kube";
+import { Arrivals } from "./arrivals";
 import { resourceType } from "../mirror";
 import { ManagerSession } from "../session";
 
 const CM_PATH = "/api/v1/namespaces/default/configmaps/c";
-
-/**
- * A local HTTPS server that only records which requests reached it and answers `{}` to
- * each: it observes what the client sends, it does not play the API server.
- */
-class Arrivals {
-  readonly seen: string[] = [];
-  private readonly dir = mkdtempSync(join(tmpdir(), "steward-fence-"));
-  private server: https.Server | undefined;
-  ca: Buffer = Buffer.alloc(0);
-  url = "";
-
-  async start(): Promise<void> {
-    const key = join(this.dir, "server.key");
-    const cert = join(this.dir, "server.crt");
-    execFileSync(
-      "openssl",
-      ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-days", "1",
-        "-keyout", key, "-out", cert],
-      { stdio: ["ignore", "ignore", "pipe"] },
-    );
-    this.ca = readFileSync(cert);
-    this.server = https.createServer({ key: readFileSync(key), cert: this.ca }, (req, res) => {
-      this.seen.push(`${req.method} ${(req.url ?? "").split("?")[0]}`);
-      req.resume();
-      req.on("end", () => {
-        res.setHeader("content-type", "application/json");
-        res.end("{}");
-      });
-    });
-    this.server.listen(0, "127.0.0.1");
-    await once(this.server, "listening");
-    this.url = `https://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
-  }
-
-  client(): KubeClient {
-    return new KubeClient({ server: this.url, ca: this.ca }, "steward-test");
-  }
-
-  async stop(): Promise<void> {
-    this.server?.closeAllConnections();
-    this.server?.close();
-    rmSync(this.dir, { recursive: true, force: true });
-  }
-}
 
 describe("KubeClient write fence", () => {
   const arrivals = new Arrivals();
