@@ -28,8 +28,9 @@
  * # What the host does
  * - Parses the standard flags ({@link HOST_FLAGS}: `--informer`, `--manager`, `--standby`,
  *   `--kubeconfig`, `--namespace`, `--workers`, `--resync-period`, `--shutdown-grace`,
- *   `--health-listen`, `--metrics-listen`, the TLS and token flags, `--help`) and the author's own ({@link ControllerDefinition.flags}); a bad flag exits 2
- *   with the help, `--help` prints it and exits 0.
+ *   `--health-listen`, `--metrics-listen`, `--kube-api-qps`, `--kube-api-burst`, the TLS and
+ *   token flags, `--help`) and the author's own ({@link ControllerDefinition.flags}); a bad
+ *   flag exits 2 with the help, `--help` prints it and exits 0.
  * - Dials the informer and the manager with mutual TLS (the flags, else the `STEWARD_TLS_*`
  *   variables; plaintext only when asked for), and exits 2 naming the settings otherwise.
  * - Finds the API server the way controller-runtime does ({@link clusterAccess}) and makes
@@ -37,7 +38,9 @@
  *   manager every write asks "does this instance hold its lease now?" just before it is
  *   sent and is refused with {@link FencedError} otherwise (before the first START, while
  *   standing by, after a pause past the renew deadline, after shutdown). The fence is fixed
- *   when the client is made; the host offers no other client.
+ *   when the client is made; the host offers no other client. Its requests are paced as
+ *   kube-controller-manager's are, by a token bucket ({@link RequestRateLimiter}):
+ *   `--kube-api-burst` at once, then `--kube-api-qps` a second.
  * - Sets up tracing from the `OTEL_*` variables ({@link configureTracing}, service name
  *   `steward-controller-<name>`).
  * - Runs the controller alone, or under the manager given by `--manager` (one
@@ -57,6 +60,7 @@
 import { basename } from "node:path";
 import { parseArgs } from "node:util";
 import { type Controller, ControllerBuilder, type ControllerOptions } from "./controller";
+import { DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS, RequestRateLimiter } from "./flowcontrol";
 import { HealthServer, splitAddress } from "./health";
 import { KubeClient, clusterAccess } from "./kube";
 import { log } from "./log";
@@ -155,6 +159,10 @@ export interface HostSettings {
   healthListen: string | undefined;
   /** host:port of `/metrics`; undefined: not served. */
   metricsListen: string | undefined;
+  /** Requests a second to the API server, on average (`--kube-api-qps`); 0 or less: no limit. */
+  kubeApiQps: number;
+  /** Requests to the API server at once before `kubeApiQps` paces them (`--kube-api-burst`). */
+  kubeApiBurst: number;
   /** How the informer and the manager are dialed (flags over the `STEWARD_*` variables). */
   security: ClientSecurity;
 }
@@ -233,6 +241,23 @@ export const HOST_FLAGS = {
     metavar: "HOST:PORT",
     help: "serve Prometheus metrics on /metrics there\n(default $STEWARD_METRICS_LISTEN; none)",
   },
+  "kube-api-qps": {
+    type: "string",
+    metavar: "QPS",
+    help:
+      "QPS to use while talking with kubernetes apiserver: requests\n" +
+      "a second the API client sends on average, as the flag of\n" +
+      "kube-controller-manager; 0 or less means no limit\n" +
+      `(default ${DEFAULT_KUBE_API_QPS})`,
+  },
+  "kube-api-burst": {
+    type: "string",
+    metavar: "N",
+    help:
+      "Burst to use while talking with kubernetes apiserver: requests\n" +
+      "sent at once before --kube-api-qps paces them; at least 1\n" +
+      `when --kube-api-qps is above 0 (default ${DEFAULT_KUBE_API_BURST})`,
+  },
   "tls-ca-file": { type: "string", metavar: "FILE", help: "CA of their certificates (default $STEWARD_TLS_CA_FILE)" },
   "tls-cert-file": { type: "string", metavar: "FILE", help: "client certificate (default $STEWARD_TLS_CERT_FILE)" },
   "tls-key-file": { type: "string", metavar: "FILE", help: "its key (default $STEWARD_TLS_KEY_FILE)" },
@@ -296,6 +321,7 @@ export function helpText(definition: ControllerDefinition<FlagSpecs>, program = 
       `       [--kubeconfig FILE] [--name NAME] [--namespace NAMESPACE] [--workers N]\n` +
       `       [--resync-period SECONDS] [--shutdown-grace SECONDS]\n` +
       `       [--health-listen HOST:PORT] [--metrics-listen HOST:PORT]\n` +
+      `       [--kube-api-qps QPS] [--kube-api-burst N]\n` +
       `       [--tls-ca-file FILE --tls-cert-file FILE --tls-key-file FILE]\n` +
       `       [--token-file FILE] [--tls-server-name NAME] [--insecure-plaintext]`,
   ];
@@ -306,14 +332,16 @@ export function helpText(definition: ControllerDefinition<FlagSpecs>, program = 
       flagLines(
         host,
         ["name", "informer", "manager", "standby", "kubeconfig", "namespace", "workers", "resync-period",
-          "shutdown-grace", "health-listen", "metrics-listen", "help"],
+          "shutdown-grace", "health-listen", "metrics-listen", "kube-api-qps", "kube-api-burst", "help"],
         definition.name,
       ),
     "Security: the informer and the manager are dialed with mutual TLS.\n" +
       flagLines(host, SECURITY_FLAGS, definition.name) +
       "\nWithout the TLS files or plaintext it exits 2 at once, naming the variables.",
     "Writes to the API server leave only while this instance may reconcile: under a manager,\n" +
-      "while it holds its lease; a write refused is not sent (FencedError) and is retried.\n\n" +
+      "while it holds its lease; a write refused is not sent (FencedError) and is retried.\n" +
+      "Requests to the API server are paced by a token bucket, as kube-controller-manager's\n" +
+      "are: --kube-api-burst at once, then --kube-api-qps a second.\n\n" +
       "Tracing: spans go over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (service name\n" +
       `steward-controller-NAME). Logs go to stderr (STEWARD_LOG_LEVEL). SIGTERM or SIGINT lets\n` +
       "running reconciles finish, deregisters and exits 0. Exit status 2: a bad flag or\n" +
@@ -391,6 +419,25 @@ export function parseHostArgs<const F extends FlagSpecs>(
     }
     return Math.round(value * 1000);
   };
+  const qpsText = str("kube-api-qps");
+  let kubeApiQps = DEFAULT_KUBE_API_QPS;
+  if (qpsText !== undefined) {
+    kubeApiQps = Number(qpsText);
+    if (qpsText.trim() === "" || !Number.isFinite(kubeApiQps)) {
+      throw new UsageError(`--kube-api-qps takes a number, not ${JSON.stringify(qpsText)}`);
+    }
+  }
+  const burstText = str("kube-api-burst");
+  let kubeApiBurst = DEFAULT_KUBE_API_BURST;
+  if (burstText !== undefined) {
+    kubeApiBurst = Number(burstText);
+    if (!/^[+-]?\d+$/.test(burstText)) {
+      throw new UsageError(`--kube-api-burst takes a whole number, not ${JSON.stringify(burstText)}`);
+    }
+  }
+  if (kubeApiQps > 0 && kubeApiBurst < 1) {
+    throw new UsageError(`--kube-api-burst must be at least 1 when --kube-api-qps is above 0, not ${kubeApiBurst}`);
+  }
   const resyncPeriodMs = seconds("resync-period");
   const shutdownGraceMs = seconds("shutdown-grace");
   const address = (flag: string, variable: string): string | undefined => {
@@ -431,6 +478,8 @@ export function parseHostArgs<const F extends FlagSpecs>(
     shutdownGraceMs,
     healthListen,
     metricsListen,
+    kubeApiQps,
+    kubeApiBurst,
     security,
   };
   const flags: Record<string, unknown> = {};
@@ -494,6 +543,7 @@ export class Host {
     const managed = settings.manager !== undefined;
     const api = new KubeClient(access, settings.name, {
       fence: () => controller !== undefined && (!managed || controller.session?.holdsLease() === true),
+      ...(settings.kubeApiQps > 0 ? { rateLimiter: new RequestRateLimiter(settings.kubeApiQps, settings.kubeApiBurst) } : {}),
     });
     const options: ControllerOptions = { ...definition.options, ...builder.currentOptions, credentials };
     if (settings.namespace !== undefined) options.namespace = settings.namespace;
@@ -562,6 +612,18 @@ export class Host {
       "# TYPE steward_fenced_writes_total counter",
       `steward_fenced_writes_total{controller="${c}"} ${this.#api.fencedWrites}`,
     ];
+    if (this.#api.rateLimited) {
+      const name = "rest_client_rate_limiter_duration_seconds";
+      lines.push(
+        `# HELP ${name} Client side rate limiter latency in seconds. Broken down by verb, and host.`,
+        `# TYPE ${name} histogram`,
+      );
+      for (const w of this.#api.rateLimiterWaits()) {
+        const labels = `verb="${escapeLabel(w.verb)}",host="${escapeLabel(w.host)}"`;
+        w.bounds.forEach((bound, i) => lines.push(`${name}_bucket{${labels},le="${bound}"} ${w.counts[i] ?? 0}`));
+        lines.push(`${name}_bucket{${labels},le="+Inf"} ${w.count}`, `${name}_sum{${labels}} ${w.sum}`, `${name}_count{${labels}} ${w.count}`);
+      }
+    }
     if (session !== undefined) {
       lines.push(
         "# HELP steward_manager_epoch The epoch of the last START from the manager.",

@@ -5,13 +5,9 @@
  */
 
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { once } from "node:events";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
-import https from "node:https";
 import type { AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import {
@@ -30,6 +26,7 @@ import { resourceType } from "../mirror";
 import { SecurityConfigError } from "../security";
 import { ManagerSession } from "../session";
 import { credentials } from "@grpc/grpc-js";
+import { Arrivals } from "./arrivals";
 
 const CONFIGMAPS = resourceType("", "v1", "configmaps");
 const CM_PATH = "/api/v1/namespaces/default/configmaps/c";
@@ -84,6 +81,8 @@ describe("host flags", () => {
       shutdownGraceMs: undefined,
       healthListen: undefined,
       metricsListen: undefined,
+      kubeApiQps: 20,
+      kubeApiBurst: 30,
       security: {
         caFile: "/ca",
         certFile: "/cert",
@@ -104,7 +103,7 @@ describe("host flags", () => {
         "--kubeconfig", "/kc", "--namespace", "ns", "--workers", "4", "--resync-period", "2.5",
         "--shutdown-grace", "10", "--health-listen", "0.0.0.0:8081", "--metrics-listen", ":8080",
         "--tls-ca-file", "/a", "--tls-cert-file", "/b", "--tls-key-file", "/c", "--token-file", "/t",
-        "--tls-server-name", "steward",
+        "--tls-server-name", "steward", "--kube-api-qps", "2.5", "--kube-api-burst", "4",
       ],
       { STEWARD_TLS_CA_FILE: "/env-ca", STEWARD_HEALTH_LISTEN: "127.0.0.1:1" },
     );
@@ -120,6 +119,8 @@ describe("host flags", () => {
       shutdownGraceMs: 10_000,
       healthListen: "0.0.0.0:8081",
       metricsListen: ":8080",
+      kubeApiQps: 2.5,
+      kubeApiBurst: 4,
       security: {
         caFile: "/a",
         certFile: "/b",
@@ -132,6 +133,13 @@ describe("host flags", () => {
     assert.equal(parsed([], { STEWARD_HEALTH_LISTEN: "127.0.0.1:9" }).settings.healthListen, "127.0.0.1:9");
     assert.equal(parsed([], { STEWARD_METRICS_LISTEN: "127.0.0.1:7" }).settings.metricsListen, "127.0.0.1:7");
     assert.equal(parsed(["--insecure-plaintext"], {}).settings.security.insecurePlaintext, true);
+  });
+
+  it("takes a --kube-api-qps of 0 or less as no limit, whatever the burst", () => {
+    for (const argv of [["--kube-api-qps", "0", "--kube-api-burst", "0"], ["--kube-api-qps=-1"]]) {
+      const { settings } = parsed(argv);
+      assert.ok(settings.kubeApiQps <= 0, argv.join(" "));
+    }
   });
 
   it("parses the author's flags, typed", () => {
@@ -157,6 +165,13 @@ describe("host flags", () => {
       ["--shutdown-grace", "-1"],
       ["--name", ""],
       ["--informer"],
+      ["--kube-api-qps", "fast"],
+      ["--kube-api-qps", ""],
+      ["--kube-api-qps", "Infinity"],
+      ["--kube-api-qps", "NaN"],
+      ["--kube-api-burst", "0"],
+      ["--kube-api-burst", "1.5"],
+      ["--kube-api-qps", "5", "--kube-api-burst=-1"],
     ]) {
       assert.throws(() => parseHostArgs(definition(), argv, PLAINTEXT), UsageError, argv.join(" "));
     }
@@ -173,7 +188,9 @@ describe("host flags", () => {
       "--shutdown-grace SECONDS", "--health-listen HOST:PORT", "--metrics-listen HOST:PORT",
       "--tls-ca-file FILE", "--tls-cert-file FILE", "--tls-key-file FILE", "--token-file FILE",
       "--tls-server-name NAME", "--insecure-plaintext", "-h, --help", "STEWARD_TLS_CA_FILE",
-      "OTEL_EXPORTER_OTLP_ENDPOINT",
+      "OTEL_EXPORTER_OTLP_ENDPOINT", "--kube-api-qps QPS", "--kube-api-burst N",
+      "QPS to use while talking with kubernetes apiserver", "Burst to use while talking with kubernetes apiserver",
+      "0 or less means no limit", "(default 20)", "(default 30)",
     ]) {
       assert.ok(text.includes(flag), `the help does not name ${flag}`);
     }
@@ -188,60 +205,6 @@ describe("host flags", () => {
     assert.throws(() => parseHostArgs(clash, [], PLAINTEXT), /--workers .* is one of the host's/);
   });
 });
-
-/**
- * A local HTTPS server that records which requests reach it and answers `{}`; a kubeconfig
- * file pointing at it.
- */
-class Arrivals {
-  readonly seen: string[] = [];
-  readonly dir = mkdtempSync(join(tmpdir(), "steward-host-"));
-  private server: https.Server | undefined;
-  kubeconfig = "";
-
-  async start(): Promise<void> {
-    const key = join(this.dir, "server.key");
-    const cert = join(this.dir, "server.crt");
-    execFileSync(
-      "openssl",
-      ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-days", "1",
-        "-keyout", key, "-out", cert],
-      { stdio: ["ignore", "ignore", "pipe"] },
-    );
-    const ca = readFileSync(cert);
-    this.server = https.createServer({ key: readFileSync(key), cert: ca }, (req, res) => {
-      this.seen.push(`${req.method} ${(req.url ?? "").split("?")[0]}`);
-      req.resume();
-      req.on("end", () => {
-        res.setHeader("content-type", "application/json");
-        res.end("{}");
-      });
-    });
-    this.server.listen(0, "127.0.0.1");
-    await once(this.server, "listening");
-    const port = (this.server.address() as AddressInfo).port;
-    this.kubeconfig = join(this.dir, "kubeconfig");
-    writeFileSync(
-      this.kubeconfig,
-      [
-        "apiVersion: v1",
-        "kind: Config",
-        "current-context: test",
-        "contexts: [{name: test, context: {cluster: test, user: test}}]",
-        `clusters: [{name: test, cluster: {server: "https://127.0.0.1:${port}", certificate-authority-data: "${ca.toString("base64")}"}}]`,
-        "users: [{name: test, user: {token: secret}}]",
-        "",
-      ].join("\n"),
-    );
-  }
-
-  async stop(): Promise<void> {
-    this.server?.closeAllConnections();
-    this.server?.close();
-    rmSync(this.dir, { recursive: true, force: true });
-  }
-}
 
 describe("the host's API client", () => {
   const arrivals = new Arrivals();
@@ -311,6 +274,32 @@ describe("the host's API client", () => {
     } finally {
       api.close();
     }
+  });
+
+  it("paces its requests with --kube-api-qps and --kube-api-burst, and reports the waits in /metrics", async () => {
+    arrivals.seen.length = 0;
+    const { host: made, api } = host([]);
+    try {
+      assert.equal(api.rateLimited, true, "no rate limit by default");
+      await api.request("PATCH", CM_PATH, { data: {} }, "application/merge-patch+json");
+      const host = new URL(arrivals.url).host;
+      const labels = `verb="PATCH",host="${host}"`;
+      const text = made.metrics();
+      for (const line of [
+        "# TYPE rest_client_rate_limiter_duration_seconds histogram",
+        `rest_client_rate_limiter_duration_seconds_bucket{${labels},le="0.005"} 1`,
+        `rest_client_rate_limiter_duration_seconds_bucket{${labels},le="+Inf"} 1`,
+        `rest_client_rate_limiter_duration_seconds_count{${labels}} 1`,
+      ]) {
+        assert.ok(text.includes(line), `/metrics lacks ${line}:\n${text}`);
+      }
+    } finally {
+      api.close();
+    }
+    const { host: unlimited, api: free } = host(["--kube-api-qps", "0"]);
+    free.close();
+    assert.equal(free.rateLimited, false, "--kube-api-qps 0: rate limited");
+    assert.ok(!unlimited.metrics().includes("rest_client_rate_limiter_duration_seconds"));
   });
 
   it("passes the namespace, workers, resync period and grace to the controller", () => {
