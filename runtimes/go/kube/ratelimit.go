@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -145,15 +146,7 @@ func (l *rateLimiter) snapshot() []RateLimiterWaits {
 		}
 		out = append(out, w)
 	}
-	slices.SortFunc(out, func(a, b RateLimiterWaits) int {
-		if a.Verb < b.Verb {
-			return -1
-		}
-		if a.Verb > b.Verb {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b RateLimiterWaits) int { return cmp.Compare(a.Verb, b.Verb) })
 	return out
 }
 
