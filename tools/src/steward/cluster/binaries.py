@@ -5,7 +5,8 @@ Every binary is built from a Go tool module under ``deploy/tools/`` with
 (``$STEWARD_CACHE_DIR``, else ``$XDG_CACHE_HOME/steward``, else ``~/.cache/steward``).
 A binary already in the cache is never rebuilt. The directory of a binary is named after
 its version and a digest of its module's ``go.mod``/``go.sum``, so changing a pin builds
-anew and never reuses a stale binary.
+anew and never reuses a stale binary. The benchmarks' client-go peer (``bench/peer/``,
+:data:`BENCH_PEER`) is built and cached the same way, on first use.
 
 ``KUBEBUILDER_ASSETS`` (envtest's convention) is honoured: a binary of the same name
 there (typically ``kube-apiserver`` and ``etcd``) is used instead of building one.
@@ -94,9 +95,11 @@ class Tool:
     pinned_module: str
     """Module whose version in ``go.mod`` is the binary's version."""
     ldflags: tuple[str, ...] = ()
+    under: str = "deploy/tools"
+    """Directory of the checkout that holds ``module_dir``."""
 
     def module_path(self) -> Path:
-        return repo_root() / "deploy" / "tools" / self.module_dir
+        return repo_root() / self.under / self.module_dir
 
     def version(self) -> str:
         """The pinned version, read from the tool module's ``go.mod``."""
@@ -105,7 +108,9 @@ class Tool:
             rf"^\s*(?:require\s+)?{re.escape(self.pinned_module)}\s+(v\S+)", gomod, re.M
         )
         if not match:
-            raise BuildError(f"{self.pinned_module} is not pinned in {self.module_dir}/go.mod")
+            raise BuildError(
+                f"{self.pinned_module} is not pinned in {self.under}/{self.module_dir}/go.mod"
+            )
         return match.group(1)
 
     def cache_dir(self) -> Path:
@@ -163,6 +168,18 @@ TOOLS: dict[str, Tool] = {
         ),
     )
 }
+
+
+BENCH_PEER = Tool("steward-bench-peer", "peer", ".", "k8s.io/client-go", under="bench")
+"""The client-go peer of ``bench/scale.py`` (``bench/peer/``): not part of the control
+plane, so ``steward build`` leaves it out; :func:`resolve_tool` builds it on first use."""
+
+
+def resolve_tool(tool: Tool, *, out: Progress | None = None) -> Path:
+    """Path of ``tool``'s binary, built into the cache (with progress) when missing."""
+    if tool.cached().is_file():
+        return tool.cached()
+    return build_tools([tool], out=out or Progress())[tool.name]
 
 
 def _from_assets(name: str) -> Path | None:
@@ -239,19 +256,20 @@ def build_tools(tools: Sequence[Tool], *, out: Progress) -> dict[str, Path]:
     """Build ``tools`` (grouped by module, one ``go build`` per module) into the cache."""
     version = check_go()
     out.say(f"building {', '.join(t.name for t in tools)} with {version}")
-    by_module: dict[str, list[Tool]] = {}
+    by_module: dict[Path, list[Tool]] = {}
     for tool in tools:
-        by_module.setdefault(tool.module_dir, []).append(tool)
+        by_module.setdefault(tool.module_path(), []).append(tool)
     built: dict[str, Path] = {}
     started = time.monotonic()
-    for module_dir, group in by_module.items():
-        built.update(_build_module(module_dir, group, out))
+    for group in by_module.values():
+        built.update(_build_module(group, out))
     out.say(f"built {len(tools)} binaries in {time.monotonic() - started:.0f}s")
     return built
 
 
-def _build_module(module_dir: str, group: list[Tool], out: Progress) -> dict[str, Path]:
+def _build_module(group: list[Tool], out: Progress) -> dict[str, Path]:
     cwd = group[0].module_path()
+    module = f"{group[0].under}/{group[0].module_dir}"
     env = go_env()
     packages = [t.package for t in group]
     label = "+".join(t.name for t in group)
@@ -265,7 +283,7 @@ def _build_module(module_dir: str, group: list[Tool], out: Progress) -> dict[str
         check=False,
     )
     if listed.returncode != 0:
-        raise BuildError(f"go list failed in deploy/tools/{module_dir}:\n{listed.stderr[-3000:]}")
+        raise BuildError(f"go list failed in {module}:\n{listed.stderr[-3000:]}")
     total = len(listed.stdout.split())
     ldflags = sorted({flag for t in group for flag in t.ldflags})
     results: dict[str, Path] = {}
