@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,8 @@ from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
 
 CONFIGMAPS = pb.ResourceType(group="", version="v1", resource="configmaps")
+PODS = pb.ResourceType(group="", version="v1", resource="pods")
+TYPES = {"configmaps": CONFIGMAPS, "pods": PODS}
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -71,21 +73,59 @@ class Api:
     def namespace(self, name: str) -> None:
         self.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
 
-    def create_configmaps(self, namespace: str, names: list[str], threads: int = 8) -> float:
-        """Create ConfigMaps of about 1 KB in parallel; returns the seconds it took."""
-        payload = "x" * 800
-        started = time.perf_counter()
+    def create_all(
+        self,
+        requests: Iterable[tuple[str, Any]],
+        *,
+        threads: int = 8,
+        out: Progress | None = None,
+        total: int = 0,
+    ) -> float:
+        """POST each ``(path, body)`` from ``threads`` threads; returns the seconds it took.
 
-        def create(name: str) -> None:
-            self.request(
-                "POST",
-                f"/api/v1/namespaces/{namespace}/configmaps",
-                {"metadata": {"name": name, "labels": {"bench": "1"}}, "data": {"p": payload}},
-            )
+        ``requests`` is drawn lazily, so a large batch is never all in memory. With ``out``,
+        reports how many are done (of ``total``) every ``out.interval``."""
+        started = time.perf_counter()
+        pending = iter(requests)
+        lock = threading.Lock()
+        failed = threading.Event()
+        done = 0
+
+        def worker() -> None:
+            nonlocal done
+            while not failed.is_set():
+                with lock:
+                    request = next(pending, None)
+                if request is None:
+                    return
+                try:
+                    self.request("POST", *request)
+                except BaseException:
+                    failed.set()  # the others stop too; the error is raised below
+                    raise
+                with lock:
+                    done += 1
+                    count = done
+                if out is not None:
+                    rate = count / (time.perf_counter() - started)
+                    out.tick(f"created {count:,}/{total:,} at {rate:,.0f}/s")
 
         with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-            list(pool.map(create, names))
+            for future in [pool.submit(worker) for _ in range(threads)]:
+                future.result()
         return time.perf_counter() - started
+
+    def create_configmaps(
+        self, namespace: str, names: list[str], threads: int = 8, out: Progress | None = None
+    ) -> float:
+        """Create ConfigMaps of about 1 KB in parallel; returns the seconds it took."""
+        payload = "x" * 800
+        path = f"/api/v1/namespaces/{namespace}/configmaps"
+        requests = (
+            (path, {"metadata": {"name": name, "labels": {"bench": "1"}}, "data": {"p": payload}})
+            for name in names
+        )
+        return self.create_all(requests, threads=threads, out=out, total=len(names))
 
 
 # --------------------------------------------------------------------------- subscriber
@@ -98,7 +138,7 @@ def subscribe(args: argparse.Namespace) -> int:
     )
     stub = pb_grpc.InformerServiceStub(channel)
     request = pb.WatchRequest(
-        targets=[pb.WatchTarget(type=CONFIGMAPS)],
+        targets=[pb.WatchTarget(type=TYPES[args.resource])],
         namespace=args.namespace,
         subscriber=args.name,
         max_batch_size=args.batch,
@@ -200,6 +240,7 @@ class Subscriber:
         latency: bool,
         batch: int = 0,
         direct: Path | None = None,
+        resource: str = "configmaps",
     ) -> None:
         cmd = [
             sys.executable,
@@ -216,6 +257,8 @@ class Subscriber:
             str(expect),
             "--batch",
             str(batch),
+            "--resource",
+            resource,
         ]
         if latency:
             cmd.append("--latency")
@@ -238,6 +281,20 @@ class Subscriber:
             raise RuntimeError(f"subscriber failed with exit {self.proc.returncode}")
         result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         return result
+
+    def stop(self) -> None:
+        """End the process without waiting for its result."""
+        end_process(self.proc)
+
+
+def end_process(proc: subprocess.Popen[Any], grace: float = 15.0) -> None:
+    """SIGTERM ``proc``, and SIGKILL it if it is still there after ``grace`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 # --------------------------------------------------------------------------- informer
@@ -271,12 +328,7 @@ class InformerProcess:
         channel.close()
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        end_process(self.proc)
 
 
 # --------------------------------------------------------------------------- benchmarks
@@ -536,13 +588,18 @@ def _latency_rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
     ]
 
 
+def start_cluster(name: str, out: Progress) -> LocalCluster:
+    """A local control plane of no nodes for a benchmark run, in a fresh temporary state
+    directory, its processes tied to this one (stop it with ``cluster.down``)."""
+    state = Path(tempfile.mkdtemp(prefix=f"{name}-"))
+    return LocalCluster.up(
+        ClusterConfig(name=name, state_dir=state, nodes=0, die_with_parent=True), progress=out
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     out = Progress()
-    state = Path(tempfile.mkdtemp(prefix="steward-bench-"))
-    cluster = LocalCluster.up(
-        ClusterConfig(name="steward-bench", state_dir=state, nodes=0, die_with_parent=True),
-        progress=out,
-    )
+    cluster = start_cluster("steward-bench", out)
     results: dict[str, Any] = {"machine": {"cores": os.cpu_count()}}
     try:
         api = Api(cluster)
@@ -560,11 +617,16 @@ def run(args: argparse.Namespace) -> int:
             results["latency"] = bench_latency(cluster, api, args.rate, args.seconds)
     finally:
         cluster.down(progress=Progress(quiet=True))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(_table(results))
-    print(f"\nJSON: {args.out}")
+    report(results, _table(results), args.out)
     return 0
+
+
+def report(results: dict[str, Any], table: str, path: Path) -> None:
+    """Write ``results`` as JSON to ``path``, then print ``table`` and where the JSON is."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    print(table)
+    print(f"\nJSON: {path}")
 
 
 def main() -> int:
@@ -580,6 +642,7 @@ def main() -> int:
     s.add_argument("--name", required=True)
     s.add_argument("--expect", type=int, required=True)
     s.add_argument("--batch", type=int, default=0)
+    s.add_argument("--resource", choices=sorted(TYPES), default="configmaps")
     s.add_argument("--latency", action="store_true")
     s.add_argument("--direct", help="watch the API server of this state.json instead")
     parser.add_argument("--objects", type=int, default=5000, help="ConfigMaps for ingest")
