@@ -32,6 +32,7 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from steward import flowcontrol
 from steward.flowcontrol import TokenBucket
+from steward.transport import Transport, TransportError, ssl_context
 
 _T = TypeVar("_T")
 
@@ -313,6 +314,8 @@ class KubeClient:
         # One pooled connection per thread at least: past ``maxsize`` urllib3 opens (and
         # then discards) a new TLS connection per request.
         self._pool = pool_manager(access, num_pools=2, maxsize=max(8, workers))
+        self._async: Transport | None = None
+        self._max_idle = max(8, workers)
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube")
         self.write_fence: Callable[[], bool] | None = None
         """When set, every write (any method but GET) first asks it, on the thread that
@@ -332,6 +335,8 @@ class KubeClient:
         """Drop pooled connections and threads; calls in flight may fail."""
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._pool.clear()
+        if self._async is not None:
+            self._async.close()
 
     def _fenced(self, method: str, path: str) -> FencedError:
         self.fenced_writes += 1
@@ -339,6 +344,19 @@ class KubeClient:
             f"{method} {route(path)} not sent: this instance does not hold its "
             "controller's lease (fenced)"
         )
+
+    def _headers(self, content_type: str, extra: dict[str, str] | None) -> dict[str, str]:
+        headers = {
+            "Accept": "application/json",
+            "Content-Type": content_type,
+            "User-Agent": self.user_agent,
+            **(extra or {}),
+        }
+        if self.access.token is not None:
+            token = self.access.token()
+            if token:
+                headers["Authorization"] = token
+        return headers
 
     def request(
         self,
@@ -349,21 +367,13 @@ class KubeClient:
         content_type: str = "application/json",
         headers: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """Send one request and decode the JSON answer (see the module docs for errors).
+        """Send one request and decode the JSON answer (see the module docs for errors);
+        blocking, through urllib3 (:meth:`arequest` is the event loop's way).
 
         ``content_type`` selects a patch flavour for PATCH (e.g.
         ``application/merge-patch+json``); ``headers`` are added (e.g. ``traceparent``).
         """
-        headers = {
-            "Accept": "application/json",
-            "Content-Type": content_type,
-            "User-Agent": self.user_agent,
-            **(headers or {}),
-        }
-        if self.access.token is not None:
-            token = self.access.token()
-            if token:
-                headers["Authorization"] = token
+        sent = self._headers(content_type, headers)
         if self.rate_limiter is not None:
             waited = self.rate_limiter.wait()
             flowcontrol.RATE_LIMITER_DURATION.labels(method, self._host).observe(waited)
@@ -381,7 +391,7 @@ class KubeClient:
                 method,
                 self.access.host + path,
                 body=payload,
-                headers=headers,
+                headers=sent,
                 timeout=urllib3.Timeout(connect=min(self.timeout, 5.0), read=self.timeout),
                 redirect=False,
             )
@@ -396,26 +406,7 @@ class KubeClient:
             _sending.fence = None
         data = response.data
         flowcontrol.observe(method, self._host, response.status, started, payload, data)
-        if response.status >= 300:
-            message = data[:300].decode("utf-8", "replace")
-            try:
-                doc = orjson.loads(data)
-                if isinstance(doc, dict) and doc.get("message"):
-                    message = str(doc["message"])
-            except orjson.JSONDecodeError:
-                pass
-            if response.status == 409:
-                raise ConflictError(409, message)
-            if response.status == 404:
-                raise NotFoundError(404, message)
-            if response.status >= 500 or response.status == 429:
-                raise ApiUnavailableError(f"API server answered HTTP {response.status}: {message}")
-            raise ApiStatusError(response.status, message)
-        try:
-            decoded: dict[str, Any] = orjson.loads(data) if data else {}
-        except orjson.JSONDecodeError as err:
-            raise ApiStatusError(response.status, f"undecodable body: {err}") from err
-        return decoded
+        return _decode(response.status, data)
 
     async def arun(self, fn: Callable[..., _T], *args: Any) -> _T:
         """Run a blocking call on this client's threads."""
@@ -430,25 +421,21 @@ class KubeClient:
         content_type: str = "application/json",
         headers: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """:meth:`request` on this client's threads, as a client span of the current trace
-        whose context is sent as ``traceparent`` (unless ``headers`` carries one), so the
-        API server's own spans join the trace."""
-        loop = asyncio.get_running_loop()
+        """:meth:`request` on the event loop (:mod:`steward.transport`: no thread), as a
+        client span of the current trace whose context is sent as ``traceparent`` (unless
+        ``headers`` carries one), so the API server's own spans join the trace. The write
+        fence is asked after the rate limiter's token and once more with the connection
+        ready, just before the bytes leave."""
         with _tracer.start_as_current_span(
             f"{method} {route(path)}",
             kind=trace.SpanKind.CLIENT,
             attributes={"http.request.method": method, "url.path": path},
         ) as span:
-            sent = dict(headers or {})
-            if "traceparent" not in sent:
-                _propagator.inject(sent)
+            extra = dict(headers or {})
+            if "traceparent" not in extra:
+                _propagator.inject(extra)
             try:
-                answer = await loop.run_in_executor(
-                    self._executor,
-                    lambda: self.request(
-                        method, path, body, content_type=content_type, headers=sent
-                    ),
-                )
+                answer = await self._asend(method, path, body, content_type, extra)
             except ApiStatusError as err:
                 span.set_attribute("http.response.status_code", err.status)
                 span.set_status(trace.StatusCode.ERROR, err.message)
@@ -461,6 +448,59 @@ class KubeClient:
                     log.exception("write observer failed on %s %s", method, route(path))
             return answer
 
+    async def _asend(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | list[Any] | None,
+        content_type: str,
+        extra: dict[str, str],
+    ) -> dict[str, Any]:
+        sent = self._headers(content_type, extra)
+        if self.rate_limiter is not None:
+            delay = self.rate_limiter.reserve()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            flowcontrol.RATE_LIMITER_DURATION.labels(method, self._host).observe(delay)
+        fence = self.write_fence if method != "GET" else None
+
+        def ask_fence() -> None:
+            if fence is not None and not fence():
+                raise self._fenced(method, path)
+
+        ask_fence()
+        payload = orjson.dumps(body) if body is not None else None
+        started = time.monotonic()
+        try:
+            answer = await self._transport().request(
+                method, path, sent, payload, before_send=ask_fence if fence else None
+            )
+        except TransportError as err:
+            flowcontrol.REQUESTS.labels("<error>", method, self._host).inc()
+            raise ApiUnavailableError(
+                f"cannot reach the API server at {self.access.host}: {err}"
+            ) from err
+        flowcontrol.observe(method, self._host, answer.status, started, payload, answer.body)
+        return _decode(answer.status, answer.body)
+
+    def _transport(self) -> Transport:
+        if self._async is None:
+            access = self.access
+            context = None
+            if access.host.startswith("https:"):
+                context = ssl_context(
+                    access.ca_file, access.cert_file, access.key_file, verify=access.verify
+                )
+            self._async = Transport(
+                access.host,
+                context,
+                server_hostname=access.tls_server_name,
+                timeout=self.timeout,
+                connect_timeout=min(self.timeout, 5.0),
+                max_idle=self._max_idle,
+            )
+        return self._async
+
     def ensure_namespace(self, namespace: str) -> None:
         """Create ``namespace`` unless it exists."""
         try:
@@ -472,3 +512,32 @@ class KubeClient:
                     "/api/v1/namespaces",
                     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
                 )
+
+
+def status_message(body: bytes, limit: int = 300) -> str:
+    """What an error answer says: its Status ``message``, else its first bytes."""
+    try:
+        doc = orjson.loads(body)
+        if isinstance(doc, dict) and doc.get("message"):
+            return str(doc["message"])
+    except orjson.JSONDecodeError:
+        pass
+    return body[:limit].decode("utf-8", "replace")
+
+
+def _decode(status: int, data: bytes) -> dict[str, Any]:
+    """The JSON answer, or the error its status means (see the module docs)."""
+    if status >= 300:
+        message = status_message(data)
+        if status == 409:
+            raise ConflictError(409, message)
+        if status == 404:
+            raise NotFoundError(404, message)
+        if status >= 500 or status == 429:
+            raise ApiUnavailableError(f"API server answered HTTP {status}: {message}")
+        raise ApiStatusError(status, message)
+    try:
+        decoded: dict[str, Any] = orjson.loads(data) if data else {}
+    except orjson.JSONDecodeError as err:
+        raise ApiStatusError(status, f"undecodable body: {err}") from err
+    return decoded

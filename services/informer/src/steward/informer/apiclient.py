@@ -39,6 +39,7 @@ from steward.kube import (
     ClusterAccess,
     GoneError,
     pool_manager,
+    status_message,
 )
 
 _T = TypeVar("_T")
@@ -338,13 +339,7 @@ def _close_opened(future: Future[WatchStream]) -> None:
 
 
 def _status_error(status: int, body: bytes) -> ApiStatusError:
-    message = body[:500].decode("utf-8", "replace")
-    try:
-        doc = orjson.loads(body)
-        if isinstance(doc, dict) and doc.get("message"):
-            message = str(doc["message"])
-    except orjson.JSONDecodeError:
-        pass
+    message = status_message(body, 500)
     if status == 410:
         return GoneError(status, message)
     return ApiStatusError(status, message)
