@@ -86,8 +86,8 @@ test: lint build runtimes ## lint, then every test tier against a real local con
 .PHONY: bench
 bench: build ## run the benchmarks: a table on screen, JSON in bench-results/
 	$(BIN)/python -m bench.informer
-	$(BIN)/python -m bench.job
-	$(BIN)/python -m bench.deployment
+	$(BIN)/python -m bench.scale
+	$(BIN)/python -m bench.controllers --profile
 
 .PHONY: clean
 clean: ## remove the Python environment (the Go binary cache is kept)

@@ -156,6 +156,22 @@ class ClusterConfig:
     steward: bool = False
     """Also run Steward's own services (the informer, the manager and the Job controller)
     against the cluster, as ``make up`` does. Defaults to False (tests start their own)."""
+    steward_controllers: tuple[str, ...] | None = None
+    """With :attr:`steward`, only these of Steward's controllers (registry names); None
+    (the default) for every one upstream does not run."""
+    steward_tracing: bool = True
+    """With :attr:`steward`, Steward's services export every span to the cluster's
+    Jaeger; False leaves their tracing off (the benchmarks compare both). Defaults to True."""
+    kube_api_qps: float = 20.0
+    """``--kube-api-qps`` of kube-controller-manager and of each of Steward's informer and
+    controllers (0 or less: no limit). Defaults to 20, upstream's default."""
+    kube_api_burst: int = 30
+    """``--kube-api-burst`` of the same. Defaults to 30, upstream's default."""
+    audit_log: bool = False
+    """Have kube-apiserver write an audit log (``<state dir>/audit.log``, JSON lines, at
+    level Metadata) of the requests of the controllers' identities: upstream's
+    (``system:kube-controller-manager`` and its service accounts) and Steward's. The
+    benchmarks count requests by verb and resource from it. Defaults to False."""
 
     def directory(self) -> Path:
         return self.state_dir if self.state_dir is not None else state_root() / self.name
@@ -640,6 +656,7 @@ class LocalCluster:
                 f"--service-account-key-file={sa.cert}",
                 f"--service-account-signing-key-file={sa.key}",
                 f"--tracing-config-file={tracing}",
+                *(self._audit_args() if config.audit_log else ()),
                 "--profiling=false",
                 "--v=1",
             ],
@@ -675,6 +692,8 @@ class LocalCluster:
                 f"--cluster-signing-cert-file={ca.pair.cert}",
                 f"--cluster-signing-key-file={ca.pair.key}",
                 "--use-service-account-credentials=true",
+                f"--kube-api-qps={config.kube_api_qps:g}",
+                f"--kube-api-burst={config.kube_api_burst}",
                 "--leader-elect=false",
                 # kwok renews the simulated nodes' Leases; on a loaded two-core machine a
                 # renewal can be late by more than the default 50 s, and the node
@@ -801,6 +820,10 @@ class LocalCluster:
         runs as its own identity (:data:`STEWARD_IDENTITIES`), not as admin."""
         st = self.state
         cli = [sys.executable, "-m", "steward.cli"]
+        limits = [
+            f"--kube-api-qps={config.kube_api_qps:g}",
+            f"--kube-api-burst={config.kube_api_burst}",
+        ]
 
         def kubeconfig(component: str) -> str:
             return f"--kubeconfig={st.component_kubeconfig(component)}"
@@ -811,6 +834,7 @@ class LocalCluster:
                 "informer",
                 kubeconfig("informer"),
                 f"--listen={st.informer_address}",
+                *limits,
                 *st.steward_serving_args(),
             ],
             "manager": [
@@ -822,7 +846,7 @@ class LocalCluster:
             ],
         }
         for name, argv in services.items():
-            self._launch(name, argv, config, traced=True)
+            self._launch(name, argv, config, traced=config.steward_tracing)
             address = st.informer_address if name == "informer" else st.manager_address
             self._wait_grpc_health(name, address, timeout, out)
         for registered in steward_controllers():
@@ -830,6 +854,8 @@ class LocalCluster:
             upstream = _upstream_runs(st.controllers, name)
             if upstream and registered.beside_upstream is None:
                 continue  # two controllers would fight over each object
+            if config.steward_controllers is not None and name not in config.steward_controllers:
+                continue
             argv = [
                 sys.executable,
                 "-m",
@@ -838,10 +864,48 @@ class LocalCluster:
                 f"--informer={st.informer_address}",
                 f"--manager={st.manager_address}",
                 *st.client_args(f"controller-{name}"),
+                *limits,
                 *((registered.beside_upstream or ()) if upstream else registered.alone),
             ]
-            self._launch(f"{name}-controller", argv, config, traced=True)
+            self._launch(f"{name}-controller", argv, config, traced=config.steward_tracing)
             self._wait_active(f"{name}-controller", name, timeout, out)
+
+    def _audit_args(self) -> list[str]:
+        """kube-apiserver's flags for :attr:`ClusterConfig.audit_log`: Metadata-level events
+        of every caller but the load (admin), kwok, the scheduler and the API server itself,
+        in batches (so the log adds little to the API server's own work)."""
+        d = self.state.directory
+        policy = d / "audit-policy.yaml"
+        policy.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "audit.k8s.io/v1",
+                    "kind": "Policy",
+                    "omitStages": ["RequestReceived"],
+                    "rules": [
+                        {
+                            "level": "None",
+                            "users": [
+                                "steward-admin",
+                                "steward:kwok",
+                                "system:kube-scheduler",
+                                "system:apiserver",
+                            ],
+                        },
+                        {"level": "None", "nonResourceURLs": ["/*"]},
+                        {"level": "Metadata"},
+                    ],
+                }
+            )
+        )
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={d / 'audit.log'}",
+            "--audit-log-format=json",
+            "--audit-log-mode=batch",
+            "--audit-log-batch-max-wait=1s",
+            "--audit-log-maxbackup=0",
+        ]
 
     def _wait_active(self, name: str, controller: str, timeout: float, out: Progress) -> None:
         """Wait until the manager names an instance of ``controller`` as its holder."""

@@ -1,0 +1,604 @@
+"""Controllers benchmark: Steward's controllers against upstream's, like for like.
+
+Run with ``make bench`` (or ``python -m bench.controllers``). Prints a table per setting
+and writes ``bench-results/controllers.json``; progress goes to stderr.
+
+# What is compared
+Each side gets a local control plane of its own (real kube-apiserver, etcd,
+kube-scheduler and kube-controller-manager; 8 kwok nodes of 250 pods), started for it
+and stopped after it, so that the API server's work under one side is not the other's:
+
+* **upstream**: kube-controller-manager with every controller on;
+* **steward**: kube-controller-manager without its job, replicaset and deployment
+  controllers, and Steward's informer, manager and those three controllers as processes,
+  deployed as ``make up`` runs them: each under its own identity (RBAC, and API Priority
+  and Fairness: none is in ``system:masters``), registered with the manager (leases,
+  write fencing), over mTLS; tracing off;
+* **steward, tracing on** (the ``high`` setting only): the same, every span exported to
+  the cluster's Jaeger (sampling everything). The cost of tracing is ``1 - traced /
+  untraced`` Jobs per second.
+
+Both sides run the same workers (5 per controller: upstream's ``--concurrent-*-syncs``
+defaults and Steward's) and the same client rate limits, in two settings:
+
+* **defaults**: ``--kube-api-qps 20 --kube-api-burst 30``, upstream's defaults, for
+  kube-controller-manager and for each of Steward's informer and controllers (each
+  upstream controller has a client, and so a bucket, of its own too);
+* **high**: ``--kube-api-qps 1000 --kube-api-burst 2000`` on both sides.
+
+# Workloads
+In each cluster the Job workload (:mod:`bench.job`: N one-pod Jobs to Complete) runs
+first, then the Deployment workload (:mod:`bench.deployment`: rollout and rolling update).
+
+# Where the cost goes
+For each workload, over its measured span: CPU seconds of every process of the cluster
+(``/proc/<pid>/stat``), bytes each controller-side process read and wrote
+(``/proc/<pid>/io``: sockets, so TLS bytes as they go on the wire; Steward's figure also
+holds the informer-to-controller gRPC hop, counted at both ends), and the API requests of
+each side by verb and resource, from kube-apiserver's audit log (level Metadata, the
+controllers' identities only: ``system:kube-controller-manager`` and its
+``kube-system`` service accounts, or ``steward:*``). With ``--profile``, an extra Job round
+in the ``high`` Steward cluster (not measured) runs under py-spy, and the table lists
+where Steward's Job controller spent its samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import deployment, job
+from bench.informer import Api, report
+from steward.cluster import ClusterConfig, LocalCluster
+from steward.cluster.progress import Progress
+
+ROOT = Path(__file__).resolve().parent.parent
+NODES = 8
+WORKERS = 5
+"""Workers per controller on both sides: kube-controller-manager's
+``--concurrent-job-syncs``, ``--concurrent-replicaset-syncs`` and
+``--concurrent-deployment-syncs`` defaults, and Steward's controllers' defaults."""
+
+AUDIT_FLUSH_SECONDS = 2.5
+"""How long the audit log's batches (at most 1 s old) are given to reach the file."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Client rate limits of both sides."""
+
+    name: str
+    qps: float
+    burst: int
+
+    def describe(self) -> str:
+        return f"--kube-api-qps {self.qps:g} --kube-api-burst {self.burst} on both sides"
+
+
+SETTINGS = {
+    "defaults": Setting("defaults", 20, 30),
+    "high": Setting("high", 1000, 2000),
+}
+
+
+@dataclass(frozen=True)
+class Side:
+    """Whose controllers run, and whether Steward traces."""
+
+    name: str
+    steward: bool
+    traced: bool = False
+
+
+UPSTREAM = Side("upstream", steward=False)
+STEWARD = Side("steward", steward=True)
+STEWARD_TRACED = Side("steward_traced", steward=True, traced=True)
+
+STEWARD_PROCESSES = (
+    "informer",
+    "manager",
+    "job-controller",
+    "replicaset-controller",
+    "deployment-controller",
+)
+KCM = "kube-controller-manager"
+
+
+# ------------------------------------------------------------------------- measuring
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """CPU time (user + system) each process has used so far, by name."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used: dict[str, float] = {}
+    for name, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        used[name] = (int(fields[11]) + int(fields[12])) / tick
+    return used
+
+
+def io_bytes(pids: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """Bytes each process has read and written so far (``rchar``, ``wchar``)."""
+    out: dict[str, tuple[int, int]] = {}
+    for name, pid in pids.items():
+        try:
+            rows = dict(
+                line.split(": ", 1) for line in Path(f"/proc/{pid}/io").read_text().splitlines()
+            )
+        except OSError:
+            continue
+        out[name] = (int(rows["rchar"]), int(rows["wchar"]))
+    return out
+
+
+def identity_side(user: str) -> str:
+    """Which side an API caller belongs to: upstream's controllers, Steward's, or other."""
+    if user == "system:kube-controller-manager" or user.startswith(
+        "system:serviceaccount:kube-system:"
+    ):
+        return "upstream"
+    if user.startswith("steward:"):
+        return "steward"
+    return "other"
+
+
+def audit_requests(path: Path, offset: int) -> dict[str, dict[str, dict[str, int]]]:
+    """Requests in the audit log after byte ``offset``: side → user → "verb resource" →
+    count. A watch is counted when it starts, any other request when it completes."""
+    found: dict[str, dict[str, Counter[str]]] = {}
+    with path.open("rb") as f:
+        f.seek(offset)
+        for line in f:
+            try:
+                event = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue  # a line still being written
+            verb = event.get("verb", "")
+            stage = event.get("stage", "")
+            if stage != ("ResponseStarted" if verb == "watch" else "ResponseComplete"):
+                continue
+            user = (event.get("user") or {}).get("username", "")
+            ref = event.get("objectRef") or {}
+            resource = ref.get("resource", "?")
+            if ref.get("subresource"):
+                resource += "/" + ref["subresource"]
+            side = identity_side(user)
+            found.setdefault(side, {}).setdefault(user, Counter())[f"{verb} {resource}"] += 1
+    return {side: {u: dict(c) for u, c in users.items()} for side, users in found.items()}
+
+
+class Meter:
+    """CPU, bytes and API requests of a cluster's processes over one measured span."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.pids = {r.name: r.pid for r in cluster.iter_processes()}
+        self.audit = cluster.directory / "audit.log"
+        self._cpu: dict[str, float] = {}
+        self._io: dict[str, tuple[int, int]] = {}
+        self._offset = 0
+
+    def begin(self) -> None:
+        time.sleep(AUDIT_FLUSH_SECONDS)  # the warm-up's requests land before the mark
+        self._offset = self.audit.stat().st_size if self.audit.exists() else 0
+        self._cpu = cpu_seconds(self.pids)
+        self._io = io_bytes(self.pids)
+
+    def end(self) -> dict[str, Any]:
+        cpu = cpu_seconds(self.pids)
+        io = io_bytes(self.pids)
+        time.sleep(AUDIT_FLUSH_SECONDS)
+        return {
+            "cpu_seconds": {
+                n: round(cpu[n] - self._cpu.get(n, 0.0), 2) for n in sorted(cpu) if n in self._cpu
+            },
+            "io_bytes": {
+                n: {"read": io[n][0] - self._io[n][0], "written": io[n][1] - self._io[n][1]}
+                for n in sorted(io)
+                if n in self._io
+            },
+            "requests": audit_requests(self.audit, self._offset),
+        }
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def start_cluster(side: Side, setting: Setting, out: Progress) -> LocalCluster:
+    state = Path(tempfile.mkdtemp(prefix=f"steward-bench-{side.name}-{setting.name}-"))
+    return LocalCluster.up(
+        ClusterConfig(
+            name=f"steward-bench-{side.name}-{setting.name}",
+            state_dir=state,
+            nodes=NODES,
+            die_with_parent=True,
+            steward=side.steward,
+            steward_tracing=side.traced,
+            kube_api_qps=setting.qps,
+            kube_api_burst=setting.burst,
+            audit_log=True,
+        ),
+        progress=out,
+    )
+
+
+def profile_job_controller(
+    cluster: LocalCluster, api: Api, args: argparse.Namespace, out: Progress
+) -> dict[str, Any]:
+    """An extra Job round under py-spy (not measured): the Job controller's samples by
+    function, innermost frame (self) and anywhere on the stack (total)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        return {"error": "py-spy is not installed (make venv installs it)"}
+    pid = next(r.pid for r in cluster.iter_processes() if r.name == "job-controller")
+    raw = Path(tempfile.mkdtemp(prefix="steward-bench-profile-")) / "job-controller.txt"
+    spy_proc = subprocess.Popen(
+        [
+            spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--format",
+            "raw",
+            "--rate",
+            "250",
+            "--gil",  # only the thread holding the GIL: Python at work, never a wait
+            "--output",
+            str(raw),
+            "--nonblocking",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(1.0)
+    try:
+        job.run_phase(api, "bench-profile", args.jobs, args.threads, args.timeout)
+    finally:
+        spy_proc.send_signal(2)  # SIGINT: py-spy writes what it sampled and exits
+        _, err = spy_proc.communicate(timeout=60)
+    if not raw.exists():
+        return {"error": f"py-spy wrote no profile: {err.decode(errors='replace')[-500:]}"}
+    own: Counter[str] = Counter()
+    anywhere: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = [f.rsplit(" (", 1)[0] + " " + _where(f) for f in stack.split(";")]
+        if "idle" in stack or not frames:
+            continue
+        total += n
+        own[frames[-1]] += n
+        for f in set(frames):
+            anywhere[f] += n
+    out.say(f"profile: {total} samples of the job controller in {raw}")
+    return {
+        "samples": total,
+        "raw": str(raw),
+        "self": [(f, round(100 * n / max(total, 1), 1)) for f, n in own.most_common(15)],
+        "total": [(f, round(100 * n / max(total, 1), 1)) for f, n in anywhere.most_common(25)],
+    }
+
+
+def _where(frame: str) -> str:
+    """``(path/to/module.py:12)`` → ``(module.py)``: one name per function, not per line."""
+    place = frame.rsplit(" (", 1)[-1].rstrip(")")
+    return "(" + Path(place.rsplit(":", 1)[0]).name + ")"
+
+
+def run_side(
+    side: Side, setting: Setting, args: argparse.Namespace, out: Progress
+) -> dict[str, Any]:
+    out.say(f"{setting.name}: {side.name}: starting its cluster ({setting.describe()})")
+    cluster = start_cluster(side, setting, out)
+    result: dict[str, Any] = {}
+    try:
+        api = Api(cluster)
+        meter = Meter(cluster)
+        if "job" in args.workloads:
+            out.say(f"{setting.name}: {side.name}: {args.jobs} Jobs")
+            # The warm-up Job of run_phase syncs the controller; the meter starts after it.
+            timing = job.run_phase(api, "bench-jobs", args.jobs, args.threads, args.timeout, meter)
+            result["job"] = timing
+            out.say(f"  {timing['seconds']:.2f} s, {timing['jobs_per_s']:.0f} Jobs/s")
+        if "deployment" in args.workloads:
+            out.say(
+                f"{setting.name}: {side.name}: {args.deployments} Deployments x "
+                f"{args.replicas} replicas"
+            )
+            meter.begin()
+            timing = deployment.run_phase(
+                api,
+                "bench-deployments",
+                args.deployments,
+                args.replicas,
+                args.threads,
+                args.timeout,
+                out,
+            )
+            timing.update(meter.end())
+            result["deployment"] = timing
+            out.say(
+                f"  rollout {timing['initial_rollout_seconds']:.2f} s, rolling update "
+                f"{timing['rolling_update_seconds']:.2f} s"
+            )
+        if args.profile and side == STEWARD and setting.name == "high" and "job" in args.workloads:
+            result["profile"] = profile_job_controller(cluster, api, args, out)
+    finally:
+        cluster.down(progress=Progress(quiet=True))
+    return result
+
+
+# ---------------------------------------------------------------------------- reporting
+
+
+def summarize(side: Side, measured: dict[str, Any], units: int) -> dict[str, Any]:
+    """The figures the table compares, per unit of work (a Job, a Deployment)."""
+    cpu = measured["cpu_seconds"]
+    if side.steward:
+        own = {n: cpu.get(n, 0.0) for n in STEWARD_PROCESSES}
+        controller_cpu = sum(own.values()) + cpu.get(KCM, 0.0)
+        processes = [*STEWARD_PROCESSES, KCM]
+    else:
+        own = {KCM: cpu.get(KCM, 0.0)}
+        controller_cpu = cpu.get(KCM, 0.0)
+        processes = [KCM]
+    wire = sum(v["read"] + v["written"] for n, v in measured["io_bytes"].items() if n in processes)
+    mine = "steward" if side.steward else "upstream"
+    requests: Counter[str] = Counter()
+    for per_user in measured["requests"].get(mine, {}).values():
+        requests.update(per_user)
+    return {
+        "controller_cpu_per_unit": round(controller_cpu / units, 5),
+        "own_cpu_per_unit": {n: round(s / units, 5) for n, s in own.items()},
+        "apiserver_cpu_per_unit": round(cpu.get("kube-apiserver", 0.0) / units, 5),
+        "etcd_cpu_per_unit": round(cpu.get("etcd", 0.0) / units, 5),
+        "requests_per_unit": {
+            k: round(n / units, 3) for k, n in sorted(requests.items(), key=lambda kv: -kv[1])
+        },
+        "requests_total_per_unit": round(sum(requests.values()) / units, 3),
+        "wire_bytes_per_unit": round(wire / units),
+    }
+
+
+def _ratio(a: float, b: float) -> float:
+    return round(a / b, 3) if b else float("nan")
+
+
+def compare(results: dict[str, Any]) -> dict[str, Any]:
+    """Ratios Steward / upstream per setting and workload (time: lower is better)."""
+    out: dict[str, Any] = {}
+    for setting, sides in results["settings"].items():
+        up, st = sides.get("upstream", {}), sides.get("steward", {})
+        c: dict[str, Any] = {}
+        if "job" in up and "job" in st:
+            c["job_time_ratio"] = _ratio(up["job"]["jobs_per_s"], st["job"]["jobs_per_s"])
+            u, s = up["job"]["summary"], st["job"]["summary"]
+            c["job_controller_cpu_ratio"] = _ratio(
+                s["controller_cpu_per_unit"], u["controller_cpu_per_unit"]
+            )
+            c["job_apiserver_cpu_ratio"] = _ratio(
+                s["apiserver_cpu_per_unit"], u["apiserver_cpu_per_unit"]
+            )
+        if "deployment" in up and "deployment" in st:
+            for key in ("initial_rollout_seconds", "rolling_update_seconds"):
+                c[f"deployment_{key.removesuffix('_seconds')}_ratio"] = _ratio(
+                    st["deployment"][key], up["deployment"][key]
+                )
+        traced = sides.get("steward_traced", {})
+        if "job" in traced and "job" in st:
+            c["tracing_cost"] = round(1 - traced["job"]["jobs_per_s"] / st["job"]["jobs_per_s"], 3)
+        out[setting] = c
+    return out
+
+
+def _per_job_table(
+    up: dict[str, Any], st: dict[str, Any], units: str
+) -> list[tuple[str, str, str]]:
+    u, s = up["summary"], st["summary"]
+    rows = [
+        (
+            f"controller-side CPU s per {units}",
+            f"{u['controller_cpu_per_unit'] * 1000:.1f} ms",
+            f"{s['controller_cpu_per_unit'] * 1000:.1f} ms",
+        ),
+        *[
+            (f"  {name}", "", f"{secs * 1000:.1f} ms")
+            for name, secs in s["own_cpu_per_unit"].items()
+        ],
+        (
+            "  kube-controller-manager (its other controllers, Steward's side)",
+            "",
+            f"{(s['controller_cpu_per_unit'] - sum(s['own_cpu_per_unit'].values())) * 1000:.1f} ms",
+        ),
+        (
+            f"kube-apiserver CPU s per {units}",
+            f"{u['apiserver_cpu_per_unit'] * 1000:.1f} ms",
+            f"{s['apiserver_cpu_per_unit'] * 1000:.1f} ms",
+        ),
+        (
+            f"etcd CPU s per {units}",
+            f"{u['etcd_cpu_per_unit'] * 1000:.1f} ms",
+            f"{s['etcd_cpu_per_unit'] * 1000:.1f} ms",
+        ),
+        (
+            f"API requests per {units} (own identities, audit log)",
+            f"{u['requests_total_per_unit']:.2f}",
+            f"{s['requests_total_per_unit']:.2f}",
+        ),
+    ]
+    keys = list(dict.fromkeys([*u["requests_per_unit"], *s["requests_per_unit"]]))
+    for key in keys:
+        a, b = u["requests_per_unit"].get(key, 0.0), s["requests_per_unit"].get(key, 0.0)
+        if a >= 0.01 or b >= 0.01:
+            rows.append((f"  {key}", f"{a:.2f}", f"{b:.2f}"))
+    rows.append(
+        (
+            f"bytes read+written per {units} by the controller side",
+            f"{u['wire_bytes_per_unit'] / 1024:.1f} KiB",
+            f"{s['wire_bytes_per_unit'] / 1024:.1f} KiB",
+        )
+    )
+    return rows
+
+
+def table(results: dict[str, Any]) -> str:
+    lines: list[str] = []
+    for name, sides in results["settings"].items():
+        setting = SETTINGS[name]
+        up, st = sides.get("upstream", {}), sides.get("steward", {})
+        ratios = results["ratios"].get(name, {})
+        lines.append("")
+        lines.append(
+            f"== setting '{name}': {setting.describe()}; {WORKERS} workers per controller; "
+            f"{NODES} kwok nodes; Steward as deployed (own identities, manager, mTLS), "
+            "tracing off unless said"
+        )
+        rows: list[tuple[str, str, str]] = [("", "upstream", "Steward")]
+        if "job" in up and "job" in st:
+            n = up["job"]["jobs"]
+            rows.append(
+                (
+                    f"{n} one-pod Jobs → Complete",
+                    f"{up['job']['seconds']:.2f} s",
+                    f"{st['job']['seconds']:.2f} s (ratio {ratios['job_time_ratio']:.2f})",
+                )
+            )
+            rows.append(
+                ("  Jobs/s", f"{up['job']['jobs_per_s']:.0f}", f"{st['job']['jobs_per_s']:.0f}")
+            )
+            rows += _per_job_table(up["job"], st["job"], "Job")
+        if "job" in sides.get("steward_traced", {}):
+            tr = sides["steward_traced"]["job"]
+            rows.append(
+                (
+                    "Jobs/s with tracing on (every span exported)",
+                    "",
+                    f"{tr['jobs_per_s']:.0f} (cost {ratios['tracing_cost'] * 100:.1f} %)",
+                )
+            )
+        if "deployment" in up and "deployment" in st:
+            d = up["deployment"]
+            what = f"{d['deployments']} Deployments x {d['replicas']}"
+            for key, label in (
+                ("initial_rollout_seconds", "initial rollout"),
+                ("rolling_update_seconds", "rolling update"),
+            ):
+                r = ratios[f"deployment_{key.removesuffix('_seconds')}_ratio"]
+                rows.append(
+                    (
+                        f"{what}: {label}",
+                        f"{up['deployment'][key]:.2f} s",
+                        f"{st['deployment'][key]:.2f} s (ratio {r:.2f})",
+                    )
+                )
+            rows += _per_job_table(up["deployment"], st["deployment"], "Deployment")
+        w0 = max(len(r[0]) for r in rows)
+        w1 = max(len(r[1]) for r in rows)
+        lines += [f"{a:{w0}}  {b:>{w1}}  {c}".rstrip() for a, b, c in rows]
+        profile = sides.get("steward", {}).get("profile")
+        if profile:
+            lines.append("")
+            if "error" in profile:
+                lines.append(f"profile of Steward's Job controller: {profile['error']}")
+            else:
+                lines.append(
+                    f"profile of Steward's Job controller ({profile['samples']} py-spy samples "
+                    f"of an extra, unmeasured round; raw: {profile['raw']}), self time:"
+                )
+                lines += [f"  {pct:5.1f} %  {fn}" for fn, pct in profile["self"]]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Progress()
+    results: dict[str, Any] = {
+        "machine": {"cores": os.cpu_count()},
+        "workers": WORKERS,
+        "nodes": NODES,
+        "settings": {},
+    }
+    for name in args.settings:
+        setting = SETTINGS[name]
+        sides = [UPSTREAM, STEWARD] + ([STEWARD_TRACED] if name == "high" else [])
+        sides = [s for s in sides if s.name in args.sides]
+        per_side: dict[str, Any] = {}
+        for side in sides:
+            measured = run_side(side, setting, args, out)
+            for workload, units_key in (("job", "jobs"), ("deployment", "deployments")):
+                if workload in measured:
+                    measured[workload]["summary"] = summarize(
+                        side, measured[workload], measured[workload][units_key]
+                    )
+            per_side[side.name] = measured
+        results["settings"][name] = per_side | {
+            "setting": {"qps": setting.qps, "burst": setting.burst}
+        }
+    results["ratios"] = compare(results)
+    report(results, table(results), args.out)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.controllers",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--settings",
+        type=lambda s: s.split(","),
+        default=["defaults", "high"],
+        help="comma-separated settings to run: defaults, high (default: both)",
+    )
+    parser.add_argument(
+        "--workloads",
+        type=lambda s: s.split(","),
+        default=["job", "deployment"],
+        help="comma-separated workloads: job, deployment (default: both)",
+    )
+    parser.add_argument(
+        "--sides",
+        type=lambda s: s.split(","),
+        default=["upstream", "steward", "steward_traced"],
+        help="comma-separated sides: upstream, steward, steward_traced (default: all; "
+        "steward_traced runs in the high setting only)",
+    )
+    parser.add_argument("--jobs", type=int, default=500, help="Jobs per phase (default 500)")
+    parser.add_argument("--deployments", type=int, default=100, help="Deployments (default 100)")
+    parser.add_argument("--replicas", type=int, default=10, help="replicas each (default 10)")
+    parser.add_argument("--threads", type=int, default=8, help="requesting threads (default 8)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per phase")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile Steward's Job controller with py-spy in an extra round (high setting)",
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "controllers.json")
+    args = parser.parse_args()
+    unknown = [s for s in args.settings if s not in SETTINGS]
+    if unknown:
+        parser.error(f"unknown setting {', '.join(unknown)}; known: {', '.join(SETTINGS)}")
+    bad = [w for w in args.workloads if w not in ("job", "deployment")]
+    if bad:
+        parser.error(f"unknown workload {', '.join(bad)}; known: job, deployment")
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
