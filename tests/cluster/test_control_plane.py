@@ -285,3 +285,60 @@ def test_steward_job_controller_completes_a_plain_job(tmp_path: Path) -> None:
         api.close()
     finally:
         running.down(progress=Progress(quiet=True))
+
+
+def test_client_limits_audit_log_and_a_chosen_steward_controller(tmp_path: Path) -> None:
+    """What the benchmarks start: the same ``--kube-api-qps``/``--kube-api-burst`` for
+    kube-controller-manager and each of Steward's clients, only the Steward controllers
+    asked for, and an audit log of the controllers' own requests (not the admin's)."""
+    from bench.controllers import audit_requests
+
+    cfg = ClusterConfig(
+        name="steward-test-limits",
+        state_dir=tmp_path / "c",
+        nodes=1,
+        die_with_parent=True,
+        steward=True,
+        steward_controllers=("job",),
+        steward_tracing=False,
+        kube_api_qps=7,
+        kube_api_burst=9,
+        audit_log=True,
+    )
+    running = LocalCluster.up(cfg, progress=Progress(quiet=True))
+    try:
+        procs = {r.name: r for r in running.iter_processes()}
+        assert "replicaset-controller" not in procs and "deployment-controller" not in procs
+        for name in ("kube-controller-manager", "informer", "job-controller"):
+            assert "--kube-api-qps=7" in procs[name].argv, name
+            assert "--kube-api-burst=9" in procs[name].argv, name
+        api = k8s_config.new_client_from_config(config_file=str(running.kubeconfig))
+        batch = client.BatchV1Api(api)
+        batch.create_namespaced_job(
+            "default",
+            client.V1Job(
+                metadata=client.V1ObjectMeta(name="audited"),
+                spec=client.V1JobSpec(
+                    template=client.V1PodTemplateSpec(
+                        spec=client.V1PodSpec(
+                            restart_policy="Never",
+                            containers=[client.V1Container(name="w", image="busybox")],
+                        )
+                    )
+                ),
+            ),
+        )
+        audit = running.directory / "audit.log"
+
+        def created_by_steward() -> dict[str, int] | None:
+            if not audit.exists():
+                return None
+            found = audit_requests(audit, 0).get("steward", {}).get("steward:controller:job")
+            return found if found and found.get("create pods") else None
+
+        seen = wait_for(created_by_steward, "the Job's pod in the audit log", within=60)
+        assert seen["create pods"] == 1
+        # The admin's own create of the Job is not in the log.
+        assert "steward-admin" not in audit.read_text()
+    finally:
+        running.down(progress=Progress(quiet=True))
