@@ -24,7 +24,10 @@ drains: slow subscribers get coalescing, fast ones pay nothing for it.
 A type's queue holds at most ``bound`` objects. Past it, the queue is dropped and the
 subscriber gets REPLACED, a fresh snapshot of the type and INITIAL_EVENTS_END: it is
 never left with a silent gap, and a stalled client costs at most ``bound`` entries plus,
-while a snapshot is being sent, one reference per cached object.
+while a snapshot is being sent, one reference per cached object. Queues hold references
+to the store's events and objects, never copies: an encoded event is a few bytes of
+framing around the object's own JSON bytes (see wire.py), framed once for the fast lane
+and shared by every subscriber in it.
 
 # Resource versions
 Each delivered event carries a resource version the client may safely resume from: one
@@ -276,50 +279,52 @@ class TypeFeed:
             return max(own, self.progress)
         return min(own, pending_first - 1)
 
-    def take(self, room: int, out: list[bytes]) -> None:
-        """Move up to ``room`` events, in order, into ``out`` (framed wire form, wire.py)."""
-        limit = len(out) + room
+    def take(self, room: int, out: list[bytes]) -> int:
+        """Move up to ``room`` events, in order, into ``out`` (framed wire form as chunks,
+        wire.py); returns how many events it moved."""
+        taken = 0
         wtype = self.wire_type
         if self.needs_snapshot:
             self.needs_snapshot = False
             self.snapshot = deque(self.store.select(self.filter))
             self.snapshot_rv = self.store.rv
             self.progress = max(self.progress, self.snapshot_rv)
-        if self.send_replaced and len(out) < limit:
+        if self.send_replaced and taken < room:
             self.send_replaced = False
             out.append(wire.frame(wire.event_body(EventKind.REPLACED, wtype, None), ""))
+            taken += 1
         snapshot = self.snapshot
         if snapshot is not None:
-            while snapshot and len(out) < limit:
-                obj = snapshot.popleft()
-                cached = obj.wire_added
-                if cached is None or cached[0] != wtype:
-                    cached = obj.wire_added = (
-                        wtype,
-                        wire.frame(wire.event_body(EventKind.ADDED, wtype, obj), ""),
-                    )
-                out.append(cached[1])
-            if snapshot or len(out) >= limit:
-                return
+            snapshot_parts = wire.snapshot_parts
+            while snapshot and taken < room:
+                out.extend(snapshot_parts(snapshot.popleft(), wtype))
+                taken += 1
+            if snapshot or taken >= room:
+                return taken
             self.snapshot = None
             self.sent_rv = self.snapshot_rv
             end_rv = str(self.snapshot_rv)
             out.append(
                 wire.frame(wire.event_body(EventKind.INITIAL_EVENTS_END, wtype, None), end_rv)
             )
+            taken += 1
         fast = self.fast
-        while fast and len(out) < limit:
+        while fast and taken < room:
             chunk = fast[0]
             start = self.fast_pos
-            end = min(len(chunk), start + limit - len(out))
+            end = min(len(chunk), start + room - taken)
             for event in chunk[start:end]:
                 framed = event.framed
                 if framed is None:
-                    body = event.wire
-                    if body is None:
-                        body = event.wire = encode_event(event, wtype)
-                    framed = event.framed = wire.frame(body, str(event.rv))
-                out.append(framed)
+                    parts = event.wire
+                    if parts is None:
+                        parts = encode_event(event, wtype)
+                    # Framed once for every fast subscriber; the unframed form goes (it
+                    # is cheap to build again from the object if a slow path needs it).
+                    framed = event.framed = wire.frame_parts(parts, str(event.rv))
+                    event.wire = None
+                out.extend(framed)
+            taken += end - start
             self.fast_len -= end - start
             self.sent_rv = chunk[end - 1].rv
             if end == len(chunk):
@@ -328,7 +333,7 @@ class TypeFeed:
             else:
                 self.fast_pos = end
         pending = self.pending
-        while pending and len(out) < limit:
+        while pending and taken < room:
             key, entry = next(iter(pending.items()))
             item = entry.pop(0)
             if entry:
@@ -337,24 +342,27 @@ class TypeFeed:
                 del pending[key]
             rv = self._safe_rv(item.event.rv)
             self.sent_rv = rv
-            out.append(self._wire(item, rv))
-        if not pending and self.bookmark_due and self.progress > self.sent_rv and len(out) < limit:
+            out.extend(self._wire(item, rv))
+            taken += 1
+        if not pending and self.bookmark_due and self.progress > self.sent_rv and taken < room:
             self.bookmark_due = False
             self.sent_rv = self.progress
             body = wire.event_body(EventKind.BOOKMARK, wtype, None)
             out.append(wire.frame(body, str(self.progress)))
+            taken += 1
+        return taken
 
-    def _wire(self, item: _Pending, rv: int) -> bytes:
+    def _wire(self, item: _Pending, rv: int) -> tuple[bytes, ...]:
         event = item.event
         if item.kind is EventKind.INITIAL_EVENTS_END:
-            return wire.frame(wire.event_body(item.kind, self.wire_type, None), str(rv))
+            return (wire.frame(wire.event_body(item.kind, self.wire_type, None), str(rv)),)
         previous = item.previous if self.send_previous and item.kind is EventKind.MODIFIED else None
         if item.kind is event.kind and previous is None:
-            body = event.wire
-            if body is None:
-                body = event.wire = encode_event(event, self.wire_type)
-            return wire.frame(body, str(rv))
-        body = wire.event_body(
+            parts = event.wire
+            if parts is None:
+                parts = encode_event(event, self.wire_type)
+            return wire.frame_parts(parts, str(rv))
+        parts = wire.event_parts(
             item.kind,
             self.wire_type,
             event.obj,
@@ -362,13 +370,14 @@ class TypeFeed:
             traceparent=event.traceparent,
             tracestate=event.tracestate,
         )
-        return wire.frame(body, str(rv))
+        return wire.frame_parts(parts, str(rv))
 
 
-def encode_event(event: StoreEvent, rtype_field: bytes) -> bytes:
-    """The encoded Event of a store event (without its resource version), as every
-    subscriber that gets it unchanged receives it; reflectors call this once per event."""
-    return wire.event_body(
+def encode_event(event: StoreEvent, rtype_field: bytes) -> tuple[bytes, ...]:
+    """The encoded Event of a store event (without its resource version, as chunks), as
+    every subscriber that gets it unchanged receives it; reflectors call this once per
+    event."""
+    return wire.event_parts(
         event.kind,
         rtype_field,
         event.obj,
@@ -399,27 +408,30 @@ class Subscription:
         self.closed = True
         self._wakeup.set()
 
-    def take(self) -> list[bytes]:
-        """Up to ``max_batch`` framed events, taking from the types in turn; [] when none
-        ready (``b"".join`` of them is an encoded WatchResponse)."""
+    def take(self) -> tuple[list[bytes], int]:
+        """Up to ``max_batch`` framed events, taking from the types in turn, as chunks
+        (``b"".join`` of them is an encoded WatchResponse) and how many events they are;
+        ([], 0) when none is ready."""
         out: list[bytes] = []
+        taken = 0
         feeds = self.feeds
         count = len(feeds)
         for i in range(count):
-            if len(out) >= self.max_batch:
+            if taken >= self.max_batch:
                 break
             feed = feeds[(self._next + i) % count]
             if feed.ready():
-                feed.take(self.max_batch - len(out), out)
+                taken += feed.take(self.max_batch - taken, out)
         self._next = (self._next + 1) % count
-        return out
+        return out, taken
 
-    async def next_batch(self) -> list[bytes] | None:
-        """Wait for the next non-empty batch; None when the subscription was closed."""
+    async def next_batch(self) -> tuple[bytes, int] | None:
+        """Wait for the next non-empty batch: an encoded WatchResponse and how many events
+        it holds; None when the subscription was closed."""
         while not self.closed:
-            batch = self.take()
-            if batch:
-                return batch
+            chunks, taken = self.take()
+            if taken:
+                return b"".join(chunks), taken
             self._wakeup.clear()
             if any(feed.ready() for feed in self.feeds):
                 continue

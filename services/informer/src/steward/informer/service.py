@@ -383,8 +383,9 @@ class InformerService(pb_grpc.InformerServiceServicer):
                     await _abort(context, revoked[0])
                 if batch is None:
                     return  # the server is shutting down: end the stream cleanly
-                self.metrics.sent_events.inc(len(batch))
-                yield b"".join(batch)
+                response, events = batch
+                self.metrics.sent_events.inc(events)
+                yield response
         finally:
             if recheck is not None:
                 recheck.cancel()

@@ -2,19 +2,26 @@
 and a bounded history of recent events to serve resumes from.
 
 # Memory usage
-Each object is kept once, as the API server's JSON bytes plus the few metadata fields
-controllers key on. The history holds references to those same objects, at most
-``history_size`` events per type; older events are forgotten, and a client resuming from
-before them gets a fresh snapshot instead.
+Each object version is kept once, as the API server's JSON bytes (copied to a buffer of
+their exact size: the encoder's own output keeps its whole growth capacity, several times
+the JSON) plus the few metadata fields controllers key on, in slots. Strings many objects
+share (namespaces, owners, label keys and values) are interned, and objects with the same
+labels share one mapping of them. The indexes hold the objects themselves (no key tuples),
+and a value held by a single object costs no set. The history holds references to those
+same objects, at most ``history_size`` events per type; older events are forgotten, and a
+client resuming from before them gets a fresh snapshot instead. An event's encoding (see
+wire.py) adds only its few bytes of framing to the object's.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, TypeAlias
+from weakref import WeakValueDictionary
 
 from steward.informer.selectors import Filter, Operator
 
@@ -59,6 +66,40 @@ class OwnerRef:
     block_owner_deletion: bool
 
 
+class Labels(dict[str, str]):
+    """An object's labels, shared by every object that has the same ones: never mutate."""
+
+    __slots__ = ("__weakref__",)
+
+
+NO_LABELS = Labels()
+"""The labels of every object without any."""
+
+_label_sets: WeakValueDictionary[tuple[tuple[str, str], ...], Labels] = WeakValueDictionary()
+"""Every distinct set of labels in use, by its items (an entry goes with its last user)."""
+
+
+def shared_labels(labels: Any) -> Labels:
+    """The shared :class:`Labels` equal to ``labels`` (a mapping of strings, or None).
+
+    Raises:
+        TypeError: ``labels`` is not a mapping of strings to strings.
+    """
+    if not labels:
+        return NO_LABELS
+    items = tuple(labels.items())
+    shared = _label_sets.get(items)
+    if shared is None:
+        intern = sys.intern
+        shared = Labels({intern(k): intern(v) for k, v in items})
+        _label_sets[tuple(shared.items())] = shared
+    return shared
+
+
+def _interned(value: Any) -> str:
+    return sys.intern(value) if type(value) is str else str(value or "")
+
+
 def parse_resource_version(text: str, what: str = "resource version") -> int:
     """Parse a resource version the way this informer compares them (a decimal integer).
 
@@ -89,38 +130,40 @@ class StoredObject:
         "raw",
         "resource_version",
         "uid",
-        "wire_added",
-        "wire_meta",
-        "wire_meta_bytes",
+        "wire_head",
     )
 
-    def __init__(self, raw: bytes, obj: dict[str, Any]) -> None:
+    def __init__(self, raw: bytes, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
-        self.raw = raw
-        self.namespace: str = meta.get("namespace") or ""
+        # An exact-size copy: orjson's output keeps its buffer's growth capacity (a 1 KB
+        # object holds 16 KB), and this is the one copy of the object kept.
+        self.raw: bytes = bytes(memoryview(raw))
+        self.namespace: str = _interned(meta.get("namespace"))
         self.name: str = meta.get("name") or ""
         self.uid: str = meta.get("uid") or ""
         self.resource_version: str = meta.get("resourceVersion") or ""
         self.generation: int = int(meta.get("generation") or 0)
-        self.labels: dict[str, str] = meta.get("labels") or {}
-        self.owner_references: tuple[OwnerRef, ...] = tuple(
-            OwnerRef(
-                api_version=ref.get("apiVersion", ""),
-                kind=ref.get("kind", ""),
-                name=ref.get("name", ""),
-                uid=ref.get("uid", ""),
-                controller=bool(ref.get("controller")),
-                block_owner_deletion=bool(ref.get("blockOwnerDeletion")),
+        self.labels: Mapping[str, str] = shared_labels(meta.get("labels"))
+        refs = meta.get("ownerReferences")
+        self.owner_references: tuple[OwnerRef, ...] = (
+            tuple(
+                OwnerRef(
+                    api_version=_interned(ref.get("apiVersion")),
+                    kind=_interned(ref.get("kind")),
+                    name=_interned(ref.get("name")),
+                    uid=_interned(ref.get("uid")),
+                    controller=bool(ref.get("controller")),
+                    block_owner_deletion=bool(ref.get("blockOwnerDeletion")),
+                )
+                for ref in refs
             )
-            for ref in meta.get("ownerReferences") or ()
+            if refs
+            else ()
         )
         self.deletion_timestamp: str | None = meta.get("deletionTimestamp")
-        self.wire_meta: Any = None
-        """The wire form of the metadata, built once by whoever first needs it."""
-        self.wire_meta_bytes: bytes | None = None
-        """The encoded ``metadata`` field of an Event (see wire.py)."""
-        self.wire_added: tuple[bytes, bytes] | None = None
-        """(resource_type field, encoded ADDED event body) for snapshots (see wire.py)."""
+        self.wire_head: bytes | None = None
+        """The encoded ``metadata`` field of an Event and the head of its ``object``
+        field, built once by whoever first needs it (see wire.py)."""
 
     @property
     def key(self) -> ObjectKey:
@@ -145,10 +188,11 @@ class StoreEvent:
     rv: int
     traceparent: str = ""
     tracestate: str = ""
-    framed: bytes | None = field(default=None)
-    """``wire`` framed with this event's own resource version (the fast lane, fanout.py)."""
-    wire: bytes | None = field(default=None)
-    """The encoded Event without its resource version (wire.event_body), built once, when
+    framed: tuple[bytes, ...] | None = field(default=None)
+    """``wire`` framed with this event's own resource version (the fast lane, fanout.py);
+    once built, ``wire`` is dropped (it can be built again from the object)."""
+    wire: tuple[bytes, ...] | None = field(default=None)
+    """The encoded Event without its resource version (wire.event_parts), built once, when
     the event enters the cache or by whoever first needs it."""
 
 
@@ -201,87 +245,140 @@ class History:
         return result
 
 
+_Bucket: TypeAlias = "StoredObject | set[StoredObject]"
+"""An index entry: the one object with that value, or the set of them when several."""
+
+_EMPTY: dict[str, Any] = {}
+
+
 class Store:
     """Objects of one resource type, indexed by namespace, owner UID and label.
+
+    The owner index, and the index of each label key, is built the first time a lookup
+    or a selector needs it, and kept up to date from then on: an index nobody uses costs
+    nothing.
 
     Not thread-safe: the informer mutates and reads it from its event loop only.
     """
 
     def __init__(self, history_size: int = 10_000) -> None:
-        self._objects: dict[ObjectKey, StoredObject] = {}
-        self._by_namespace: dict[str, set[ObjectKey]] = {}
-        self._by_owner: dict[str, set[ObjectKey]] = {}
-        self._by_label: dict[tuple[str, str], set[ObjectKey]] = {}
+        self._objects: dict[str, dict[str, StoredObject]] = {}
+        """Namespace, then name (the namespace index too)."""
+        self._count = 0
+        self._by_owner: dict[str, _Bucket] | None = None
+        """Owner UID to objects; None until first needed."""
+        self._by_label: dict[str, dict[str, _Bucket]] = {}
+        """Label key, then value, to objects; only for the keys looked up so far."""
         self.history = History(history_size)
         self.rv = 0
         """The type's resource version: the last event or bookmark applied."""
 
     def __len__(self) -> int:
-        return len(self._objects)
+        return self._count
 
     def __iter__(self) -> Iterator[StoredObject]:
-        return iter(self._objects.values())
+        for names in self._objects.values():
+            yield from names.values()
 
     def get(self, key: ObjectKey) -> StoredObject | None:
-        return self._objects.get(key)
+        return self._objects.get(key[0], _EMPTY).get(key[1])
 
     def keys(self) -> Iterable[ObjectKey]:
-        return self._objects.keys()
+        return [(ns, name) for ns, names in self._objects.items() for name in names]
 
     # Indexes -----------------------------------------------------------------------
-    def _index(self, obj: StoredObject) -> None:
-        key = obj.key
-        self._by_namespace.setdefault(obj.namespace, set()).add(key)
-        for ref in obj.owner_references:
-            self._by_owner.setdefault(ref.uid, set()).add(key)
-        for label in obj.labels.items():
-            self._by_label.setdefault(label, set()).add(key)
+    def _put(self, obj: StoredObject) -> StoredObject | None:
+        """Hold and index ``obj``; the object it replaced, if any (unindexed)."""
+        names = self._objects.get(obj.namespace)
+        if names is None:
+            names = self._objects[obj.namespace] = {}
+        previous = names.get(obj.name)
+        if previous is not None:
+            self._unindex(previous)
+        else:
+            self._count += 1
+        names[obj.name] = obj
+        self._index(obj)
+        return previous
+
+    def _index(self, obj: StoredObject, change: _Change | None = None) -> None:
+        """Enter ``obj`` in the indexes built so far (``change`` ``_remove``: take it out)."""
+        change = change or _add
+        by_owner = self._by_owner
+        if by_owner is not None:
+            for ref in obj.owner_references:
+                change(by_owner, ref.uid, obj)
+        by_label = self._by_label
+        if by_label:
+            for key, value in obj.labels.items():
+                values = by_label.get(key)
+                if values is not None:
+                    change(values, value, obj)
+
+    def _drop(self, obj: StoredObject) -> None:
+        names = self._objects[obj.namespace]
+        del names[obj.name]
+        if not names:
+            del self._objects[obj.namespace]
+        self._count -= 1
+        self._unindex(obj)
 
     def _unindex(self, obj: StoredObject) -> None:
-        key = obj.key
-        _discard(self._by_namespace, obj.namespace, key)
-        for ref in obj.owner_references:
-            _discard(self._by_owner, ref.uid, key)
-        for label in obj.labels.items():
-            _discard(self._by_label, label, key)
+        self._index(obj, _remove)
+
+    def _owner_index(self) -> dict[str, _Bucket]:
+        by_owner = self._by_owner
+        if by_owner is None:
+            by_owner = self._by_owner = {}
+            for obj in self:
+                for ref in obj.owner_references:
+                    _add(by_owner, ref.uid, obj)
+        return by_owner
+
+    def _label_index(self, key: str) -> dict[str, _Bucket]:
+        values = self._by_label.get(key)
+        if values is None:
+            values = self._by_label[key] = {}
+            for obj in self:
+                value = obj.labels.get(key)
+                if value is not None:
+                    _add(values, value, obj)
+        return values
 
     def by_owner(self, uid: str) -> list[StoredObject]:
         """The objects with an owner reference to ``uid``."""
-        return [self._objects[k] for k in self._by_owner.get(uid, ())]
+        return list(_members(self._owner_index().get(uid)))
 
     def by_namespace(self, namespace: str) -> list[StoredObject]:
-        return [self._objects[k] for k in self._by_namespace.get(namespace, ())]
+        return list(self._objects.get(namespace, _EMPTY).values())
 
     def by_label(self, key: str, value: str) -> list[StoredObject]:
-        return [self._objects[k] for k in self._by_label.get((key, value), ())]
+        return list(_members(self._label_index(key).get(value)))
 
     def select(self, flt: Filter) -> list[StoredObject]:
         """The objects passing ``flt``, using the narrowest index that applies (unordered)."""
-        candidates: Iterable[ObjectKey]
+        candidates: Iterable[StoredObject]
         name = next((v for f, v in flt.fields.equals if f == "metadata.name"), None)
         field_ns = next((v for f, v in flt.fields.equals if f == "metadata.namespace"), None)
         namespace = flt.namespace or field_ns
         if name is not None and namespace is not None:
-            candidates = [(namespace, name)] if (namespace, name) in self._objects else []
+            held = self.get((namespace, name))
+            candidates = [held] if held is not None else []
         elif namespace is not None:
-            candidates = self._by_namespace.get(namespace, ())
+            candidates = self._objects.get(namespace, _EMPTY).values()
         else:
-            candidates = self._objects.keys()
+            candidates = self
+        count = len(candidates)
         for req in flt.labels.requirements:
             if req.operator is Operator.EQUALS:
                 (value,) = req.values
-                indexed = self._by_label.get((req.key, value), set())
-                if len(indexed) < len(candidates):  # type: ignore[arg-type]
-                    candidates = indexed
-        objects = self._objects
+                indexed = _members(self._label_index(req.key).get(value))
+                if len(indexed) < count:
+                    candidates, count = indexed, len(indexed)
         if flt.everything:
-            return [objects[k] for k in candidates]
-        result = []
-        for key in candidates:
-            obj = objects[key]
-            if flt.matches(obj.namespace, obj.name, obj.labels):
-                result.append(obj)
-        return result
+            return list(candidates)
+        matches = flt.matches
+        return [obj for obj in candidates if matches(obj.namespace, obj.name, obj.labels)]
 
     # Changes -----------------------------------------------------------------------
     def apply(
@@ -300,19 +397,13 @@ class Store:
         reported, carrying the object the API server sent.
         """
         key = obj.key
-        previous = self._objects.get(key)
         if kind is EventKind.DELETED:
+            previous = self.get(key)
             if previous is not None:
-                self._unindex(previous)
-                del self._objects[key]
+                self._drop(previous)
         else:
-            if previous is not None:
-                self._unindex(previous)
-                kind = EventKind.MODIFIED
-            else:
-                kind = EventKind.ADDED
-            self._objects[key] = obj
-            self._index(obj)
+            previous = self._put(obj)
+            kind = EventKind.ADDED if previous is None else EventKind.MODIFIED
         self.rv = max(self.rv, rv)
         event = StoreEvent(kind, key, obj, previous, self.rv, traceparent, tracestate)
         self.history.append(event)
@@ -335,17 +426,19 @@ class Store:
         old = self._objects
         before = self.rv
         self._objects = {}
-        self._by_namespace.clear()
-        self._by_owner.clear()
-        self._by_label.clear()
+        self._count = 0
+        if self._by_owner is not None:
+            self._by_owner = {}
+        self._by_label = {key: {} for key in self._by_label}
         events: list[StoreEvent] = []
         for obj in objects:
-            key = obj.key
-            self._objects[key] = obj
-            self._index(obj)
-        for key in sorted(old.keys() | self._objects.keys()):
-            was = old.get(key)
-            now = self._objects.get(key)
+            self._put(obj)
+        new = self._objects
+        keys = {(ns, name) for ns, names in old.items() for name in names}
+        keys.update((ns, name) for ns, names in new.items() for name in names)
+        for key in sorted(keys):
+            was = old.get(key[0], _EMPTY).get(key[1])
+            now = new.get(key[0], _EMPTY).get(key[1])
             if now is None:
                 assert was is not None
                 events.append(StoreEvent(EventKind.DELETED, key, was, was, before))
@@ -361,9 +454,32 @@ class Store:
         return events
 
 
-def _discard(index: dict[Any, set[ObjectKey]], value: Any, key: ObjectKey) -> None:
-    keys = index.get(value)
-    if keys is not None:
-        keys.discard(key)
-        if not keys:
-            del index[value]
+_Change: TypeAlias = "Callable[[dict[str, _Bucket], str, StoredObject], None]"
+
+
+def _add(index: dict[str, _Bucket], value: str, obj: StoredObject) -> None:
+    held = index.get(value)
+    if held is None:
+        index[value] = obj
+    elif type(held) is set:
+        held.add(obj)
+    else:
+        index[value] = {held, obj}  # type: ignore[arg-type]
+
+
+def _remove(index: dict[str, _Bucket], value: str, obj: StoredObject) -> None:
+    held = index.get(value)
+    if held is obj:
+        del index[value]
+    elif type(held) is set:
+        held.discard(obj)
+        if len(held) == 1:
+            index[value] = next(iter(held))
+
+
+def _members(held: _Bucket | None) -> tuple[StoredObject, ...] | set[StoredObject]:
+    if held is None:
+        return ()
+    if type(held) is set:
+        return held
+    return (held,)  # type: ignore[return-value]

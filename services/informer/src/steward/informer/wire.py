@@ -2,17 +2,29 @@
 
 # The Watch hot path
 A Watch stream sends each event to every subscriber, so an event is encoded once, when it
-enters the cache, and each subscriber only frames it: :func:`event_body` is the encoded
+enters the cache, and each subscriber only frames it: :func:`event_parts` is the encoded
 ``Event`` without its ``resource_version`` (which may differ per subscriber, see
-fanout.py), and :func:`frame` appends that field and frames the event as one
-``WatchResponse.events`` entry. A response is then the concatenation of its framed
+fanout.py), and :func:`frame_parts` appends that field and frames the event as one
+``WatchResponse.events`` entry (:func:`event_body` and :func:`frame` do the same in one
+piece). A response is then the concatenation of its framed
 events, so no message is built or serialized again per subscriber. This relies only on
 the protobuf wire format: fields may come in any order, and a repeated message field is
 the concatenation of its entries. ``test_wire.py`` checks the result against the
 protobuf library's own encoding.
+
+# Chunks
+An event's encoding is kept as a tuple of chunks whose concatenation is the encoded
+bytes (:func:`event_parts`, :func:`frame_parts`): a small lead (the event type, the
+resource type, and once framed the entry's length), the object's cached head (its
+``metadata`` field and the start of its ``object`` field, :func:`object_head`), the
+object's JSON bytes themselves, and a small tail (trace context, resource version). The
+JSON is never copied into an event: the only per-event bytes are the lead and the tail,
+and a stream joins the chunks once, when it writes its response.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -25,15 +37,12 @@ def resource_type(name: ResourceTypeName) -> pb.ResourceType:
 
 
 def object_meta(obj: StoredObject) -> pb.ObjectMeta:
-    """The object's parsed metadata as ``ObjectMeta``, cached on the object.
+    """The object's parsed metadata as ``ObjectMeta`` (built anew: only its encoding is
+    kept, see :func:`object_head`).
 
     A deletion timestamp the API server sent in a form that does not parse is left unset
     rather than failing the event (the object's JSON still carries it).
     """
-    cached = obj.wire_meta
-    if cached is not None:
-        meta: pb.ObjectMeta = cached
-        return meta
     meta = pb.ObjectMeta(
         namespace=obj.namespace,
         name=obj.name,
@@ -61,7 +70,6 @@ def object_meta(obj: StoredObject) -> pb.ObjectMeta:
             pass
         else:
             meta.deletion_timestamp.CopyFrom(ts)
-    obj.wire_meta = meta
     return meta
 
 
@@ -123,11 +131,70 @@ def resource_type_field(rtype: pb.ResourceType) -> bytes:
     return _field(_RESOURCE_TYPE, rtype.SerializeToString())
 
 
-def _meta_bytes(obj: StoredObject) -> bytes:
-    cached = obj.wire_meta_bytes
-    if cached is None:
-        cached = obj.wire_meta_bytes = _field(_METADATA, object_meta(obj).SerializeToString())
-    return cached
+def object_head(obj: StoredObject) -> bytes:
+    """The encoded ``metadata`` field of an Event and the key and length of its
+    ``object`` field (``obj.raw`` follows), built once and cached on the object."""
+    head = obj.wire_head
+    if head is None:
+        meta = _field(_METADATA, object_meta(obj).SerializeToString())
+        head = obj.wire_head = meta + bytes((_OBJECT,)) + _varint(len(obj.raw))
+    return head
+
+
+_leads: dict[tuple[int, bytes], bytes] = {}
+
+
+def _lead(kind: EventKind, rtype_field: bytes) -> bytes:
+    """The encoded ``type`` and ``resource_type`` fields (shared by all such events)."""
+    lead = _leads.get((kind, rtype_field))
+    if lead is None:
+        lead = _leads[(kind, rtype_field)] = b"\x08" + _varint(kind.value) + rtype_field
+    return lead
+
+
+def event_parts(
+    kind: EventKind,
+    rtype_field: bytes,
+    obj: StoredObject | None,
+    *,
+    previous: StoredObject | None = None,
+    traceparent: str = "",
+    tracestate: str = "",
+) -> tuple[bytes, ...]:
+    """An encoded Event without its resource version, as chunks (see the module docs):
+    the lead first, the tail (trace context, maybe empty) last, shared bytes between."""
+    tail = b""
+    if traceparent:
+        ctx = pb.TraceContext(traceparent=traceparent, tracestate=tracestate)
+        tail = _field(_TRACE, ctx.SerializeToString())
+    lead = _lead(kind, rtype_field)
+    if obj is None:
+        return (lead, tail)
+    if previous is None:
+        return (lead, object_head(obj), obj.raw, tail)
+    raw = previous.raw
+    previous_head = bytes((_PREVIOUS,)) + _varint(len(raw))
+    return (lead, object_head(obj), obj.raw, previous_head, raw, tail)
+
+
+def frame_parts(parts: tuple[bytes, ...], rv: str) -> tuple[bytes, ...]:
+    """:func:`frame` of chunks: ``parts`` plus the resource version, framed, as chunks
+    (only the first and the last are new)."""
+    tail = parts[-1]
+    if rv:
+        encoded = rv.encode()
+        tail += b"\x32" + _varint(len(encoded)) + encoded  # field 6, resource_version
+    size = sum(map(len, parts[:-1])) + len(tail)
+    return (b"\x0a" + _varint(size) + parts[0], *parts[1:-1], tail)
+
+
+def snapshot_parts(obj: StoredObject, rtype_field: bytes) -> tuple[bytes, bytes, bytes]:
+    """The framed ADDED event of a snapshot (no resource version), as chunks."""
+    lead = _lead(EventKind.ADDED, rtype_field)
+    head = object_head(obj)
+    raw = obj.raw
+    size = len(lead) + len(head) + len(raw)
+    return (b"\x0a" + _varint(size) + lead, head, raw)
 
 
 def event_body(
@@ -139,17 +206,17 @@ def event_body(
     traceparent: str = "",
     tracestate: str = "",
 ) -> bytes:
-    """An encoded Event without its resource version (see the module docs)."""
-    parts = [b"\x08" + _varint(kind.value), rtype_field]
-    if obj is not None:
-        parts.append(_meta_bytes(obj))
-        parts.append(_field(_OBJECT, obj.raw))
-        if previous is not None:
-            parts.append(_field(_PREVIOUS, previous.raw))
-    if traceparent:
-        ctx = pb.TraceContext(traceparent=traceparent, tracestate=tracestate)
-        parts.append(_field(_TRACE, ctx.SerializeToString()))
-    return b"".join(parts)
+    """An encoded Event without its resource version (see the module docs), in one piece."""
+    return b"".join(
+        event_parts(
+            kind,
+            rtype_field,
+            obj,
+            previous=previous,
+            traceparent=traceparent,
+            tracestate=tracestate,
+        )
+    )
 
 
 def frame(body: bytes, rv: str) -> bytes:
@@ -160,6 +227,7 @@ def frame(body: bytes, rv: str) -> bytes:
     return b"\x0a" + _varint(len(body)) + body  # WatchResponse.events entry
 
 
-def decode_batch(batch: list[bytes]) -> list[pb.Event]:
-    """The events of framed entries (for tests and tools; the server never decodes)."""
+def decode_batch(batch: Iterable[bytes]) -> list[pb.Event]:
+    """The events of framed entries or their chunks (for tests and tools; the server never
+    decodes)."""
     return list(pb.WatchResponse.FromString(b"".join(batch)).events)
