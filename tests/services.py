@@ -4,6 +4,7 @@ which a controller process dials them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
@@ -35,6 +36,10 @@ class RunningInformer:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60.0)
 
     def _close_loop(self) -> None:
+        # As asyncio.run ends a loop: async generators first (the API clients close their
+        # connections there), then stop.
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self.loop.shutdown_asyncgens(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=30)
         self.loop.close()

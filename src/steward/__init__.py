@@ -68,6 +68,7 @@ from steward.runtime.source import (
     labels_changed,
     resource_version_changed,
 )
+from steward.deepjson import copy as copy_json
 from steward.runtime.times import format_time, parse_time, utc_now
 from steward.runtime.tracing import stamp_trace_context
 from steward.runtime.workqueue import TraceContext
@@ -101,6 +102,7 @@ __all__ = [
     "api_path",
     "controller_of",
     "controller_ref",
+    "copy_json",
     "create_child",
     "format_time",
     "generation_changed",

@@ -20,6 +20,7 @@ import argparse
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import Counter, Histogram
 
@@ -150,12 +151,26 @@ def bucket_from_args(args: argparse.Namespace) -> TokenBucket:
     return TokenBucket(args.kube_api_qps, args.kube_api_burst)
 
 
+_Children = tuple[Any, Any, Any]
+_children: dict[tuple[str, str], _Children] = {}
+"""The per-(verb, host) series of the histograms: ``labels()`` costs more than the
+observation itself, and a process talks to one host with a handful of verbs."""
+
+
 def observe(
     verb: str, host: str, status: int, started: float, sent: bytes | None, answer: bytes
 ) -> None:
     """Count one answered request in the ``rest_client_*`` metrics (``started`` is the
     :func:`time.monotonic` reading just before it was sent)."""
+    series = _children.get((verb, host))
+    if series is None:
+        series = _children[(verb, host)] = (
+            REQUEST_DURATION.labels(verb, host),
+            REQUEST_SIZE.labels(verb, host),
+            RESPONSE_SIZE.labels(verb, host),
+        )
     REQUESTS.labels(str(status), verb, host).inc()
-    REQUEST_DURATION.labels(verb, host).observe(time.monotonic() - started)
-    REQUEST_SIZE.labels(verb, host).observe(len(sent) if sent else 0)
-    RESPONSE_SIZE.labels(verb, host).observe(len(answer))
+    series[0].observe(time.monotonic() - started)
+    series[1].observe(len(sent) if sent else 0)
+    series[2].observe(len(answer))
+

@@ -8,6 +8,7 @@ that every test's namespace works), as in a deployment."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
@@ -64,6 +65,12 @@ class RunningManager:
         try:
             self.call(self.server.stop(grace=1.0))
         finally:
+            # As asyncio.run ends a loop: async generators first (the API clients close
+            # their connections there), then stop.
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self.loop.shutdown_asyncgens(), self.loop).result(
+                    30
+                )
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=30)
             self.loop.close()

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19steward/v1/informer.proto\x12\nsteward.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n\x0cResourceType\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x10\n\x08resource\x18\x03 \x01(\t\"O\n\x0bWatchTarget\x12&\n\x04type\x18\x01 \x01(\x0b\x32\x18.steward.v1.ResourceType\x12\x18\n\x10resource_version\x18\x02 \x01(\t\"\xc5\x01\n\x0cWatchRequest\x12(\n\x07targets\x18\x01 \x03(\x0b\x32\x17.steward.v1.WatchTarget\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x16\n\x0elabel_selector\x18\x03 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x04 \x01(\t\x12\x1c\n\x14send_previous_object\x18\x05 \x01(\x08\x12\x16\n\x0emax_batch_size\x18\x06 \x01(\r\x12\x12\n\nsubscriber\x18\x07 \x01(\t\"2\n\rWatchResponse\x12!\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x11.steward.v1.Event\"\x80\x01\n\x0eOwnerReference\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0b\n\x03uid\x18\x04 \x01(\t\x12\x12\n\ncontroller\x18\x05 \x01(\x08\x12\x1c\n\x14\x62lock_owner_deletion\x18\x06 \x01(\x08\"\xb9\x02\n\nObjectMeta\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12\x18\n\x10resource_version\x18\x04 \x01(\t\x12\x12\n\ngeneration\x18\x05 \x01(\x03\x12\x32\n\x06labels\x18\x06 \x03(\x0b\x32\".steward.v1.ObjectMeta.LabelsEntry\x12\x34\n\x10owner_references\x18\x07 \x03(\x0b\x32\x1a.steward.v1.OwnerReference\x12\x36\n\x12\x64\x65letion_timestamp\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\x0cTraceContext\x12\x13\n\x0btraceparent\x18\x01 \x01(\t\x12\x12\n\ntracestate\x18\x02 \x01(\t\"\xfb\x01\n\x05\x45vent\x12#\n\x04type\x18\x01 \x01(\x0e\x32\x15.steward.v1.EventType\x12/\n\rresource_type\x18\x02 \x01(\x0b\x32\x18.steward.v1.ResourceType\x12(\n\x08metadata\x18\x03 \x01(\x0b\x32\x16.steward.v1.ObjectMeta\x12\x0e\n\x06object\x18\x04 \x01(\x0c\x12\x17\n\x0fprevious_object\x18\x05 \x01(\x0c\x12\x18\n\x10resource_version\x18\x06 \x01(\t\x12/\n\rtrace_context\x18\x07 \x01(\x0b\x32\x18.steward.v1.TraceContext\"H\n\x0c\x43\x61\x63hedObject\x12(\n\x08metadata\x18\x01 \x01(\x0b\x32\x16.steward.v1.ObjectMeta\x12\x0e\n\x06object\x18\x02 \x01(\x0c\"\x9f\x01\n\x0bListRequest\x12&\n\x04type\x18\x01 \x01(\x0b\x32\x18.steward.v1.ResourceType\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x16\n\x0elabel_selector\x18\x03 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x04 \x01(\t\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\"j\n\x0cListResponse\x12\'\n\x05items\x18\x01 \x03(\x0b\x32\x18.steward.v1.CachedObject\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x18\n\x10resource_version\x18\x03 \x01(\t\"U\n\nGetRequest\x12&\n\x04type\x18\x01 \x01(\x0b\x32\x18.steward.v1.ResourceType\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"7\n\x0bGetResponse\x12(\n\x06object\x18\x01 \x01(\x0b\x32\x18.steward.v1.CachedObject*\xc3\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x45VENT_TYPE_ADDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_MODIFIED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x03\x12\x17\n\x13\x45VENT_TYPE_BOOKMARK\x10\x04\x12!\n\x1d\x45VENT_TYPE_INITIAL_EVENTS_END\x10\x05\x12\x17\n\x13\x45VENT_TYPE_REPLACED\x10\x06\x32\xc4\x01\n\x0fInformerService\x12>\n\x05Watch\x12\x18.steward.v1.WatchRequest\x1a\x19.steward.v1.WatchResponse0\x01\x12\x39\n\x04List\x12\x17.steward.v1.ListRequest\x1a\x18.steward.v1.ListResponse\x12\x36\n\x03Get\x12\x16.steward.v1.GetRequest\x1a\x17.steward.v1.GetResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19steward/v1/informer.proto\x12\nsteward.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n\x0cResourceType\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x10\n\x08resource\x18\x03 \x01(\t\"O\n\x0bWatchTarget\x12&\n\x04type\x18\x01 \x01(\x0b\x32\x18.steward.v1.ResourceType\x12\x18\n\x10resource_version\x18\x02 \x01(\t\"\xc5\x01\n\x0cWatchRequest\x12(\n\x07targets\x18\x01 \x03(\x0b\x32\x17.steward.v1.WatchTarget\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x16\n\x0elabel_selector\x18\x03 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x04 \x01(\t\x12\x1c\n\x14send_previous_object\x18\x05 \x01(\x08\x12\x16\n\x0emax_batch_size\x18\x06 \x01(\r\x12\x12\n\nsubscriber\x18\x07 \x01(\t\"2\n\rWatchResponse\x12!\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x11.steward.v1.Event\"\x80\x01\n\x0eOwnerReference\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0b\n\x03uid\x18\x04 \x01(\t\x12\x12\n\ncontroller\x18\x05 \x01(\x08\x12\x1c\n\x14\x62lock_owner_deletion\x18\x06 \x01(\x08\"\xcd\x02\n\nObjectMeta\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12\x18\n\x10resource_version\x18\x04 \x01(\t\x12\x12\n\ngeneration\x18\x05 \x01(\x03\x12\x32\n\x06labels\x18\x06 \x03(\x0b\x32\".steward.v1.ObjectMeta.LabelsEntry\x12\x34\n\x10owner_references\x18\x07 \x03(\x0b\x32\x1a.steward.v1.OwnerReference\x12\x36\n\x12\x64\x65letion_timestamp\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nfinalizers\x18\t \x03(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\x0cTraceContext\x12\x13\n\x0btraceparent\x18\x01 \x01(\t\x12\x12\n\ntracestate\x18\x02 \x01(\t\"\xfb\x01\n\x05\x45vent\x12#\n\x04type\x18\x01 \x01(\x0e\x32\x15.steward.v1.EventType\x12/\n\rresource_type\x18\x02 \x01(\x0b\x32\x18.steward.v1.ResourceType\x12(\n\x08metadata\x18\x03 \x01(\x0b\x32\x16.steward.v1.ObjectMeta\x12\x0e\n\x06object\x18\x04 \x01(\x0c\x12\x17\n\x0fprevious_object\x18\x05 \x01(\x0c\x12\x18\n\x10resource_version\x18\x06 \x01(\t\x12/\n\rtrace_context\x18\x07 \x01(\x0b\x32\x18.steward.v1.TraceContext\"H\n\x0c\x43\x61\x63hedObject\x12(\n\x08metadata\x18\x01 \x01(\x0b\x32\x16.steward.v1.ObjectMeta\x12\x0e\n\x06object\x18\x02 \x01(\x0c\"\x9f\x01\n\x0bListRequest\x12&\n\x04type\x18\x01 \x01(\x0b\x32\x18.steward.v1.ResourceType\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x16\n\x0elabel_selector\x18\x03 \x01(\t\x12\x16\n\x0e\x66ield_selector\x18\x04 \x01(\t\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\"j\n\x0cListResponse\x12\'\n\x05items\x18\x01 \x03(\x0b\x32\x18.steward.v1.CachedObject\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x18\n\x10resource_version\x18\x03 \x01(\t\"U\n\nGetRequest\x12&\n\x04type\x18\x01 \x01(\x0b\x32\x18.steward.v1.ResourceType\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"7\n\x0bGetResponse\x12(\n\x06object\x18\x01 \x01(\x0b\x32\x18.steward.v1.CachedObject*\xc3\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x45VENT_TYPE_ADDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_MODIFIED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x03\x12\x17\n\x13\x45VENT_TYPE_BOOKMARK\x10\x04\x12!\n\x1d\x45VENT_TYPE_INITIAL_EVENTS_END\x10\x05\x12\x17\n\x13\x45VENT_TYPE_REPLACED\x10\x06\x32\xc4\x01\n\x0fInformerService\x12>\n\x05Watch\x12\x18.steward.v1.WatchRequest\x1a\x19.steward.v1.WatchResponse0\x01\x12\x39\n\x04List\x12\x17.steward.v1.ListRequest\x1a\x18.steward.v1.ListResponse\x12\x36\n\x03Get\x12\x16.steward.v1.GetRequest\x1a\x17.steward.v1.GetResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,8 +34,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_OBJECTMETA_LABELSENTRY']._loaded_options = None
   _globals['_OBJECTMETA_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_EVENTTYPE']._serialized_start=1720
-  _globals['_EVENTTYPE']._serialized_end=1915
+  _globals['_EVENTTYPE']._serialized_start=1740
+  _globals['_EVENTTYPE']._serialized_end=1935
   _globals['_RESOURCETYPE']._serialized_start=74
   _globals['_RESOURCETYPE']._serialized_end=138
   _globals['_WATCHTARGET']._serialized_start=140
@@ -47,23 +47,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OWNERREFERENCE']._serialized_start=474
   _globals['_OWNERREFERENCE']._serialized_end=602
   _globals['_OBJECTMETA']._serialized_start=605
-  _globals['_OBJECTMETA']._serialized_end=918
-  _globals['_OBJECTMETA_LABELSENTRY']._serialized_start=873
-  _globals['_OBJECTMETA_LABELSENTRY']._serialized_end=918
-  _globals['_TRACECONTEXT']._serialized_start=920
-  _globals['_TRACECONTEXT']._serialized_end=975
-  _globals['_EVENT']._serialized_start=978
-  _globals['_EVENT']._serialized_end=1229
-  _globals['_CACHEDOBJECT']._serialized_start=1231
-  _globals['_CACHEDOBJECT']._serialized_end=1303
-  _globals['_LISTREQUEST']._serialized_start=1306
-  _globals['_LISTREQUEST']._serialized_end=1465
-  _globals['_LISTRESPONSE']._serialized_start=1467
-  _globals['_LISTRESPONSE']._serialized_end=1573
-  _globals['_GETREQUEST']._serialized_start=1575
-  _globals['_GETREQUEST']._serialized_end=1660
-  _globals['_GETRESPONSE']._serialized_start=1662
-  _globals['_GETRESPONSE']._serialized_end=1717
-  _globals['_INFORMERSERVICE']._serialized_start=1918
-  _globals['_INFORMERSERVICE']._serialized_end=2114
+  _globals['_OBJECTMETA']._serialized_end=938
+  _globals['_OBJECTMETA_LABELSENTRY']._serialized_start=893
+  _globals['_OBJECTMETA_LABELSENTRY']._serialized_end=938
+  _globals['_TRACECONTEXT']._serialized_start=940
+  _globals['_TRACECONTEXT']._serialized_end=995
+  _globals['_EVENT']._serialized_start=998
+  _globals['_EVENT']._serialized_end=1249
+  _globals['_CACHEDOBJECT']._serialized_start=1251
+  _globals['_CACHEDOBJECT']._serialized_end=1323
+  _globals['_LISTREQUEST']._serialized_start=1326
+  _globals['_LISTREQUEST']._serialized_end=1485
+  _globals['_LISTRESPONSE']._serialized_start=1487
+  _globals['_LISTRESPONSE']._serialized_end=1593
+  _globals['_GETREQUEST']._serialized_start=1595
+  _globals['_GETREQUEST']._serialized_end=1680
+  _globals['_GETRESPONSE']._serialized_start=1682
+  _globals['_GETRESPONSE']._serialized_end=1737
+  _globals['_INFORMERSERVICE']._serialized_start=1938
+  _globals['_INFORMERSERVICE']._serialized_end=2134
 # @@protoc_insertion_point(module_scope)

@@ -278,6 +278,7 @@ class ObjectMeta(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     OWNER_REFERENCES_FIELD_NUMBER: _builtins.int
     DELETION_TIMESTAMP_FIELD_NUMBER: _builtins.int
+    FINALIZERS_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Namespace; empty for cluster-scoped objects."""
     name: _builtins.str
@@ -300,6 +301,10 @@ class ObjectMeta(_message.Message):
     def deletion_timestamp(self) -> _timestamp_pb2.Timestamp:
         """Set when the object is being deleted."""
 
+    @_builtins.property
+    def finalizers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Finalizers, in the object's order (what must happen before a deletion completes)."""
+
     def __init__(
         self,
         *,
@@ -311,10 +316,11 @@ class ObjectMeta(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         owner_references: _abc.Iterable[Global___OwnerReference] | None = ...,
         deletion_timestamp: _timestamp_pb2.Timestamp | None = ...,
+        finalizers: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deletion_timestamp", b"deletion_timestamp"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deletion_timestamp", b"deletion_timestamp", "generation", b"generation", "labels", b"labels", "name", b"name", "namespace", b"namespace", "owner_references", b"owner_references", "resource_version", b"resource_version", "uid", b"uid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deletion_timestamp", b"deletion_timestamp", "finalizers", b"finalizers", "generation", b"generation", "labels", b"labels", "name", b"name", "namespace", b"namespace", "owner_references", b"owner_references", "resource_version", b"resource_version", "uid", b"uid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -471,8 +471,10 @@ type ObjectMeta struct {
 	OwnerReferences []*OwnerReference `protobuf:"bytes,7,rep,name=owner_references,json=ownerReferences,proto3" json:"owner_references,omitempty"`
 	// Set when the object is being deleted.
 	DeletionTimestamp *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=deletion_timestamp,json=deletionTimestamp,proto3" json:"deletion_timestamp,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Finalizers, in the object's order (what must happen before a deletion completes).
+	Finalizers    []string `protobuf:"bytes,9,rep,name=finalizers,proto3" json:"finalizers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ObjectMeta) Reset() {
@@ -557,6 +559,13 @@ func (x *ObjectMeta) GetOwnerReferences() []*OwnerReference {
 func (x *ObjectMeta) GetDeletionTimestamp() *timestamppb.Timestamp {
 	if x != nil {
 		return x.DeletionTimestamp
+	}
+	return nil
+}
+
+func (x *ObjectMeta) GetFinalizers() []string {
+	if x != nil {
+		return x.Finalizers
 	}
 	return nil
 }
@@ -1076,7 +1085,7 @@ const file_steward_v1_informer_proto_rawDesc = "" +
 	"\n" +
 	"controller\x18\x05 \x01(\bR\n" +
 	"controller\x120\n" +
-	"\x14block_owner_deletion\x18\x06 \x01(\bR\x12blockOwnerDeletion\"\xa4\x03\n" +
+	"\x14block_owner_deletion\x18\x06 \x01(\bR\x12blockOwnerDeletion\"\xc4\x03\n" +
 	"\n" +
 	"ObjectMeta\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1088,7 +1097,10 @@ const file_steward_v1_informer_proto_rawDesc = "" +
 	"generation\x12:\n" +
 	"\x06labels\x18\x06 \x03(\v2\".steward.v1.ObjectMeta.LabelsEntryR\x06labels\x12E\n" +
 	"\x10owner_references\x18\a \x03(\v2\x1a.steward.v1.OwnerReferenceR\x0fownerReferences\x12I\n" +
-	"\x12deletion_timestamp\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x11deletionTimestamp\x1a9\n" +
+	"\x12deletion_timestamp\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x11deletionTimestamp\x12\x1e\n" +
+	"\n" +
+	"finalizers\x18\t \x03(\tR\n" +
+	"finalizers\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +

@@ -122,6 +122,7 @@ class StoredObject:
 
     __slots__ = (
         "deletion_timestamp",
+        "finalizers",
         "generation",
         "labels",
         "name",
@@ -161,6 +162,10 @@ class StoredObject:
             else ()
         )
         self.deletion_timestamp: str | None = meta.get("deletionTimestamp")
+        finalizers = meta.get("finalizers")
+        self.finalizers: tuple[str, ...] = (
+            tuple(_interned(f) for f in finalizers) if finalizers else ()
+        )
         self.wire_head: bytes | None = None
         """The encoded ``metadata`` field of an Event and the head of its ``object``
         field, built once by whoever first needs it (see wire.py)."""

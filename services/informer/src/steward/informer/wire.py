@@ -61,6 +61,7 @@ def object_meta(obj: StoredObject) -> pb.ObjectMeta:
             )
             for r in obj.owner_references
         ],
+        finalizers=obj.finalizers,
     )
     if obj.deletion_timestamp:
         ts = Timestamp()

@@ -27,14 +27,13 @@ becomes the new one again and its revision is raised, as upstream does. The long
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 import steward
-from steward import ApiError, ConflictError, MirrorObject, NotFoundError, Request, Result
+from steward import ApiError, ConflictError, MirrorObject, NotFoundError, Request, Result, copy_json
 from steward.controllers.deployment import rollout as ro
 from steward.controllers.deployment.hashing import pod_template_hash
 from steward.controllers.deployment.rollout import Obj, meta, replicas
@@ -132,7 +131,7 @@ class DeploymentReconciler:
             return Result()
         if not self.expectations.satisfied(key):
             return Result()  # a ReplicaSet we created is on its way to the mirror
-        sync = _Sync(self, copy.deepcopy(obj.object))
+        sync = _Sync(self, copy_json(obj.object))
         try:
             await sync.run()
         except Stale:
@@ -213,7 +212,7 @@ class _Sync:
             self.d,
         )
         # Later steps continue from what the API server stored (a new resource version).
-        self.d = copy.deepcopy(written)
+        self.d = copy_json(written)
 
     async def update_rs(self, rs: Obj) -> Obj:
         return await self.api.arequest(
@@ -244,7 +243,7 @@ class _Sync:
         if not size_changes and not ro.replicas_annotations_need_update(rs, want, most):
             return False, rs
         before = replicas(rs)
-        changed = copy.deepcopy(rs)
+        changed = copy_json(rs)
         changed.setdefault("spec", {})["replicas"] = size
         ro.set_replicas_annotations(changed, want, most)
         written = await self.update_rs(changed)
@@ -271,7 +270,7 @@ class _Sync:
         existing = ro.find_new(d, rs_list)
         new_revision = ro.max_revision(old) + 1
         if existing is not None:
-            rs = copy.deepcopy(existing)
+            rs = copy_json(existing)
             changed = ro.set_new_rs_annotations(d, rs, new_revision, exists=True)
             min_ready = int(self.spec.get("minReadySeconds") or 0)
             if changed or int(rs["spec"].get("minReadySeconds") or 0) != min_ready:
@@ -298,11 +297,11 @@ class _Sync:
             return rs
         if not create:
             return None
-        tmpl = copy.deepcopy(self.spec.get("template") or {})
+        tmpl = copy_json(self.spec.get("template") or {})
         pod_hash = pod_template_hash(tmpl, self.status.get("collisionCount"))
         tmeta = tmpl.setdefault("metadata", {})
         tmeta["labels"] = {**(tmeta.get("labels") or {}), ro.HASH_LABEL: pod_hash}
-        selector = copy.deepcopy(self.spec.get("selector") or {})
+        selector = copy_json(self.spec.get("selector") or {})
         selector["matchLabels"] = {**(selector.get("matchLabels") or {}), ro.HASH_LABEL: pod_hash}
         name = rs_name(self.name, pod_hash)
         body: Obj = {

@@ -9,13 +9,12 @@ defaults.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from steward import format_time, parse_time
+from steward import copy_json, format_time, parse_time
 
 REVISION = "deployment.kubernetes.io/revision"
 REVISION_HISTORY = "deployment.kubernetes.io/revision-history"
@@ -155,7 +154,7 @@ def _prune(value: Any) -> Any:
 
 def equal_ignore_hash(t1: Obj, t2: Obj) -> bool:
     """Whether two pod templates are equal once the pod-template-hash label is removed."""
-    a, b = copy.deepcopy(t1), copy.deepcopy(t2)
+    a, b = copy_json(t1), copy_json(t2)
     for t in (a, b):
         labels = (t.get("metadata") or {}).get("labels")
         if labels:
@@ -456,7 +455,7 @@ def calculate_status(all_rss: Sequence[Obj | None], new: Obj | None, d: Obj, now
     if terminating is not None:
         status["terminatingReplicas"] = terminating
     if old.get("conditions"):
-        status["conditions"] = copy.deepcopy(old["conditions"])
+        status["conditions"] = copy_json(old["conditions"])
     if available >= replicas(d) - max_unavailable(d):
         set_condition(
             status,

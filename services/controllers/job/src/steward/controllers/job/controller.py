@@ -146,15 +146,13 @@ class JobReconciler:
         if owner is None:
             return
         key = (obj.namespace, owner)
-        meta = obj.object["metadata"]
+        meta = obj.meta  # the informer's parsed metadata: no decoding on this hot path
         if change.kind is ChangeKind.ADDED:
             self.expectations.creation_observed(key)
-        if change.kind is ChangeKind.DELETED or meta.get("deletionTimestamp"):
+        if change.kind is ChangeKind.DELETED or meta.HasField("deletion_timestamp"):
             self.expectations.deletion_observed(key, f"{obj.namespace}/{obj.name}")
-        if change.kind is ChangeKind.DELETED or TRACKING_FINALIZER not in (
-            meta.get("finalizers") or ()
-        ):
-            self.expectations.removal_observed(key, obj.meta.uid)
+        if change.kind is ChangeKind.DELETED or TRACKING_FINALIZER not in meta.finalizers:
+            self.expectations.removal_observed(key, meta.uid)
 
     # Reconcile --------------------------------------------------------------------------
     async def reconcile(self, request: Request, contexts: Sequence[TraceContext]) -> Result:

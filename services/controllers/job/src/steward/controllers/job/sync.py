@@ -37,12 +37,12 @@ Differences from upstream kept on purpose (none shows in a final status):
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import steward
+from steward import copy_json
 from steward.controllers.job import failure_policy, indexes, pods, success_policy
 from steward.controllers.job.pods import TRACKING_FINALIZER
 
@@ -241,7 +241,7 @@ class JobSync:
         expected_removals: frozenset[str] | set[str] = frozenset(),
         backoff: BackoffRecord | None = None,
     ) -> None:
-        self.job = copy.deepcopy(job)
+        self.job = copy_json(job)
         self.spec: dict[str, Any] = self.job.setdefault("spec", {})
         self.status: dict[str, Any] = self.job.setdefault("status", {})
         self.pods = pod_list
@@ -582,7 +582,7 @@ class JobSync:
         for Indexed Jobs the completion index (annotation, label, hostname, env)."""
         meta = self.job.get("metadata") or {}
         job_name = str(meta.get("name", ""))
-        template = copy.deepcopy(self.spec.get("template") or {})
+        template = copy_json(self.spec.get("template") or {})
         tmeta = template.get("metadata") or {}
         spec = template.get("spec") or {}
         labels = dict(tmeta.get("labels") or {})
@@ -769,7 +769,7 @@ class JobSync:
             self.finished = new_condition(
                 "Complete", "True", self.finished["reason"], self.finished["message"], self.now
             )
-        return Tracking(copy.deepcopy(st), needs, remove)
+        return Tracking(copy_json(st), needs, remove)
 
     def _can_remove_finalizer(self, pod: dict[str, Any], failed: bool) -> bool:
         if (self.job.get("metadata") or {}).get("deletionTimestamp") or self.finished is not None:
@@ -811,7 +811,7 @@ class JobSync:
                 events.append(("Normal", "Completed", "Job completed"))
             else:
                 events.append(("Warning", finished_now["reason"], finished_now["message"]))
-        return Final(copy.deepcopy(self.status), needs, finished_now, events)
+        return Final(copy_json(self.status), needs, finished_now, events)
 
     def _enact_finished(self) -> bool:
         if self.finished is None:

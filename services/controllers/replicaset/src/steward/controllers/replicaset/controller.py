@@ -104,7 +104,7 @@ class ReplicaSetReconciler:
         if rs is None or rs.meta.uid != ref.uid:
             return
         key = (obj.namespace, ref.name)
-        deleting = bool(obj.object["metadata"].get("deletionTimestamp"))
+        deleting = obj.meta.HasField("deletion_timestamp")
         if change.kind is steward.ChangeKind.ADDED:
             self.expectations.creation_observed(key)
         if deleting or change.kind is steward.ChangeKind.DELETED:

@@ -7,12 +7,12 @@ and performs the writes.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import steward
+from steward import copy_json
 
 BURST_REPLICAS = 500
 """Most pods one sync creates or deletes (upstream's burstReplicas)."""
@@ -58,7 +58,7 @@ def pod_from_template(rs: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": meta,
-        "spec": copy.deepcopy(template.get("spec") or {}),
+        "spec": copy_json(template.get("spec") or {}),
     }
 
 
@@ -99,7 +99,7 @@ def calculate_status(
     writer). The ``ReplicaFailure`` condition is added on a failure (reason FailedCreate
     or FailedDelete, the error as message) unless present, and removed when a sync
     succeeds."""
-    status = copy.deepcopy(rs.get("status") or {})
+    status = copy_json(rs.get("status") or {})
     min_ready = min_ready_seconds(rs)
     fully = ready = available = 0
     for pod in active:
