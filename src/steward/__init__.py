@@ -26,6 +26,7 @@ from pkgutil import extend_path
 # controller, the tools) each install part of this package; every part is found wherever it lives.
 __path__ = extend_path(__path__, __name__)
 
+from steward.deepjson import copy as copy_json
 from steward.kube import (
     ApiError,
     ApiStatusError,
@@ -68,7 +69,6 @@ from steward.runtime.source import (
     labels_changed,
     resource_version_changed,
 )
-from steward.deepjson import copy as copy_json
 from steward.runtime.times import format_time, parse_time, utc_now
 from steward.runtime.tracing import stamp_trace_context
 from steward.runtime.workqueue import TraceContext
