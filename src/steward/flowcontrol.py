@@ -173,4 +173,3 @@ def observe(
     series[0].observe(time.monotonic() - started)
     series[1].observe(len(sent) if sent else 0)
     series[2].observe(len(answer))
-

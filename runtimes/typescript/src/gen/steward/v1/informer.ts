@@ -137,7 +137,11 @@ export interface ObjectMeta {
   /** Owner references. */
   ownerReferences: OwnerReference[];
   /** Set when the object is being deleted. */
-  deletionTimestamp: Timestamp | undefined;
+  deletionTimestamp:
+    | Timestamp
+    | undefined;
+  /** Finalizers, in the object's order (what must happen before a deletion completes). */
+  finalizers: string[];
 }
 
 export interface ObjectMeta_LabelsEntry {
@@ -702,6 +706,7 @@ function createBaseObjectMeta(): ObjectMeta {
     labels: {},
     ownerReferences: [],
     deletionTimestamp: undefined,
+    finalizers: [],
   };
 }
 
@@ -730,6 +735,9 @@ export const ObjectMeta: MessageFns<ObjectMeta> = {
     }
     if (message.deletionTimestamp !== undefined) {
       Timestamp.encode(message.deletionTimestamp, writer.uint32(66).fork()).join();
+    }
+    for (const v of message.finalizers) {
+      writer.uint32(74).string(v!);
     }
     return writer;
   },
@@ -814,6 +822,14 @@ export const ObjectMeta: MessageFns<ObjectMeta> = {
             message.deletionTimestamp = Timestamp.decode(reader, reader.uint32());
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.finalizers.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -849,6 +865,7 @@ export const ObjectMeta: MessageFns<ObjectMeta> = {
     message.deletionTimestamp = (object.deletionTimestamp !== undefined && object.deletionTimestamp !== null)
       ? Timestamp.fromPartial(object.deletionTimestamp)
       : undefined;
+    message.finalizers = object.finalizers?.map((e) => e) || [];
     return message;
   },
 };
