@@ -44,6 +44,7 @@ function obj(ns: string, name: string, rv: string, annotations: Record<string, s
       labels: {},
       ownerReferences: [],
       deletionTimestamp: undefined,
+      finalizers: [],
     },
     object: Buffer.from(JSON.stringify({ apiVersion: "v1", kind: "ConfigMap", metadata })),
     previousObject: Buffer.alloc(0),
