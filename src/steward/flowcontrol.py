@@ -109,6 +109,13 @@ class TokenBucket:
             # (a nanosecond's worth of float error is no debt)
             return 0.0 if self._tokens > -1e-9 else -self._tokens / self.qps
 
+    def give_back(self) -> None:
+        """Return the token of the last :meth:`reserve` (its caller will not send)."""
+        if self.qps <= 0:
+            return
+        with self._lock:
+            self._tokens = min(float(self.burst), self._tokens + 1.0)
+
     def wait(self) -> float:
         """Block until a token is this caller's; return the seconds waited."""
         delay = self.reserve()

@@ -99,3 +99,61 @@ async def test_a_fenced_instance_posts_nothing_and_warns_of_nothing(
     assert events.dropped == 0
     assert items == []
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_events_go_one_at_a_time_and_an_object_gets_25_at_once(
+    admin: KubeClient, namespace: str
+) -> None:
+    """As client-go's broadcaster and spam filter: one sender (so Events take no more of
+    the rate limit than one worker), and an object's 26th Event of a burst is dropped."""
+    sending = {"now": 0, "most": 0}
+    send = admin.arequest
+
+    async def counted(*args: object, **kwargs: object) -> dict[str, object]:
+        sending["now"] += 1
+        sending["most"] = max(sending["most"], sending["now"])
+        try:
+            return await send(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            sending["now"] -= 1
+
+    admin.arequest = counted  # type: ignore[method-assign]
+    events = recorder(admin)
+    for n in range(30):
+        events.event(subject(namespace), "Normal", "SuccessfulCreate", f"Created pod: {n}")
+    events.event(
+        {"metadata": {"name": "other", "namespace": namespace, "uid": "u-2"}},
+        "Normal",
+        "SuccessfulCreate",
+        "Created pod: other-0",
+    )
+    await events.drain()
+    items = admin.request("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+    names = sorted(i["involvedObject"]["name"] for i in items)
+    assert names == ["other"] + ["pi"] * 25
+    assert events.discarded == 5 and events.dropped == 0
+    assert sending["most"] == 1
+
+
+async def test_events_past_the_queue_are_dropped_not_queued_forever(
+    admin: KubeClient, namespace: str
+) -> None:
+    events = EventRecorder(
+        admin,
+        api_version="v1",
+        kind="ConfigMap",
+        component="test",
+        reporting_component="test",
+        max_queued=3,
+    )
+    for n in range(5):  # queued before the sender has run once
+        events.event(
+            {"metadata": {"name": f"c{n}", "namespace": namespace, "uid": f"u{n}"}},
+            "Normal",
+            "Seen",
+            "seen",
+        )
+    await events.drain()
+    items = admin.request("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+    assert sorted(i["involvedObject"]["name"] for i in items) == ["c0", "c1", "c2"]
+    assert events.discarded == 2
