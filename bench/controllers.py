@@ -16,7 +16,10 @@ and stopped after it, so that the API server's work under one side is not the ot
   write fencing), over mTLS; tracing off;
 * **steward, tracing on** (the ``high`` setting only): the same, every span exported to
   the cluster's Jaeger (sampling everything). The cost of tracing is ``1 - traced /
-  untraced`` Jobs per second.
+  untraced`` Jobs per second, and the growth of Steward's CPU per Job;
+* **upstream speaking JSON** (the ``high`` setting only): kube-controller-manager with
+  ``--kube-api-content-type application/json``, Steward's encoding, to show what
+  protobuf saves kube-apiserver.
 
 Both sides run the same workers (5 per controller: upstream's ``--concurrent-*-syncs``
 defaults and Steward's) and the same client rate limits, in two settings:
@@ -99,11 +102,15 @@ class Side:
     name: str
     steward: bool
     traced: bool = False
+    content_type: str = ""
+    """kube-controller-manager's ``--kube-api-content-type``; empty for protobuf."""
 
 
 UPSTREAM = Side("upstream", steward=False)
 STEWARD = Side("steward", steward=True)
 STEWARD_TRACED = Side("steward_traced", steward=True, traced=True)
+UPSTREAM_JSON = Side("upstream_json", steward=False, content_type="application/json")
+"""Upstream speaking JSON to kube-apiserver, as Steward does: what protobuf saves it."""
 
 STEWARD_PROCESSES = (
     "informer",
@@ -229,6 +236,7 @@ def start_cluster(side: Side, setting: Setting, out: Progress) -> LocalCluster:
             steward_tracing=side.traced,
             kube_api_qps=setting.qps,
             kube_api_burst=setting.burst,
+            kube_api_content_type=side.content_type,
             audit_log=True,
         ),
         progress=out,
@@ -403,6 +411,16 @@ def compare(results: dict[str, Any]) -> dict[str, Any]:
         traced = sides.get("steward_traced", {})
         if "job" in traced and "job" in st:
             c["tracing_cost"] = round(1 - traced["job"]["jobs_per_s"] / st["job"]["jobs_per_s"], 3)
+            own = STEWARD_PROCESSES
+            on = sum(traced["job"]["summary"]["own_cpu_per_unit"].get(n, 0.0) for n in own)
+            off = sum(st["job"]["summary"]["own_cpu_per_unit"].get(n, 0.0) for n in own)
+            c["tracing_cpu_cost"] = round(on / off - 1, 3) if off else float("nan")
+        as_json = sides.get("upstream_json", {})
+        if "job" in as_json and "job" in up:
+            c["upstream_json_apiserver_cpu_ratio"] = _ratio(
+                as_json["job"]["summary"]["apiserver_cpu_per_unit"],
+                up["job"]["summary"]["apiserver_cpu_per_unit"],
+            )
         out[setting] = c
     return out
 
@@ -489,7 +507,20 @@ def table(results: dict[str, Any]) -> str:
                 (
                     "Jobs/s with tracing on (every span exported)",
                     "",
-                    f"{tr['jobs_per_s']:.0f} (cost {ratios['tracing_cost'] * 100:.1f} %)",
+                    f"{tr['jobs_per_s']:.0f} (throughput cost "
+                    f"{ratios['tracing_cost'] * 100:.1f} %; "
+                    f"Steward's CPU per Job {ratios['tracing_cpu_cost'] * 100:+.1f} %)",
+                )
+            )
+        if "job" in sides.get("upstream_json", {}):
+            js = sides["upstream_json"]["job"]
+            rows.append(
+                (
+                    "upstream speaking JSON (--kube-api-content-type application/json)",
+                    f"{js['seconds']:.2f} s",
+                    f"kube-apiserver CPU per Job "
+                    f"{js['summary']['apiserver_cpu_per_unit'] * 1000:.1f} ms, "
+                    f"{ratios['upstream_json_apiserver_cpu_ratio']:.2f}x upstream's with protobuf",
                 )
             )
         if "deployment" in up and "deployment" in st:
@@ -535,7 +566,7 @@ def run(args: argparse.Namespace) -> int:
     }
     for name in args.settings:
         setting = SETTINGS[name]
-        sides = [UPSTREAM, STEWARD] + ([STEWARD_TRACED] if name == "high" else [])
+        sides = [UPSTREAM, STEWARD] + ([STEWARD_TRACED, UPSTREAM_JSON] if name == "high" else [])
         sides = [s for s in sides if s.name in args.sides]
         per_side: dict[str, Any] = {}
         for side in sides:
@@ -575,9 +606,9 @@ def main() -> int:
     parser.add_argument(
         "--sides",
         type=lambda s: s.split(","),
-        default=["upstream", "steward", "steward_traced"],
-        help="comma-separated sides: upstream, steward, steward_traced (default: all; "
-        "steward_traced runs in the high setting only)",
+        default=["upstream", "steward", "steward_traced", "upstream_json"],
+        help="comma-separated sides: upstream, steward, steward_traced, upstream_json "
+        "(default: all; the last two run in the high setting only)",
     )
     parser.add_argument("--jobs", type=int, default=500, help="Jobs per phase (default 500)")
     parser.add_argument("--deployments", type=int, default=100, help="Deployments (default 100)")

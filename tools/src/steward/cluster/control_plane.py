@@ -167,6 +167,10 @@ class ClusterConfig:
     controllers (0 or less: no limit). Defaults to 20, upstream's default."""
     kube_api_burst: int = 30
     """``--kube-api-burst`` of the same. Defaults to 30, upstream's default."""
+    kube_api_content_type: str = ""
+    """kube-controller-manager's ``--kube-api-content-type`` (e.g. ``application/json``);
+    empty (the default) for its own default, protobuf. The benchmarks use it to show what
+    JSON, which Steward speaks, costs kube-apiserver."""
     audit_log: bool = False
     """Have kube-apiserver write an audit log (``<state dir>/audit.log``, JSON lines, at
     level Metadata) of the requests of the controllers' identities: upstream's
@@ -694,6 +698,11 @@ class LocalCluster:
                 "--use-service-account-credentials=true",
                 f"--kube-api-qps={config.kube_api_qps:g}",
                 f"--kube-api-burst={config.kube_api_burst}",
+                *(
+                    [f"--kube-api-content-type={config.kube_api_content_type}"]
+                    if config.kube_api_content_type
+                    else []
+                ),
                 "--leader-elect=false",
                 # kwok renews the simulated nodes' Leases; on a loaded two-core machine a
                 # renewal can be late by more than the default 50 s, and the node
