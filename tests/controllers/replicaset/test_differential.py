@@ -42,6 +42,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 UNSCHEDULABLE = {"nodeSelector": {"steward.io/no-such-node": "true"}}
 HOLD = "steward.io/test-hold"
+NOWHERE = "steward-test-nowhere"
+"""A node that does not exist. kube-controller-manager's PodGC marks a terminating pod
+that is bound to no node Failed within its 20 s period (it would then no longer count as
+terminating); a pod bound to a missing node it leaves alone for a 40 s quarantine first."""
+HELD = {**UNSCHEDULABLE, "nodeName": NOWHERE}
 CONVERGE_WITHIN = 180.0
 """Seconds both sides may take to settle and agree (a deadline, not a measurement)."""
 _GENERATED = re.compile(r"\brs-[a-z0-9]{5}\b")
@@ -226,7 +231,7 @@ def _available(kube: KubeClient, ns: str) -> bool:
 
 async def _terminating(kube: KubeClient, ns: str) -> None:
     create_rs(
-        kube, ns, rs_body("rs", 3, pod_spec=UNSCHEDULABLE, template_meta={"finalizers": [HOLD]})
+        kube, ns, rs_body("rs", 3, pod_spec=HELD, template_meta={"finalizers": [HOLD]})
     )
     await _until(kube, ns, _rs_stable)
     name = list_pods(kube, ns)[0]["metadata"]["name"]
