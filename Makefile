@@ -77,8 +77,12 @@ lint: venv ## buf lint, generated code fresh (Python, Go, TypeScript), ruff, myp
 	$(MAKE) -C runtimes/go lint check-generated
 	$(MAKE) -C runtimes/typescript deps lint check-generated
 
+.PHONY: node-packages
+node-packages: venv ## install the Debian packages real nodes and their images need (apt-get, as root)
+	$(BIN)/python -W ignore::RuntimeWarning:runpy -m steward.cluster.packages
+
 .PHONY: test
-test: lint build runtimes ## lint, then every test tier against a real local control plane
+test: lint build runtimes node-packages ## lint, then every test tier against a real local control plane
 	$(MAKE) -C runtimes/go test
 	$(MAKE) -C runtimes/typescript test
 	$(BIN)/pytest $(PYTEST_ARGS)

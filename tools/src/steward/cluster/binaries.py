@@ -1,5 +1,9 @@
 """Pinned Go binaries of the local control plane: where they come from, how they are built.
 
+:data:`TOOLS` holds every binary: the control plane's (etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, kwok, Jaeger) and the real nodes'
+(:data:`NODE_TOOLS`: kubelet, kube-proxy, CoreDNS and Steward's own pause program).
+
 Every binary is built from a Go tool module under ``deploy/tools/`` with
 ``CGO_ENABLED=0 go build -trimpath`` and kept in a per-version cache directory
 (``$STEWARD_CACHE_DIR``, else ``$XDG_CACHE_HOME/steward``, else ``~/.cache/steward``).
@@ -38,7 +42,11 @@ MIN_GO = (1, 26)
 """Oldest Go release that builds every pinned module."""
 
 KUBE_VERSION = "v1.37.2"
-"""Kubernetes release of kube-apiserver, kube-scheduler and kube-controller-manager."""
+"""Kubernetes release of kube-apiserver, kube-scheduler, kube-controller-manager, kubelet
+and kube-proxy."""
+
+PAUSE_VERSION = "v0.1.0"
+"""Version of Steward's own pause program (``deploy/tools/pause/main.go``)."""
 
 
 def repo_root() -> Path:
@@ -97,12 +105,18 @@ class Tool:
     ldflags: tuple[str, ...] = ()
     under: str = "deploy/tools"
     """Directory of the checkout that holds ``module_dir``."""
+    pinned_version: str = ""
+    """The version of a binary built from our own source (no pinned module to read it
+    from); given here, it takes the place of the ``go.mod`` pin."""
 
     def module_path(self) -> Path:
         return repo_root() / self.under / self.module_dir
 
     def version(self) -> str:
-        """The pinned version, read from the tool module's ``go.mod``."""
+        """The pinned version, read from the tool module's ``go.mod`` (or
+        :attr:`pinned_version`)."""
+        if self.pinned_version:
+            return self.pinned_version
         gomod = (self.module_path() / "go.mod").read_text()
         match = re.search(
             rf"^\s*(?:require\s+)?{re.escape(self.pinned_module)}\s+(v\S+)", gomod, re.M
@@ -154,6 +168,35 @@ TOOLS: dict[str, Tool] = {
             _kube_ldflags(KUBE_VERSION),
         ),
         Tool(
+            "kubelet",
+            "kubernetes",
+            f"{KUBERNETES}/cmd/kubelet",
+            KUBERNETES,
+            _kube_ldflags(KUBE_VERSION),
+        ),
+        Tool(
+            "kube-proxy",
+            "kubernetes",
+            f"{KUBERNETES}/cmd/kube-proxy",
+            KUBERNETES,
+            _kube_ldflags(KUBE_VERSION),
+        ),
+        Tool(
+            "coredns",
+            "coredns",
+            "github.com/coredns/coredns",
+            "github.com/coredns/coredns",
+            ("-s", "-w"),  # stripped, as upstream's Makefile links it
+        ),
+        Tool(
+            "pause",
+            "pause",
+            ".",
+            "steward.local/deploy/tools/pause",
+            ("-s", "-w", f"-X main.version={PAUSE_VERSION}"),
+            pinned_version=PAUSE_VERSION,
+        ),
+        Tool(
             "kwok",
             "kwok",
             "sigs.k8s.io/kwok/cmd/kwok",
@@ -168,6 +211,13 @@ TOOLS: dict[str, Tool] = {
         ),
     )
 }
+
+
+NODE_TOOLS = ("kubelet", "kube-proxy", "coredns", "pause")
+"""The real nodes' binaries (in :data:`TOOLS`): kubelet and kube-proxy of the pinned
+Kubernetes release, CoreDNS (every upstream plugin, ``kubernetes`` and ``forward``
+among them) and the pod sandboxes' pause program. ``steward build`` builds them with the
+rest; resolve their paths with ``resolve(NODE_TOOLS, out=...)``."""
 
 
 BENCH_PEER = Tool("steward-bench-peer", "peer", ".", "k8s.io/client-go", under="bench")

@@ -29,3 +29,8 @@ class AlreadyUpError(ClusterError):
 
 class NotUpError(ClusterError):
     """No cluster is running with this state directory."""
+
+
+class PrerequisiteError(ClusterError):
+    """Something the machine must provide (a Debian package, root, cgroups, an address)
+    is missing; the message says what, and the command that provides it."""
