@@ -98,5 +98,5 @@ def test_kubebuilder_assets_are_used_instead_of_building(
 
 
 def test_unknown_binary_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["build", "kubelet"]) == 2
-    assert "unknown binaries: kubelet" in capsys.readouterr().err
+    assert main(["build", "kube-dns"]) == 2
+    assert "unknown binaries: kube-dns" in capsys.readouterr().err

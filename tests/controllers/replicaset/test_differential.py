@@ -230,9 +230,7 @@ def _available(kube: KubeClient, ns: str) -> bool:
 
 
 async def _terminating(kube: KubeClient, ns: str) -> None:
-    create_rs(
-        kube, ns, rs_body("rs", 3, pod_spec=HELD, template_meta={"finalizers": [HOLD]})
-    )
+    create_rs(kube, ns, rs_body("rs", 3, pod_spec=HELD, template_meta={"finalizers": [HOLD]}))
     await _until(kube, ns, _rs_stable)
     name = list_pods(kube, ns)[0]["metadata"]["name"]
     kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
