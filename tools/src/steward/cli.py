@@ -96,6 +96,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--nodes", type=int, default=3, help="number of simulated nodes (default: %(default)s)"
     )
     up.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help=(
+            "also start N real nodes (containerd, runc and a kubelet each, with kube-proxy "
+            "and CoreDNS) beside the simulated ones; needs root and Debian's runc, "
+            "containerd and containernetworking-plugins (default: %(default)s)"
+        ),
+    )
+    up.add_argument(
+        "--steward-pods",
+        action="store_true",
+        help=(
+            "deploy Steward as pods on the real nodes (the local overlay, images built "
+            "without a daemon and imported into the nodes); needs --real-nodes 1 or more "
+            "(make up PODS=1 does)"
+        ),
+    )
+    up.add_argument(
         "--controllers",
         default="*",
         help=(
@@ -305,10 +325,14 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
     if args.action == "up":
         if args.nodes < 0:
             raise ClusterError("--nodes must be 0 or more")
+        if args.real_nodes < 0:
+            raise ClusterError("--real-nodes must be 0 or more")
         config = ClusterConfig(
             name=args.name,
             state_dir=args.state_dir,
             nodes=args.nodes,
+            real_nodes=args.real_nodes,
+            steward_pods=args.steward_pods,
             controllers=args.controllers,
             apiserver_port=args.apiserver_port,
             start_timeout=args.timeout,

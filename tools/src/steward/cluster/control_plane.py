@@ -31,6 +31,7 @@ Every port is picked free on 127.0.0.1 at start-up, so clusters run side by side
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime
 import json
 import os
@@ -49,7 +50,7 @@ from typing import Any
 import grpc
 import yaml
 
-from steward.cluster import binaries, pki
+from steward.cluster import binaries, nodes, packages, pki, pods
 from steward.cluster.errors import (
     AlreadyUpError,
     ClusterError,
@@ -57,7 +58,8 @@ from steward.cluster.errors import (
     NotUpError,
     PortInUseError,
 )
-from steward.cluster.process import ProcessRecord, spawn, stop, tail
+from steward.cluster.nodes import RealNode
+from steward.cluster.process import ProcessRecord, free_port, spawn, stop, tail
 from steward.cluster.progress import Progress
 from steward.cluster.registry import controller_names, steward_controllers
 from steward.security import ClientSecurity
@@ -67,6 +69,19 @@ LOOPBACK = "127.0.0.1"
 SERVICE_CIDR = "10.96.0.0/24"
 SERVICE_IP = "10.96.0.1"
 POD_CIDR = "10.244.0.0/16"
+
+FOOTPRINT = "host-footprint.json"
+"""What real nodes may change on the machine, as it was before (see steward.cluster.nodes)."""
+
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+"""kwok manages the nodes annotated ``fake`` with it, and no other."""
+
+KUBELET_CLIENT_USER = "steward:apiserver-kubelet-client"
+"""kube-apiserver's client certificate towards the kubelets, bound to the bootstrap
+ClusterRole ``system:kubelet-api-admin``."""
+
+COREDNS_USER = "steward:coredns"
+"""CoreDNS's identity; a ClusterRole of the same name lets it read what it answers from."""
 
 NODE_LEASE_SECONDS = 40
 """Duration of the simulated nodes' Leases in kube-node-lease (kubelet's default); kwok
@@ -121,6 +136,10 @@ _PORTS = (
     "jaeger_health",
     "informer",
     "manager",
+    "kube_proxy_healthz",
+    "kube_proxy_metrics",
+    "coredns_health",
+    "coredns_ready",
 )
 
 
@@ -171,6 +190,18 @@ class ClusterConfig:
     """kube-controller-manager's ``--kube-api-content-type`` (e.g. ``application/json``);
     empty (the default) for its own default, protobuf. The benchmarks use it to show what
     JSON, which Steward speaks, costs kube-apiserver."""
+    real_nodes: int = 0
+    """Real nodes (containerd, runc and a kubelet each; see :mod:`steward.cluster.nodes`)
+    beside the simulated ones, with kube-proxy and CoreDNS. Needs root and Debian's
+    runc, containerd and CNI plugins. With any, kube-apiserver and Jaeger listen on the
+    machine's own address (pods cannot reach loopback). Defaults to 0."""
+    steward_pods: bool = False
+    """Deploy Steward as pods on the real nodes (the ``local`` overlay; see
+    :mod:`steward.cluster.pods`), with images built by :mod:`steward.images` and
+    imported into the nodes; needs ``real_nodes``. Defaults to False."""
+    node_images: tuple[Path, ...] = ()
+    """OCI image archives imported into every real node's containerd before its kubelet
+    starts (the pause image is always imported)."""
     audit_log: bool = False
     """Have kube-apiserver write an audit log (``<state dir>/audit.log``, JSON lines, at
     level Metadata) of the requests of the controllers' identities: upstream's
@@ -185,7 +216,7 @@ class ClusterConfig:
         with :attr:`steward` and the default ``*`` upstream's controllers that Steward runs
         itself (:data:`STEWARD_CONTROLLERS`) are switched off
         (``*,-deployment,-job,-replicaset``)."""
-        if self.steward and self.controllers == "*":
+        if (self.steward or self.steward_pods) and self.controllers == "*":
             return ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
         return self.controllers
 
@@ -211,6 +242,10 @@ class ClusterState:
     startup_seconds: float = 0.0
     nodes: int = 0
     controllers: str = "*"
+    host: str = LOOPBACK
+    """The address kube-apiserver and Jaeger listen on: loopback, or with real nodes the
+    machine's own address."""
+    real_nodes: list[RealNode] = field(default_factory=list)
 
     @property
     def kubeconfig(self) -> Path:
@@ -279,15 +314,15 @@ class ClusterState:
 
     @property
     def server(self) -> str:
-        return f"https://{LOOPBACK}:{self.ports['apiserver']}"
+        return f"https://{self.host}:{self.ports['apiserver']}"
 
     @property
     def jaeger_query_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.ports['jaeger_query_http']}"
+        return f"http://{self.host}:{self.ports['jaeger_query_http']}"
 
     @property
     def otlp_endpoint(self) -> str:
-        return f"http://{LOOPBACK}:{self.ports['jaeger_otlp_grpc']}"
+        return f"http://{self.host}:{self.ports['jaeger_otlp_grpc']}"
 
     @property
     def informer_address(self) -> str:
@@ -312,6 +347,8 @@ class ClusterState:
             "startup_seconds": self.startup_seconds,
             "nodes": self.nodes,
             "controllers": self.controllers,
+            "host": self.host,
+            "real_nodes": [n.to_json() for n in self.real_nodes],
             "kubeconfig": str(self.kubeconfig),
             "component_kubeconfigs": {
                 c: str(self.component_kubeconfig(c)) for c in STEWARD_IDENTITIES
@@ -341,6 +378,8 @@ class ClusterState:
             startup_seconds=float(data.get("startup_seconds", 0.0)),
             nodes=int(data.get("nodes", 0)),
             controllers=data.get("controllers", "*"),
+            host=data.get("host", LOOPBACK),
+            real_nodes=[RealNode.from_json(n) for n in data.get("real_nodes", [])],
         )
 
 
@@ -467,7 +506,21 @@ class LocalCluster:
         started = time.monotonic()
         fixed = {"apiserver": config.apiserver_port} if config.apiserver_port else {}
         _pick_ports(fixed)  # fail on a taken fixed port before any build or start
-        paths = binaries.resolve(COMPONENTS, out=out)
+        host = LOOPBACK
+        if config.real_nodes:
+            # Every prerequisite is checked before anything is built or started.
+            packages.check_real_node_host()
+            packages.ensure(packages.NODE_PACKAGES, out=out, install=False)
+            host = packages.host_ip()
+        if config.steward_pods and not config.real_nodes:
+            raise ClusterError("Steward's pods need a real node: give real_nodes (--real-nodes)")
+        wanted = COMPONENTS + (binaries.NODE_TOOLS if config.real_nodes else ())
+        paths = binaries.resolve(wanted, out=out)
+        if config.steward_pods:
+            from steward import images
+
+            built = images.build_images(out=out, pause_binary=paths["pause"])
+            config = dataclasses.replace(config, node_images=(*config.node_images, built.archive))
         ports = _pick_ports(fixed)
         state = ClusterState(
             name=config.name,
@@ -476,7 +529,11 @@ class LocalCluster:
             started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             nodes=config.nodes,
             controllers=config.kcm_controllers(),
+            host=host,
         )
+        if config.real_nodes:
+            spare = (free_port() for _ in iter(int, 1))
+            state.real_nodes = nodes.plan(directory, config.real_nodes, spare)
         cluster = cls(state)
         try:
             cluster._start(config, paths, out)
@@ -500,9 +557,13 @@ class LocalCluster:
         Returns the names of components that had to be killed after the grace period.
         """
         out = progress or Progress()
+        if self.state.real_nodes:
+            self._cordon_and_drain(out)
         killed = stop(list(reversed(self.state.processes)))
         if killed:
             out.say(f"killed after the grace period: {', '.join(killed)}")
+        if self.state.real_nodes:
+            self._restore_host(out)
         if not keep_state:
             shutil.rmtree(self.state.directory, ignore_errors=True)
         out.say(f"cluster {self.state.name!r} is down")
@@ -512,6 +573,10 @@ class LocalCluster:
     def _start(self, config: ClusterConfig, paths: dict[str, Path], out: Progress) -> None:
         st = self.state
         d = st.directory
+        if st.real_nodes:
+            # Before anything changes the machine: what down puts back.
+            nodes.claim_machine(d)
+            nodes.HostFootprint.take(d, st.real_nodes).save(d / FOOTPRINT)
         out.say(f"generating PKI in {d / 'pki'}")
         ca = pki.CertificateAuthority(d / "pki")
         local_names = ("localhost",)
@@ -530,9 +595,11 @@ class LocalCluster:
                 "kubernetes.default.svc",
                 "kubernetes.default.svc.cluster.local",
             ),
-            ips=(LOOPBACK, SERVICE_IP),
+            ips=tuple(dict.fromkeys((LOOPBACK, st.host, SERVICE_IP))),
             server=True,
         )
+        # kube-apiserver's identity towards the kubelets (logs, exec, port-forward).
+        kubelet_client = ca.issue("apiserver-kubelet-client", KUBELET_CLIENT_USER, client=True)
         sa = pki.service_account_keys(d / "pki")
         admin = ca.issue("admin", "steward-admin", orgs=("system:masters",), client=True)
         kcm = ca.issue("kube-controller-manager", "system:kube-controller-manager", client=True)
@@ -631,7 +698,7 @@ class LocalCluster:
                 {
                     "apiVersion": "apiserver.config.k8s.io/v1",
                     "kind": "TracingConfiguration",
-                    "endpoint": f"{LOOPBACK}:{p['jaeger_otlp_grpc']}",
+                    "endpoint": f"{st.host}:{p['jaeger_otlp_grpc']}",
                     "samplingRatePerMillion": 1_000_000,
                 }
             )
@@ -644,16 +711,25 @@ class LocalCluster:
                 f"--etcd-cafile={ca.pair.cert}",
                 f"--etcd-certfile={etcd_client.cert}",
                 f"--etcd-keyfile={etcd_client.key}",
-                f"--bind-address={LOOPBACK}",
-                f"--advertise-address={LOOPBACK}",
-                # The kubernetes Service may not point at loopback; nothing here needs it.
-                "--endpoint-reconciler-type=none",
+                f"--bind-address={st.host}",
+                f"--advertise-address={st.host}",
+                # The kubernetes Service may not point at loopback: without real nodes
+                # nothing needs it; with them it points at the machine's address.
+                f"--endpoint-reconciler-type={'lease' if st.real_nodes else 'none'}",
                 f"--secure-port={p['apiserver']}",
                 f"--tls-cert-file={apiserver.cert}",
                 f"--tls-private-key-file={apiserver.key}",
                 f"--client-ca-file={ca.pair.cert}",
                 f"--cert-dir={d / 'pki' / 'generated'}",
-                "--authorization-mode=RBAC",
+                # Node: each kubelet (system:node:<name>) reaches only its own node's
+                # objects, NodeRestriction keeps it from writing others'.
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                f"--kubelet-client-certificate={kubelet_client.cert}",
+                f"--kubelet-client-key={kubelet_client.key}",
+                f"--kubelet-certificate-authority={ca.pair.cert}",
+                # Its node proxy refuses loopback; kubelets serve on the node address.
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--allow-privileged=true",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -758,7 +834,9 @@ class LocalCluster:
                 str(paths["kwok"]),
                 f"--kubeconfig={kubeconfigs['kwok']}",
                 f"--config={stages}",
-                "--manage-all-nodes=true",
+                # Only its own nodes: a real node's kubelet reports for itself.
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
                 # kwok keeps no node Lease unless told to, and updates a node's status only
                 # when one of its stages applies; the node lifecycle controller would then
                 # see every node silent for its grace period and mark every pod not Ready
@@ -777,8 +855,227 @@ class LocalCluster:
 
         st.save()
         self._create_nodes(config.nodes, out, timeout)
+        if st.real_nodes:
+            self._start_real_nodes(config, paths, ca, out, timeout)
+        if config.steward_pods:
+            pods.deploy_pods(self, out=out, timeout=max(timeout, 300.0))
         if config.steward:
             self._start_steward(config, out, timeout)
+
+    # Real nodes ----------------------------------------------------------------------
+    def _start_real_nodes(
+        self,
+        config: ClusterConfig,
+        paths: dict[str, Path],
+        ca: pki.CertificateAuthority,
+        out: Progress,
+        timeout: float,
+    ) -> None:
+        """containerd and a kubelet per real node, each waited on until its node is
+        Ready; then kube-proxy and CoreDNS (see :mod:`steward.cluster.nodes`)."""
+        st = self.state
+        d = st.directory
+        p = st.ports
+        self._bind_node_components()
+        archives = [self._sandbox_archive(paths, out), *config.node_images]
+        for node in st.real_nodes:
+            started = time.monotonic()
+            conf = nodes.write_node_files(node)
+            nodes.make_cgroups(node)
+            name = f"containerd-{node.name}"
+            self._launch(name, [nodes.CONTAINERD, "--config", str(conf)], config)
+            record = next(r for r in st.processes if r.name == name)
+            nodes.wait_for_socket(node.containerd_socket, "ctr", timeout, record.alive)
+            for archive in archives:
+                nodes.import_images(node, archive, out)
+            client = ca.issue(
+                f"node-{node.name}", f"system:node:{node.name}", orgs=("system:nodes",), client=True
+            )
+            serving = ca.issue(
+                f"node-{node.name}-serving",
+                node.name,
+                dns=(node.name,),
+                ips=(st.host,),
+                server=True,
+            )
+            kubeconfig = self._write_kubeconfig(
+                node.directory / "kubelet.kubeconfig",
+                ca.pair.cert,
+                client,
+                f"system:node:{node.name}",
+            )
+            kubelet_config = nodes.write_yaml(
+                node.directory / "kubelet.yaml",
+                nodes.kubelet_config(
+                    node, node_ip=st.host, ca=ca.pair.cert, serving=(serving.cert, serving.key)
+                ),
+            )
+            self._launch(
+                f"kubelet-{node.name}",
+                [
+                    str(paths["kubelet"]),
+                    f"--config={kubelet_config}",
+                    f"--kubeconfig={kubeconfig}",
+                    f"--hostname-override={node.name}",
+                    f"--node-ip={st.host}",
+                    f"--node-labels={nodes.REAL_NODE_LABEL}=true",
+                    f"--root-dir={node.kubelet_root}",
+                    f"--cert-dir={node.directory / 'pki'}",
+                    "--v=1",
+                ],
+                config,
+            )
+            self._wait_node_ready(node.name, timeout, out)
+            out.say(f"real node {node.name} Ready {time.monotonic() - started:.1f}s after start")
+
+        first = st.real_nodes[0]
+        proxy = ca.issue("kube-proxy", "system:kube-proxy", client=True)
+        proxy_config = nodes.write_yaml(
+            d / "kube-proxy.yaml",
+            nodes.kube_proxy_config(
+                kubeconfig=self._write_kubeconfig(
+                    d / "kube-proxy.kubeconfig", ca.pair.cert, proxy, "system:kube-proxy"
+                ),
+                node=first,
+                healthz_port=p["kube_proxy_healthz"],
+                metrics_port=p["kube_proxy_metrics"],
+            ),
+        )
+        self._launch("kube-proxy", [str(paths["kube-proxy"]), f"--config={proxy_config}"], config)
+        self._wait(
+            "kube-proxy",
+            f"http://127.0.0.1:{p['kube_proxy_healthz']}/healthz",
+            None,
+            _any,
+            timeout,
+            out,
+        )
+        dns = ca.issue("coredns", COREDNS_USER, client=True)
+        corefile = d / "Corefile"
+        corefile.write_text(
+            nodes.corefile(
+                node_ip=st.host,
+                kubeconfig=self._write_kubeconfig(
+                    d / "coredns.kubeconfig", ca.pair.cert, dns, COREDNS_USER
+                ),
+                health_port=p["coredns_health"],
+                ready_port=p["coredns_ready"],
+            )
+        )
+        self._launch("coredns", [str(paths["coredns"]), "-conf", str(corefile)], config)
+        self._wait(
+            "coredns", f"http://127.0.0.1:{p['coredns_ready']}/ready", None, _any, timeout, out
+        )
+
+    def _sandbox_archive(self, paths: dict[str, Path], out: Progress) -> Path:
+        """The OCI archive of the pause image (:data:`nodes.SANDBOX_IMAGE`)."""
+        from steward import images  # the image builder lives beside the cluster tools
+
+        return images.build_pause_archive(paths["pause"], out=out)
+
+    def _bind_node_components(self) -> None:
+        """RBAC of the node components: kube-proxy (bootstrap ``system:node-proxier``),
+        CoreDNS (reads Services, EndpointSlices, namespaces and pods) and kube-apiserver's
+        kubelet client (bootstrap ``system:kubelet-api-admin``). The kubelets need none:
+        the Node authorizer judges them."""
+        api = "/apis/rbac.authorization.k8s.io/v1"
+        self.api(
+            "POST",
+            f"{api}/clusterroles",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": COREDNS_USER},
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "resources": ["services", "namespaces", "pods", "endpoints"],
+                        "verbs": ["list", "watch"],
+                    },
+                    {
+                        "apiGroups": ["discovery.k8s.io"],
+                        "resources": ["endpointslices"],
+                        "verbs": ["list", "watch"],
+                    },
+                ],
+            },
+            ok=(201, 409),
+        )
+        for user, role in (
+            ("system:kube-proxy", "system:node-proxier"),
+            (COREDNS_USER, COREDNS_USER),
+            (KUBELET_CLIENT_USER, "system:kubelet-api-admin"),
+        ):
+            binding = {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": user},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": role,
+                },
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+                ],
+            }
+            self.api("POST", f"{api}/clusterrolebindings", binding, ok=(201, 409))
+
+    def _wait_node_ready(self, name: str, timeout: float, out: Progress) -> None:
+        started = time.monotonic()
+        kubelet = next(r for r in self.state.processes if r.name == f"kubelet-{name}")
+        while True:
+            node = self.api("GET", f"/api/v1/nodes/{name}", ok=(200, 404))
+            if node.get("kind") == "Node" and _node_ready(node):
+                return
+            if not kubelet.alive():
+                raise self._failure(f"kubelet-{name}", "exited before its node was Ready")
+            waited = time.monotonic() - started
+            if waited > timeout:
+                raise self._failure(f"kubelet-{name}", f"left its node not Ready for {waited:.0f}s")
+            out.tick(f"waiting for real node {name} to be Ready: {waited:.0f}s")
+            time.sleep(0.5)
+
+    def _cordon_and_drain(self, out: Progress) -> None:
+        """Before the processes stop: no new pod on the real nodes, then their pods
+        deleted and waited on, so that their kubelets stop the containers and release
+        their network. Skipped when kube-apiserver no longer answers."""
+        real = self.state.real_nodes
+        kubelets = [r for r in self.state.processes if r.name.startswith("kubelet-")]
+        if not any(r.alive() for r in kubelets):
+            return
+        try:
+            for node in real:
+                self.api(
+                    "PATCH",
+                    f"/api/v1/nodes/{node.name}",
+                    {"spec": {"unschedulable": True}},
+                    ok=(200, 404),
+                )
+            nodes.drain(self.api, real, timeout=30.0, out=out)
+        except (ClusterError, OSError) as err:
+            out.say(f"could not drain the real nodes ({err}); their containers are killed")
+
+    def _restore_host(self, out: Progress) -> None:
+        """After every process stopped: put the machine back as it was (sysctls, mounts,
+        cgroups, bridges, kube-proxy's and the CNI plugin's rules, directories)."""
+        st = self.state
+        footprint = nodes.HostFootprint.load(st.directory / FOOTPRINT)
+        if footprint is None:
+            nodes.release_machine(st.directory)
+            return
+        proxy = binaries.TOOLS["kube-proxy"].cached()
+        problems = nodes.restore_host(
+            st.real_nodes,
+            footprint,
+            kube_proxy=proxy if proxy.is_file() else None,
+            out=out,
+        )
+        for problem in problems:
+            out.say(f"warning: {problem}")
+        if not problems:
+            nodes.release_machine(st.directory)
+            out.say("the machine is as it was before the real nodes started")
 
     def _apply_rbac(self, out: Progress) -> None:
         """Create the ClusterRoles of ``deploy/rbac/<component>.yaml`` as admin and bind
@@ -993,7 +1290,7 @@ class LocalCluster:
                 },
                 "jaeger_query": {
                     "storage": {"traces": "memstore"},
-                    "http": {"endpoint": f"{LOOPBACK}:{p['jaeger_query_http']}"},
+                    "http": {"endpoint": f"{self.state.host}:{p['jaeger_query_http']}"},
                     "grpc": {"endpoint": f"{LOOPBACK}:{p['jaeger_query_grpc']}"},
                 },
                 "jaeger_storage": {"backends": {"memstore": {"memory": {"max_traces": 100000}}}},
@@ -1001,7 +1298,7 @@ class LocalCluster:
             "receivers": {
                 "otlp": {
                     "protocols": {
-                        "grpc": {"endpoint": f"{LOOPBACK}:{p['jaeger_otlp_grpc']}"},
+                        "grpc": {"endpoint": f"{self.state.host}:{p['jaeger_otlp_grpc']}"},
                         "http": {"endpoint": f"{LOOPBACK}:{p['jaeger_otlp_http']}"},
                     }
                 }
@@ -1108,7 +1405,7 @@ class LocalCluster:
                         "kubernetes.io/arch": "amd64",
                         "type": "kwok",
                     },
-                    "annotations": {"kwok.x-k8s.io/node": "fake"},
+                    "annotations": {KWOK_ANNOTATION: "fake"},
                 },
                 "status": {
                     "capacity": {"cpu": "32", "memory": "256Gi", "pods": "250"},
@@ -1150,7 +1447,12 @@ class LocalCluster:
             self.state.server + path,
             data=data,
             method=method,
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
+            headers={
+                "Content-Type": (
+                    "application/merge-patch+json" if method == "PATCH" else "application/json"
+                ),
+                "Accept": "application/json",
+            },
         )
         try:
             with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:  # noqa: S310

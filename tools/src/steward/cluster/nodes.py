@@ -228,6 +228,7 @@ class HostFootprint:
     cgroup_parent_existed: list[str] = field(default_factory=list)
     networks: list[str] = field(default_factory=list)
     bridges: list[str] = field(default_factory=list)
+    iptables: dict[str, list[str]] = field(default_factory=dict)
     state_dir: str = ""
 
     @classmethod
@@ -238,6 +239,7 @@ class HostFootprint:
             cgroup_parent_existed=[str(h) for h in _hierarchies() if (h / CGROUP_PARENT).exists()],
             networks=[n.network for n in nodes],
             bridges=[n.bridge for n in nodes],
+            iptables=iptables_rules(),
             state_dir=str(state_dir),
         )
 
@@ -639,6 +641,40 @@ def remove_cni_rules(networks: Iterable[str]) -> None:
         subprocess.run(["iptables", "-w", "-t", "nat", "-X", chain], capture_output=True)
 
 
+OWN_CHAINS = re.compile(r"^(KUBE-|CNI-)")
+"""Chains kubelet, kube-proxy and the CNI plugins create."""
+
+
+def remove_new_rules(before: dict[str, list[str]]) -> None:
+    """Delete the rules and chains that appeared since ``before`` and belong to
+    kube-proxy, kubelet or the CNI plugins (a chain named ``KUBE-*`` or ``CNI-*``, or a
+    rule in one or jumping to one); every other rule stays as it is."""
+    for table, old in before.items():
+        now = iptables_rules().get(table, [])
+        known = set(old)
+        new_chains = [
+            line.split()[1]
+            for line in now
+            if line.startswith("-N ") and line not in known and OWN_CHAINS.match(line.split()[1])
+        ]
+        for line in now:
+            if not line.startswith("-A ") or line in known:
+                continue
+            parts = line.split()
+            chain = parts[1]
+            target = parts[parts.index("-j") + 1] if "-j" in parts else ""
+            if OWN_CHAINS.match(chain) or OWN_CHAINS.match(target):
+                subprocess.run(
+                    ["sh", "-c", f"iptables -w -t {table} -D {line[3:]}"],
+                    capture_output=True,
+                    check=False,
+                )
+        for chain in new_chains:
+            subprocess.run(["iptables", "-w", "-t", table, "-F", chain], capture_output=True)
+        for chain in new_chains:
+            subprocess.run(["iptables", "-w", "-t", table, "-X", chain], capture_output=True)
+
+
 def restore_host(
     nodes: list[RealNode],
     footprint: HostFootprint,
@@ -661,6 +697,8 @@ def restore_host(
     if kube_proxy is not None:
         subprocess.run([str(kube_proxy), "--cleanup"], capture_output=True, check=False)
     remove_cni_rules(footprint.networks)
+    if footprint.iptables:
+        remove_new_rules(footprint.iptables)
     for bridge in footprint.bridges:
         if Path("/sys/class/net", bridge).exists():
             subprocess.run(["ip", "link", "delete", bridge], capture_output=True, check=False)
@@ -688,6 +726,14 @@ def restore_host(
     }
     if changed:
         problems.append(f"sysctls not restored: {changed}")
+    if footprint.iptables:
+        added = {
+            table: [r for r in rules if r not in footprint.iptables.get(table, [])]
+            for table, rules in iptables_rules().items()
+        }
+        added = {t: r for t, r in added.items() if r}
+        if added:
+            problems.append(f"iptables rules left: {added}")
     left_links = [b for b in footprint.bridges if Path("/sys/class/net", b).exists()]
     if left_links:
         problems.append(f"bridges not removed: {left_links}")
