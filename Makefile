@@ -14,10 +14,12 @@ STEWARD := $(BIN)/steward
 PYTEST_ARGS ?=
 # Extra `steward cluster up` flags, e.g. UP_FLAGS="--nodes 5 --controllers '*,-job'".
 UP_FLAGS ?=
+# make up PODS=1: Steward deployed as pods on a real node (see the up target).
+PODS ?=
 
 .PHONY: help
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 $(UV):
 	@echo "installing uv $(UV_VERSION) into $(TOOLS)/"
@@ -38,8 +40,10 @@ build: venv ## build the pinned Go binaries that are not cached yet
 	$(STEWARD) build
 
 .PHONY: up
-up: build ## start the local control plane (kubeconfig, kubectl example, Jaeger printed)
-	$(STEWARD) cluster up --steward $(UP_FLAGS)
+# PODS=1: Steward as pods on one real node (containerd, runc, kubelet; needs root) instead
+# of local processes; its images are built without a daemon and imported into the node.
+up: build $(if $(PODS),node-packages) ## start the local control plane with Steward (PODS=1: as pods on a real node)
+	$(STEWARD) cluster up $(if $(PODS),--real-nodes 1 --steward-pods,--steward) $(UP_FLAGS)
 
 .PHONY: down
 down: venv ## stop the local control plane and remove its state

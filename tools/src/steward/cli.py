@@ -355,6 +355,20 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
                 if config.steward
                 else ""
             )
+            + (
+                f"real nodes:  {', '.join(n.name for n in cluster.state.real_nodes)} "
+                f"(containerd, runc, kubelet; kube-proxy and CoreDNS on {cluster.state.host})\n"
+                if cluster.state.real_nodes
+                else ""
+            )
+            + (
+                f"Steward:     as pods, try: {kubectl if kubectl.exists() else 'kubectl'} "
+                f"--kubeconfig {cluster.kubeconfig} -n steward get pods -o wide\n"
+                f"trace a Job: kubectl --kubeconfig {cluster.kubeconfig} create job pi "
+                f"--image=busybox -- true; then: steward trace job/pi\n"
+                if config.steward_pods
+                else ""
+            )
             + "stop with:   steward cluster down"
             + ("" if config.name == "default" else f" --name {config.name}"),
             file=sys.stderr,

@@ -1,0 +1,142 @@
+"""Real nodes' configuration and Steward's pod manifests, checked without starting them
+(tests/pods/ starts them)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from steward import deploy
+from steward.cluster import nodes, pods
+from steward.cluster.registry import RegisteredController
+
+pytestmark = pytest.mark.unit
+
+
+def _plan(tmp_path: Path, count: int = 3) -> list[nodes.RealNode]:
+    return nodes.plan(tmp_path, count, itertools.count(20000))
+
+
+def test_each_node_has_its_own_range_bridge_network_and_ports(tmp_path: Path) -> None:
+    planned = _plan(tmp_path)
+    assert [n.pod_cidr for n in planned] == ["10.245.0.0/24", "10.245.1.0/24", "10.245.2.0/24"]
+    assert len({n.bridge for n in planned}) == 3
+    assert all(len(n.bridge) <= 15 for n in planned)  # IFNAMSIZ
+    assert len({n.network for n in planned}) == 3
+    ports = [p for n in planned for p in (n.kubelet_port, n.kubelet_healthz_port)]
+    assert len(set(ports)) == len(ports)
+    # Another cluster's nodes get other bridges and networks.
+    other = _plan(tmp_path / "other", 1)[0]
+    assert other.bridge != planned[0].bridge and other.network != planned[0].network
+
+
+def test_node_files_stay_under_the_node_directory(tmp_path: Path) -> None:
+    node = _plan(tmp_path, 1)[0]
+    conf = nodes.write_node_files(node).read_text()
+    paths = [line.split('"')[1] for line in conf.splitlines() if '= "/' in line]
+    system = {nodes.RUNC, str(nodes.CNI_BIN)}
+    assert paths and all(p.startswith(str(node.directory)) or p in system for p in paths)
+    assert "restrict_oom_score_adj = true" in conf
+    assert f'sandbox_image = "{nodes.SANDBOX_IMAGE}"' in conf
+    cni = nodes.cni_config(node)
+    assert cni["plugins"][0]["ipam"]["dataDir"].startswith(str(node.directory))
+    assert cni["plugins"][0]["bridge"] == node.bridge
+
+
+def test_the_kubelet_serves_authenticated_and_authorized(tmp_path: Path) -> None:
+    node = _plan(tmp_path, 1)[0]
+    config = nodes.kubelet_config(
+        node, node_ip="192.0.2.2", ca=tmp_path / "ca.crt", serving=(tmp_path / "a", tmp_path / "b")
+    )
+    assert config["authentication"]["anonymous"] == {"enabled": False}
+    assert config["authentication"]["webhook"] == {"enabled": True}
+    assert config["authorization"] == {"mode": "Webhook"}
+    assert config["readOnlyPort"] == 0
+    assert config["registerWithTaints"] == [
+        {"key": nodes.REAL_NODE_LABEL, "value": "true", "effect": "NoSchedule"}
+    ]
+    assert config["podLogsDir"].startswith(str(node.directory))
+    assert config["cgroupRoot"] == f"/{nodes.CGROUP_PARENT}/{node.name}"
+
+
+JOB = RegisteredController(
+    name="job",
+    module="steward.controllers.job.main",
+    beside_upstream=("--no-take-unmanaged",),
+    alone=("--take-unmanaged",),
+)
+
+
+def _rendered() -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(deploy.render("local")) if d]
+
+
+def _deployment(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
+
+
+def test_pods_ask_for_a_real_node_and_export_to_the_cluster_jaeger() -> None:
+    docs = pods.manifests(
+        _rendered(),
+        otlp_endpoint="http://192.0.2.2:4317",
+        kcm_controllers="*,-deployment,-job,-replicaset",
+        registry=[JOB],
+    )
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    assert len(deployments) == 5
+    for dep in deployments:
+        spec = dep["spec"]["template"]["spec"]
+        assert spec["nodeSelector"][nodes.REAL_NODE_LABEL] == "true"
+        assert any(t["key"] == nodes.REAL_NODE_LABEL for t in spec["tolerations"])
+        container = spec["containers"][0]
+        assert container["image"].endswith(":dev")
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://192.0.2.2:4317"
+    job_args = _deployment(docs, "steward-controller-job")["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    assert "--take-unmanaged" in job_args and "--no-take-unmanaged" not in job_args
+
+
+def test_a_controller_beside_upstream_keeps_its_flags() -> None:
+    docs = pods.manifests(
+        _rendered(), otlp_endpoint="http://x:4317", kcm_controllers="*", registry=[JOB]
+    )
+    job_args = _deployment(docs, "steward-controller-job")["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    assert "--no-take-unmanaged" in job_args and "--take-unmanaged" not in job_args
+
+
+def test_tls_secrets_serve_the_service_names(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    from steward.cluster.pki import CertificateAuthority
+
+    ca = CertificateAuthority(tmp_path / "ca")
+    docs = pods.manifests(
+        _rendered(), otlp_endpoint="http://x:4317", kcm_controllers="*", registry=[JOB]
+    )
+    secrets = {s["metadata"]["name"]: s for s in pods.tls_secrets(docs, ca, tmp_path / "tls")}
+    assert set(secrets) == {
+        "steward-informer-tls",
+        "steward-manager-tls",
+        "steward-controller-job-tls",
+        "steward-controller-replicaset-tls",
+        "steward-controller-deployment-tls",
+    }
+    cert = x509.load_pem_x509_certificate(
+        (tmp_path / "tls" / "steward-informer-tls" / "tls.crt").read_bytes()
+    )
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "steward-informer.steward.svc" in names.get_values_for_type(x509.DNSName)
+    client = x509.load_pem_x509_certificate(
+        (tmp_path / "tls" / "steward-controller-job-tls" / "tls.crt").read_bytes()
+    )
+    usage = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH in usage
+    assert secrets["steward-informer-tls"]["type"] == "kubernetes.io/tls"

@@ -1,0 +1,539 @@
+"""Steward as pods on a real node, exactly as its users deploy it.
+
+One cluster for the module: three kwok nodes and one real node (containerd, runc, a
+kubelet; kube-proxy and CoreDNS), Steward's images built without a daemon and imported
+into the node, and the ``local`` overlay deployed (``steward cluster up --real-nodes 1
+--steward-pods``, what ``make up PODS=1`` runs). The checks are the process mode's, on
+pods: Ready through the kubelet's own probes, Service names and mTLS with projected
+tokens, Jobs and Deployments driven to completion on kwok's nodes, a deleted controller
+and a deleted informer survived without a miscounted Job, a rolling update of the Job
+controller without two active instances, a Job's trace in Jaeger; and, last, ``down``
+leaves the machine as it found it.
+
+Needs root and Debian's runc, containerd, CNI plugins, mmdebstrap and umoci (``make
+node-packages``); without them it skips, except in CI, where it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+import pytest
+
+from steward.cluster import ClusterConfig, LocalCluster, nodes, packages
+from steward.cluster.errors import ClusterError
+from steward.cluster.progress import Progress
+from steward.security import ClientSecurity
+from steward.v1 import manager_pb2, manager_pb2_grpc
+from tests.conftest import IN_CI
+from tests.tracing import jaeger
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+NS = "steward"
+NODE = "steward-node-0"
+KUBECTL = str(Path(sys.executable).parent / "kubectl")
+T = TypeVar("T")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def host_state() -> dict[str, Any]:
+    """What real nodes may change on the machine (see steward.cluster.nodes)."""
+    return {
+        "sysctls": nodes.read_sysctls(),
+        "iptables": nodes.iptables_rules(),
+        "links": nodes.links(),
+        "mounts": sorted(
+            line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        ),
+        "cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{nodes.CGROUP_PARENT}")),
+        "dirs": [d for d in nodes.HOST_DIRS if Path(d).exists()],
+    }
+
+
+def wait(what: str, check: Callable[[], T | None], timeout: float = 180.0) -> T:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except (ClusterError, OSError, grpc.RpcError) as err:
+            last, value = err, None
+        if value:
+            return value
+        time.sleep(0.5)
+    pytest.fail(f"{what}: not within {timeout:.0f}s" + (f" (last error: {last})" if last else ""))
+
+
+def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    done = subprocess.run(
+        [KUBECTL, "--kubeconfig", str(cluster.kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if check and done.returncode != 0:
+        pytest.fail(f"kubectl {' '.join(args)}: exit {done.returncode}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def get_raw(cluster: LocalCluster, path: str) -> str:
+    """GET ``path`` of kube-apiserver as the cluster admin, as text."""
+    pki = cluster.directory / "pki"
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    with urllib.request.urlopen(cluster.state.server + path, timeout=10, context=ctx) as resp:
+        return str(resp.read().decode())
+
+
+def pods_of(cluster: LocalCluster, app: str) -> list[dict[str, Any]]:
+    listing = cluster.api(
+        "GET", f"/api/v1/namespaces/{NS}/pods?labelSelector=app.kubernetes.io/name%3D{app}"
+    )
+    return list(listing.get("items", []))
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    return not pod["metadata"].get("deletionTimestamp") and any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in (pod.get("status") or {}).get("conditions") or ()
+    )
+
+
+def service_ip(cluster: LocalCluster, name: str) -> str:
+    svc = cluster.api("GET", f"/api/v1/namespaces/{NS}/services/{name}")
+    return str(svc["spec"]["clusterIP"])
+
+
+def job_controller(cluster: LocalCluster) -> manager_pb2.Controller:
+    """The manager's record of the Job controller, asked through the manager's Service
+    (kube-proxy routes its ClusterIP on this machine) over mTLS as the cluster admin."""
+    pki = cluster.directory / "pki"
+    security = ClientSecurity(
+        ca_file=str(pki / "ca.crt"),
+        cert_file=str(pki / "admin.crt"),
+        key_file=str(pki / "admin.key"),
+        server_name=f"steward-manager.{NS}.svc",
+    )
+    with security.sync_channel(f"{service_ip(cluster, 'steward-manager')}:50062") as channel:
+        reply = manager_pb2_grpc.ManagerServiceStub(channel).GetController(
+            manager_pb2.GetControllerRequest(name="job"), timeout=10
+        )
+    return reply.controller
+
+
+def active_instances(controller: manager_pb2.Controller) -> list[str]:
+    return [i.instance_id for i in controller.instances if i.role == manager_pb2.ROLE_ACTIVE]
+
+
+def job(name: str, completions: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "completions": completions,
+            "parallelism": completions,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "busybox:1.36"}],
+                }
+            },
+        },
+    }
+
+
+def burst(cluster: LocalCluster, namespace: str, prefix: str, count: int) -> None:
+    """Create ``count`` one-pod Jobs, then wait until each is Complete with exactly one
+    succeeded pod and one pod in all (no Job miscounted, no extra pod)."""
+    cluster.api("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}}, ok=(201, 409))
+    wait(
+        f"the default ServiceAccount of {namespace}",
+        lambda: cluster.api(
+            "GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default", ok=(200, 404)
+        ).get("kind"),
+    )
+    for i in range(count):
+        cluster.api(
+            "POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", job(f"{prefix}-{i}"), ok=(201,)
+        )
+
+    def converged() -> bool:
+        jobs = cluster.api("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs")["items"]
+        done = [
+            j
+            for j in jobs
+            if any(
+                c["type"] == "Complete" and c["status"] == "True"
+                for c in j.get("status", {}).get("conditions") or ()
+            )
+        ]
+        return len(done) == count
+
+    wait(f"{count} Jobs of {namespace} Complete", converged, timeout=300)
+    jobs = cluster.api("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs")["items"]
+    pods = cluster.api("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+    per_job: dict[str, int] = {}
+    for pod in pods:
+        per_job[pod["metadata"]["labels"].get("job-name", "")] = (
+            per_job.get(pod["metadata"]["labels"].get("job-name", ""), 0) + 1
+        )
+        assert pod["spec"]["nodeName"].startswith("kwok-node-"), pod["spec"]["nodeName"]
+    assert sorted(j["status"].get("succeeded") for j in jobs) == [1] * count
+    assert not any(j["status"].get("failed") for j in jobs)
+    assert per_job == {f"{prefix}-{i}": 1 for i in range(count)}
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def host_before() -> dict[str, Any]:
+    return host_state()
+
+
+@pytest.fixture(scope="module")
+def pods_cluster(
+    tmp_path_factory: pytest.TempPathFactory, host_before: dict[str, Any]
+) -> Iterator[LocalCluster]:
+    lacking = packages.missing(packages.ALL)
+    if os.geteuid() != 0 or lacking:
+        reason = f"real nodes need root and {packages.install_command(lacking or ['-'])}"
+        if IN_CI:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    cfg = ClusterConfig(
+        name=f"steward-test-pods-{os.getpid()}",
+        state_dir=tmp_path_factory.mktemp("pods-cluster"),
+        nodes=3,
+        real_nodes=1,
+        steward_pods=True,
+        die_with_parent=True,
+    )
+    started = time.monotonic()
+    cluster = LocalCluster.up(cfg, progress=Progress(interval=15.0))
+    print(f"\npods mode up in {time.monotonic() - started:.1f}s")
+    try:
+        yield cluster
+    finally:
+        if (cluster.directory / "state.json").exists():
+            cluster.down(progress=Progress(quiet=True))
+
+
+# ------------------------------------------------------------------------------- tests
+
+
+DEPLOYMENTS = (
+    "steward-informer",
+    "steward-manager",
+    "steward-controller-job",
+    "steward-controller-replicaset",
+    "steward-controller-deployment",
+)
+
+
+def test_pods_are_ready_through_their_own_probes(pods_cluster: LocalCluster) -> None:
+    """Every service runs as a pod on the real node, and its kubelet (not a fake) ran its
+    startup and readiness probes: the kubelet's prober metrics, read through the API
+    server's node proxy (kube-apiserver's kubelet client certificate), count them."""
+    names = {}
+    for app in DEPLOYMENTS:
+        running = [p for p in pods_of(pods_cluster, app) if ready(p)]
+        assert len(running) == 1, (app, [p["metadata"]["name"] for p in pods_of(pods_cluster, app)])
+        assert running[0]["spec"]["nodeName"] == NODE
+        names[app] = running[0]["metadata"]["name"]
+    metrics = get_raw(pods_cluster, f"/api/v1/nodes/{NODE}/proxy/metrics/probes")
+    for app, pod in names.items():
+        for probe in ("Startup", "Readiness", "Liveness"):
+            pattern = (
+                rf'prober_probe_total{{[^}}]*pod="{re.escape(pod)}"[^}}]*'
+                rf'probe_type="{probe}"[^}}]*result="successful"[^}}]*}} (\d+)'
+            )
+            counts = [int(m) for m in re.findall(pattern, metrics)]
+            if probe == "Liveness" and not counts:
+                continue  # liveness starts after the startup probe; may not have run yet
+            assert counts and max(counts) >= 1, f"{app}: no successful {probe} probe"
+
+
+def test_pods_run_restricted(pods_cluster: LocalCluster) -> None:
+    """The namespace enforces Pod Security ``restricted``, and inside a pod the process
+    is UID 65532 on a read-only root file system with its projected token mounted."""
+    ns = pods_cluster.api("GET", f"/api/v1/namespaces/{NS}")
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    pod = pods_of(pods_cluster, "steward-controller-job")[0]["metadata"]["name"]
+    script = (
+        "import os, pathlib\n"
+        "print(os.getuid(), os.getgid())\n"
+        "try:\n"
+        "    open('/opt/steward/x', 'w')\n"
+        "    print('writable')\n"
+        "except OSError as err:\n"
+        "    print('read-only', err.errno)\n"
+        "print(len(pathlib.Path('/var/run/secrets/steward.io/token').read_text()) > 100)\n"
+    )
+    out = kubectl(pods_cluster, "-n", NS, "exec", pod, "--", "python", "-c", script).split()
+    assert out[:2] == ["65532", "65532"]
+    assert out[2:4] == ["read-only", "30"]  # EROFS
+    assert out[4] == "True"
+
+
+def test_service_names_resolve_and_route_inside_a_pod(pods_cluster: LocalCluster) -> None:
+    """CoreDNS answers the informer's Service name in a pod, and kube-proxy routes its
+    ClusterIP to the informer's pod."""
+    pod = pods_of(pods_cluster, "steward-controller-job")[0]["metadata"]["name"]
+    script = (
+        "import socket\n"
+        f"ip = socket.gethostbyname('steward-informer.{NS}.svc')\n"
+        "socket.create_connection((ip, 50061), timeout=5).close()\n"
+        "print(ip)\n"
+    )
+    out = kubectl(pods_cluster, "-n", NS, "exec", pod, "--", "python", "-c", script).strip()
+    assert out == service_ip(pods_cluster, "steward-informer")
+
+
+def test_controllers_registered_with_the_manager_over_mtls(pods_cluster: LocalCluster) -> None:
+    """The Job controller's pod reached the manager through its Service name over mTLS
+    with its projected token, and is the active instance."""
+
+    def active() -> manager_pb2.Controller | None:
+        controller = job_controller(pods_cluster)
+        return controller if active_instances(controller) else None
+
+    controller = wait("an active Job controller", active)
+    pod = pods_of(pods_cluster, "steward-controller-job")[0]["metadata"]["name"]
+    assert controller.holder.startswith(f"{pod}-"), (controller.holder, pod)
+    assert controller.state == manager_pb2.CONTROLLER_STATE_ACTIVE
+
+
+def test_a_job_and_a_deployment_complete_on_kwok_nodes(pods_cluster: LocalCluster) -> None:
+    """What a user does: kubectl apply; Steward's pods drive both to completion."""
+    kubectl(pods_cluster, "create", "namespace", "user")
+    wait(
+        "the default ServiceAccount of user",
+        lambda: pods_cluster.api(
+            "GET", "/api/v1/namespaces/user/serviceaccounts/default", ok=(200, 404)
+        ).get("kind"),
+    )
+    manifest = (
+        json.dumps(job("pi", completions=3))
+        + "\n"
+        + json.dumps(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "web"},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "web"}},
+                        "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
+                    },
+                },
+            }
+        )
+    )
+    kubectl(pods_cluster, "-n", "user", "apply", "-f", "-", stdin=manifest)
+    kubectl(
+        pods_cluster, "-n", "user", "wait", "--for=condition=Complete", "job/pi", "--timeout=180s"
+    )
+    kubectl(
+        pods_cluster,
+        "-n",
+        "user",
+        "rollout",
+        "status",
+        "deployment/web",
+        "--timeout=180s",
+    )
+    pods = pods_cluster.api("GET", "/api/v1/namespaces/user/pods")["items"]
+    assert pods and all(p["spec"]["nodeName"].startswith("kwok-node-") for p in pods)
+    assert (
+        pods_cluster.api("GET", "/apis/batch/v1/namespaces/user/jobs/pi")["status"]["succeeded"]
+        == 3
+    )
+
+
+def test_a_job_reads_as_one_story_in_jaeger(pods_cluster: LocalCluster) -> None:
+    """The informer's event, the Job controller's reconcile and its POST of the pod are
+    one trace, exported from the pods to the cluster's Jaeger. kube-apiserver continues
+    the trace only for callers in ``system:masters`` or ``system:monitoring``, which a
+    ServiceAccount is not: its span of the POST starts a trace of its own that links the
+    POST's client span, as it would in any cluster."""
+    pods_cluster.api("POST", "/apis/batch/v1/namespaces/default/jobs", job("traced"), ok=(201,))
+    tags = json.dumps({"k8s.object.name": "traced", "k8s.resource": "jobs.v1.batch"})
+
+    def story() -> str | None:
+        found = jaeger.query(
+            pods_cluster,
+            "/api/traces",
+            service="steward-informer",
+            tags=tags,
+            lookback="1h",
+            limit="20",
+        )["data"]
+        for trace in found or []:
+            tree = jaeger.Tree(trace)
+            events = tree.find("informer ADDED jobs.v1.batch")
+            reconciles = [
+                s
+                for s in tree.find("reconcile job")
+                if events
+                and tree.parent(s) is events[0]
+                and tree.service(s) == "steward-controller-job"
+            ]
+            if not reconciles:
+                continue
+            posts = tree.find("POST /api/v1/namespaces/{namespace}/pods", under=reconciles[0])
+            if posts and jaeger.tags(posts[0]).get("span.kind") == "client":
+                return str(posts[0]["spanID"])
+        return None
+
+    post_span = wait("the Job's trace: event, reconcile, POST", story, timeout=120)
+
+    def linked() -> bool:
+        found = jaeger.query(
+            pods_cluster, "/api/traces", service="apiserver", lookback="1h", limit="500"
+        )["data"]
+        return any(
+            ref.get("spanID") == post_span
+            for trace in found or []
+            for span in trace["spans"]
+            for ref in span.get("references") or []
+        )
+
+    wait("kube-apiserver's span of the POST linking the controller's", linked, timeout=120)
+
+
+def test_deleting_the_active_job_controller_pod_is_survived(pods_cluster: LocalCluster) -> None:
+    """kubectl delete pod of the active Job controller: its Deployment replaces it, the
+    new pod becomes the active instance, and a burst of Jobs converges, none
+    miscounted. Prints the time from the delete to the converged burst."""
+    old = job_controller(pods_cluster).holder
+    pod = next(p for p in pods_of(pods_cluster, "steward-controller-job") if ready(p))
+    name = pod["metadata"]["name"]
+    started = time.monotonic()
+    kubectl(pods_cluster, "-n", NS, "delete", "pod", name, "--wait=false")
+    wait(
+        "a new active Job controller",
+        lambda: (h := job_controller(pods_cluster).holder) and h != old and not h.startswith(name),
+    )
+    active = time.monotonic() - started
+    burst(pods_cluster, "burst-after-delete", "j", 20)
+    print(
+        f"\ndelete of the active Job controller pod -> new active {active:.1f}s, "
+        f"-> 20 Jobs converged {time.monotonic() - started:.1f}s"
+    )
+
+
+def test_deleting_the_informer_pod_is_survived(pods_cluster: LocalCluster) -> None:
+    pod = next(p for p in pods_of(pods_cluster, "steward-informer") if ready(p))
+    name = pod["metadata"]["name"]
+    started = time.monotonic()
+    kubectl(pods_cluster, "-n", NS, "delete", "pod", name, "--wait=false")
+    wait(
+        "a new informer pod Ready",
+        lambda: [
+            p
+            for p in pods_of(pods_cluster, "steward-informer")
+            if ready(p) and p["metadata"]["name"] != name
+        ],
+    )
+    burst(pods_cluster, "burst-after-informer", "j", 10)
+    print(f"\ndelete of the informer pod -> 10 Jobs converged {time.monotonic() - started:.1f}s")
+
+
+def test_rolling_update_of_the_job_controller_hands_over(pods_cluster: LocalCluster) -> None:
+    """A new image for the Job controller's Deployment (its default rolling update
+    surges a second pod): the manager never has two active instances, the new pod ends
+    active, and Jobs still complete."""
+    node = pods_cluster.state.real_nodes[0]
+    tagged = subprocess.run(
+        [
+            "ctr",
+            "--address",
+            str(node.containerd_socket),
+            "-n",
+            "k8s.io",
+            "images",
+            "tag",
+            "--force",
+            "docker.io/library/steward-controller-job:dev",
+            "docker.io/library/steward-controller-job:next",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert tagged.returncode == 0, tagged.stderr
+    old = {p["metadata"]["name"] for p in pods_of(pods_cluster, "steward-controller-job")}
+    kubectl(
+        pods_cluster,
+        "-n",
+        NS,
+        "set",
+        "image",
+        "deployment/steward-controller-job",
+        "controller=steward-controller-job:next",
+    )
+    most = 0
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        with_active = active_instances(job_controller(pods_cluster))
+        most = max(most, len(with_active))
+        every = pods_of(pods_cluster, "steward-controller-job")
+        pods = [p for p in every if ready(p)]
+        new = [p for p in pods if p["metadata"]["name"] not in old]
+        holder = job_controller(pods_cluster).holder
+        old_left = [p for p in every if p["metadata"]["name"] in old]
+        if (
+            len(pods) == 1
+            and new
+            and holder.startswith(new[0]["metadata"]["name"] + "-")
+            and not old_left
+        ):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the rolling update did not hand over to the new pod in 240s")
+    assert most <= 1, f"{most} active Job controllers at once"
+    burst(pods_cluster, "burst-after-rollout", "j", 5)
+
+
+def test_down_leaves_the_machine_as_it_was(
+    pods_cluster: LocalCluster, host_before: dict[str, Any]
+) -> None:
+    """No process, mount, bridge, rule, cgroup, directory or sysctl of the real node
+    outlives ``down``."""
+    directory = pods_cluster.directory
+    pods_cluster.down(progress=Progress(quiet=True))
+    left = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue  # ended meanwhile
+        if str(directory).encode() in cmdline:
+            left.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    after = host_state()
+    for key in host_before:
+        assert after[key] == host_before[key], key
+    assert not left
