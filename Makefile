@@ -54,8 +54,8 @@ status: venv ## show the local control plane's components and nodes
 	$(STEWARD) cluster status
 
 .PHONY: images
-images: ## build Steward's container images (needs docker with its daemon, or podman)
-	deploy/images/build.sh
+images: venv ## build Steward's images without a daemon into one OCI archive for `ctr images import` (as root)
+	deploy/images/build.sh --pause
 
 .PHONY: render
 render: venv ## print the Kubernetes manifests of the local overlay (see steward deploy render --help)

@@ -1,0 +1,638 @@
+"""Steward's images built without a daemon (steward.images), checked for real.
+
+The session builds the images once (cached across runs by their inputs: a warm cache
+makes this instant), then reads the archive as an OCI image layout (every blob against
+its digest and size), checks the configuration and every layer entry, runs each image's
+entry point with ``--help`` in a chroot as 65532:65532 and the informer's in runc (read-only
+root file system, tmpfs on /tmp), and imports the archive into a containerd of the test's
+own. Needs root, mmdebstrap, umoci, runc and containerd (``make node-packages``) and Go
+for the pause program: without them the tests skip, except in CI, where they fail.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from steward import images
+from steward.cluster import binaries
+from steward.cluster.errors import ClusterError
+from steward.cluster.progress import Progress
+from tests.conftest import IN_CI
+
+TAG = "dev"
+SERVICE_NAMES = {spec.ref(TAG) for spec in images.IMAGES}
+ALL_NAMES = SERVICE_NAMES | {images.PAUSE_IMAGE}
+EXPECTED_ENV = [f"{k}={v}" for k, v in images.ENV]
+TOOLS = ("mmdebstrap", "umoci", "runc", "containerd", "ctr", "chroot")
+
+
+def _which(name: str) -> str | None:
+    return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
+
+
+def _unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "building and running the images needs root"
+    absent = [name for name in TOOLS if _which(name) is None]
+    if absent:
+        return f"not installed: {', '.join(absent)} (make node-packages)"
+    return None
+
+
+def _skip_or_fail(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+# ------------------------------------------------------------------------------ fixtures
+
+
+@dataclass
+class Layout:
+    """The archive unpacked: index, manifests and configs by image name."""
+
+    root: Path
+    index: dict[str, Any]
+    manifests: dict[str, dict[str, Any]]
+    configs: dict[str, dict[str, Any]]
+
+    def blob(self, digest: str) -> Path:
+        algorithm, hexdigest = digest.split(":", 1)
+        return self.root / "blobs" / algorithm / hexdigest
+
+    def layer_digests(self) -> set[str]:
+        return {layer["digest"] for m in self.manifests.values() for layer in m["layers"]}
+
+
+@pytest.fixture(scope="module")
+def pause_binary() -> Path:
+    try:
+        return binaries.resolve(["pause"], out=Progress(interval=15.0))["pause"]
+    except ClusterError as err:
+        _skip_or_fail(f"no pause binary: {err}")
+        raise
+
+
+@pytest.fixture(scope="module")
+def built(pause_binary: Path) -> images.BuiltImages:
+    reason = _unavailable()
+    if reason:
+        _skip_or_fail(reason)
+    return images.build_images(TAG, out=Progress(interval=15.0), pause_binary=pause_binary)
+
+
+@pytest.fixture(scope="module")
+def layout(built: images.BuiltImages, tmp_path_factory: pytest.TempPathFactory) -> Layout:
+    root = tmp_path_factory.mktemp("layout")
+    with tarfile.open(built.archive) as tar:
+        for member in tar.getmembers():
+            assert member.isdir() or member.isfile(), member.name
+            assert not member.name.startswith("/") and ".." not in member.name.split("/")
+        subprocess.run(["tar", "-x", "-f", str(built.archive), "-C", str(root)], check=True)
+    index = json.loads((root / "index.json").read_text())
+    manifests: dict[str, dict[str, Any]] = {}
+    configs: dict[str, dict[str, Any]] = {}
+    for desc in index["manifests"]:
+        name = desc["annotations"]["io.containerd.image.name"]
+        algorithm, hexdigest = desc["digest"].split(":", 1)
+        manifests[name] = json.loads((root / "blobs" / algorithm / hexdigest).read_text())
+        config = manifests[name]["config"]["digest"].split(":", 1)[1]
+        configs[name] = json.loads((root / "blobs" / "sha256" / config).read_text())
+    return Layout(root, index, manifests, configs)
+
+
+@pytest.fixture(scope="module")
+def rootfs(layout: Layout, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """Each image's root file system, its layers unpacked in order (images with the same
+    layers share one)."""
+    made: dict[tuple[str, ...], Path] = {}
+    roots: dict[str, Path] = {}
+    for name, manifest in layout.manifests.items():
+        layers = tuple(layer["digest"] for layer in manifest["layers"])
+        if layers not in made:
+            root = tmp_path_factory.mktemp("rootfs")
+            root.chmod(0o755)  # as a snapshot's root is; mktemp makes it 0700
+            for digest in layers:
+                subprocess.run(
+                    ["tar", "-x", "-z", "-f", str(layout.blob(digest)), "-C", str(root)],
+                    check=True,
+                )
+            made[layers] = root
+        roots[name] = made[layers]
+    yield roots
+    for root in made.values():
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ the archive
+
+
+def test_names_and_result(built: images.BuiltImages) -> None:
+    assert set(built.images) == ALL_NAMES
+    assert images.archive_names(built.archive) == sorted(ALL_NAMES)
+    for info in built.images.values():
+        assert info.digest.startswith("sha256:") and len(info.digest) == 71
+        assert 0 < info.size < info.unpacked_size
+    base = {info.layers[0] for name, info in built.images.items() if name in SERVICE_NAMES}
+    assert len(base) == 1, "the service images share one base layer"
+    assert built.base_packages["python3.11"].startswith("3.11.")
+
+
+def test_archive_is_an_oci_layout(built: images.BuiltImages, layout: Layout) -> None:
+    with tarfile.open(built.archive) as tar:
+        names = tar.getnames()
+    blob_names = sorted(f"blobs/sha256/{p.name}" for p in (layout.root / "blobs/sha256").iterdir())
+    assert names == ["blobs", "blobs/sha256", *blob_names, "index.json", "oci-layout"]
+    assert json.loads((layout.root / "oci-layout").read_text()) == {"imageLayoutVersion": "1.0.0"}
+    assert layout.index["schemaVersion"] == 2
+    blobs = sorted((layout.root / "blobs" / "sha256").iterdir())
+    for blob in blobs:
+        assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name
+    referenced: set[str] = set()
+
+    def check(desc: dict[str, Any], media_type: str) -> None:
+        assert desc["mediaType"] == media_type
+        path = layout.blob(desc["digest"])
+        assert path.is_file(), desc
+        assert path.stat().st_size == desc["size"], desc
+        referenced.add(path.name)
+
+    for desc in layout.index["manifests"]:
+        check(desc, "application/vnd.oci.image.manifest.v1+json")
+        assert desc["platform"] == {"architecture": "amd64", "os": "linux"}
+        name = desc["annotations"]["io.containerd.image.name"]
+        assert desc["annotations"]["org.opencontainers.image.ref.name"] == name.rsplit(":")[-1]
+        manifest = layout.manifests[name]
+        assert manifest["schemaVersion"] == 2
+        check(manifest["config"], "application/vnd.oci.image.config.v1+json")
+        for layer in manifest["layers"]:
+            check(layer, "application/vnd.oci.image.layer.v1.tar+gzip")
+        config = layout.configs[name]
+        assert len(config["rootfs"]["diff_ids"]) == len(manifest["layers"])
+        assert built.images[name].digest == desc["digest"]
+    assert referenced == {blob.name for blob in blobs}, "no blob is left unreferenced"
+
+
+def test_configs(layout: Layout) -> None:
+    for spec in images.IMAGES:
+        config = layout.configs[spec.ref(TAG)]
+        assert config["architecture"] == "amd64" and config["os"] == "linux"
+        epoch = time.gmtime(images.source_date_epoch())
+        assert config["created"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", epoch)
+        run = config["config"]
+        assert run["User"] == "65532:65532"
+        assert run["Entrypoint"] == ["/opt/steward/venv/bin/python", "-m", spec.module]
+        assert run["Env"] == EXPECTED_ENV
+        assert run["WorkingDir"] == "/tmp"
+        assert "Cmd" not in run
+    pause = layout.configs[images.PAUSE_IMAGE]["config"]
+    assert pause["User"] == "65535:65535"
+    assert pause["Entrypoint"] == ["/pause"]
+
+
+_entries: dict[Path, tuple[str, int, list[tarfile.TarInfo]]] = {}
+
+
+def _members(layout: Layout, digest: str) -> tuple[str, int, list[tarfile.TarInfo]]:
+    """A layer's uncompressed digest, size and entries (read once per session)."""
+    blob = layout.blob(digest)
+    if blob not in _entries:
+        with gzip.open(blob) as raw:
+            data = raw.read()
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            members = tar.getmembers()
+        _entries[blob] = (f"sha256:{hashlib.sha256(data).hexdigest()}", len(data), members)
+    return _entries[blob]
+
+
+def test_layers_root_owned_read_only_reproducible_entries(
+    built: images.BuiltImages, layout: Layout
+) -> None:
+    epoch = images.source_date_epoch()
+    diff_ids = {
+        layer["digest"]: layout.configs[name]["rootfs"]["diff_ids"][i]
+        for name, manifest in layout.manifests.items()
+        for i, layer in enumerate(manifest["layers"])
+    }
+    for digest in sorted(layout.layer_digests()):
+        diff_id, size, members = _members(layout, digest)
+        assert diff_id == diff_ids[digest]
+        assert built.layers[digest].unpacked_size == size
+        assert _in_walk_order([m.name for m in members]), built.layers[digest].description
+        for m in members:
+            where = f"{built.layers[digest].description}: {m.name}"
+            assert (m.uid, m.gid, m.uname, m.gname) == (0, 0, "", ""), where
+            assert m.mtime == epoch, where
+            assert m.isdir() or m.isfile() or m.issym(), where
+            assert not m.mode & 0o6000, f"setuid/setgid {where}"
+            if m.isdir() and m.name in ("tmp",):
+                assert m.mode == 0o1777, where
+            elif not m.issym():
+                assert not m.mode & 0o022, f"writable by group or others: {where}"
+                assert m.mode & 0o444 == 0o444, f"not readable by all: {where}"
+            assert not m.pax_headers.keys() - {"path", "linkpath"}, where
+
+
+def _in_walk_order(names: list[str]) -> bool:
+    """Every parent before its children, and the children of a directory in byte order
+    (the order write_tar walks in, so the same tree always gives the same tar)."""
+    seen: set[str] = set()
+    last_child: dict[str, bytes] = {}
+    for name in names:
+        parent, _, base = name.rpartition("/")
+        if parent and parent not in seen:
+            return False
+        if last_child.get(parent, b"") >= base.encode():
+            return False
+        last_child[parent] = base.encode()
+        seen.add(name)
+    return True
+
+
+def test_base_layer_is_stripped(built: images.BuiltImages, layout: Layout) -> None:
+    base = built.images[images.IMAGES[0].ref(TAG)].layers[0]
+    _, _, members = _members(layout, base)
+    names = {m.name for m in members}
+    files = {m.name for m in members if m.isfile()}
+    for gone in ("var/lib/apt/lists", "var/cache/apt", "etc/apt", "etc/resolv.conf"):
+        assert not any(n == gone or n.startswith(gone + "/") for n in names), gone
+    assert not [n for n in files if n.startswith("var/log/")]
+    assert not [n for n in files if n.startswith(("usr/share/man/", "usr/share/locale/"))]
+    docs = [n for n in files if n.startswith("usr/share/doc/")]
+    assert docs and all(n.endswith("/copyright") for n in docs)
+    assert not [n for n in names if n.startswith("dev/")]
+    for shell in ("usr/bin/sh", "usr/bin/bash", "usr/bin/dash", "usr/bin/apt", "usr/bin/dpkg"):
+        assert shell not in names, f"{shell}: the base has no shell or package manager"
+    assert {"usr/bin/python3.11", "etc/passwd", "etc/group", "etc/nsswitch.conf"} <= names
+    assert "var/lib/dpkg/status.d/python3.11" in files
+    assert "usr/lib/python3.11/__pycache__/os.cpython-311.pyc" in files
+    for spec_venv in {spec.venv for spec in images.IMAGES}:
+        name = next(s.ref(TAG) for s in images.IMAGES if s.venv == spec_venv)
+        venv_layer = built.images[name].layers[1]
+        _, _, venv_members = _members(layout, venv_layer)
+        assert all(m.name == "opt" or m.name.startswith("opt/") for m in venv_members)
+        venv_files = {m.name for m in venv_members if m.isfile()}
+        site = "opt/steward/venv/lib/python3.11/site-packages"
+        assert f"{site}/steward/__pycache__/__init__.cpython-311.pyc" in venv_files
+        assert not [n for n in venv_files if n.endswith(("uv_cache.json", "direct_url.json"))]
+
+
+# ---------------------------------------------------------------------------- running them
+
+
+@pytest.mark.parametrize("spec", images.IMAGES, ids=lambda s: s.name)
+def test_entrypoint_runs_as_nonroot(
+    spec: images.ImageSpec, layout: Layout, rootfs: dict[str, Path]
+) -> None:
+    name = spec.ref(TAG)
+    run = layout.configs[name]["config"]
+    chroot = _which("chroot")
+    assert chroot
+    done = subprocess.run(
+        [chroot, f"--userspec={run['User']}", str(rootfs[name]), *run["Entrypoint"], "--help"],
+        env=dict(item.split("=", 1) for item in run["Env"]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage:"), done.stdout
+
+
+# Imports every extension module of the standard library (lib-dynload) and of the venv:
+# each shared library they link must be in the image.
+_IMPORT_EXTENSIONS = """
+import importlib, pathlib, sys
+site = pathlib.Path(sys.prefix, "lib", "python3.11", "site-packages")
+names = [p.name.split(".")[0] for p in pathlib.Path(sys.base_prefix, "lib", "python3.11",
+         "lib-dynload").glob("*.so")]
+for so in site.rglob("*.so"):
+    for suffix in (".cpython-311-x86_64-linux-gnu.so", ".abi3.so"):
+        if so.name.endswith(suffix):
+            rel = so.relative_to(site)
+            names.append(".".join([*rel.parts[:-1], so.name[: -len(suffix)]]))
+failed = []
+for name in sorted(names):
+    try:
+        importlib.import_module(name)
+    except Exception as err:
+        failed.append(f"{name}: {err!r}")
+print(len(names), failed)
+sys.exit(1 if failed else 0)
+"""
+
+
+@pytest.mark.parametrize("venv", [v.name for v in images.VENVS])
+def test_extension_modules_load(venv: str, layout: Layout, rootfs: dict[str, Path]) -> None:
+    name = next(spec.ref(TAG) for spec in images.IMAGES if spec.venv == venv)
+    run = layout.configs[name]["config"]
+    chroot = _which("chroot")
+    assert chroot
+    done = subprocess.run(
+        [
+            chroot,
+            f"--userspec={run['User']}",
+            str(rootfs[name]),
+            "python",
+            "-c",
+            _IMPORT_EXTENSIONS,
+        ],
+        env=dict(item.split("=", 1) for item in run["Env"]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    count = int(done.stdout.split()[0])
+    assert count > 50, done.stdout  # 46 of the standard library, grpcio's, orjson's, …
+
+
+def test_pause_runs(layout: Layout, rootfs: dict[str, Path]) -> None:
+    chroot = _which("chroot")
+    assert chroot
+    root = rootfs[images.PAUSE_IMAGE]
+    assert sorted(p.name for p in root.iterdir()) == ["pause"]
+    done = subprocess.run(
+        [chroot, "--userspec=65535:65535", str(root), "/pause", "-version"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("pause ")
+
+
+def test_informer_in_runc_read_only(
+    layout: Layout, rootfs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The informer's image as a container: read-only root, tmpfs /tmp, its user and
+    environment from the image configuration."""
+    runc = _which("runc")
+    assert runc
+    name = images.IMAGES[0].ref(TAG)
+    run = layout.configs[name]["config"]
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    subprocess.run([runc, "spec", "--bundle", str(bundle)], check=True)
+    spec = json.loads((bundle / "config.json").read_text())
+    uid, gid = (int(x) for x in run["User"].split(":"))
+    spec["process"].update(
+        terminal=False,
+        args=[*run["Entrypoint"], "--help"],
+        env=run["Env"],
+        cwd=run["WorkingDir"],
+        user={"uid": uid, "gid": gid},
+    )
+    spec["root"] = {"path": str(rootfs[name]), "readonly": True}
+    spec["mounts"].append(
+        {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid"]}
+    )
+    (bundle / "config.json").write_text(json.dumps(spec))
+    state = tmp_path / "runc-state"
+    container = f"steward-images-test-{os.getpid()}"
+    try:
+        done = subprocess.run(
+            [runc, "--root", str(state), "run", "--bundle", str(bundle), container],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        subprocess.run(
+            [runc, "--root", str(state), "delete", "--force", container],
+            capture_output=True,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: steward-informer"), done.stdout
+
+
+# ------------------------------------------------------------------------------ containerd
+
+
+def _mounts_under(root: Path) -> list[str]:
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4]
+        if point == str(root) or point.startswith(f"{root}/"):
+            found.append(point)
+    return found
+
+
+def _processes_naming(text: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.fixture
+def containerd(tmp_path: Path) -> Iterator[str]:
+    """A containerd of this test alone (own root, state and socket; no CRI), stopped and
+    cleaned up afterwards: its socket's address."""
+    base = Path(f"/tmp/steward-ctd-{os.getpid()}")  # short: socket paths are limited
+    if base.exists():
+        shutil.rmtree(base)
+    base.mkdir()
+    sock = base / "containerd.sock"
+    config = base / "config.toml"
+    config.write_text(
+        "\n".join(
+            [
+                "version = 2",
+                f'root = "{base}/root"',
+                f'state = "{base}/state"',
+                'disabled_plugins = ["io.containerd.grpc.v1.cri"]',
+                "[grpc]",
+                f'  address = "{sock}"',
+                "[ttrpc]",
+                f'  address = "{sock}.ttrpc"',
+                "[debug]",
+                '  address = ""',
+                "[metrics]",
+                '  address = ""',
+                '[plugins."io.containerd.internal.v1.opt"]',
+                f'  path = "{base}/opt"',
+                "",
+            ]
+        )
+    )
+    log = (tmp_path / "containerd.log").open("w")
+    proc = subprocess.Popen(
+        ["containerd", "--config", str(config)], stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            ok = subprocess.run(
+                ["ctr", "--address", str(sock), "version"], capture_output=True, check=False
+            )
+            if ok.returncode == 0:
+                break
+            assert proc.poll() is None, (tmp_path / "containerd.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "containerd did not answer in 30 s"
+            time.sleep(0.2)
+        yield str(sock)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        for point in sorted(_mounts_under(base), key=len, reverse=True):
+            subprocess.run(["umount", "--lazy", point], check=False)
+        left_mounts = _mounts_under(base)
+        left = _processes_naming(str(config))
+        shutil.rmtree(base, ignore_errors=True)
+        assert not left_mounts, left_mounts
+        assert not left, f"processes left: {left}"
+
+
+def test_import_into_containerd(built: images.BuiltImages, containerd: str) -> None:
+    imported = images.import_into_containerd(built.archive, address=containerd)
+    assert sorted(imported) == sorted(ALL_NAMES)
+    listed = subprocess.run(
+        ["ctr", "--address", containerd, "-n", "k8s.io", "images", "ls"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows = {line.split()[0]: line.split()[2] for line in listed.stdout.splitlines()[1:]}
+    for name, info in built.images.items():
+        assert rows.get(name) == info.digest, listed.stdout
+
+
+def test_pause_archive_alone(built: images.BuiltImages, pause_binary: Path, tmp_path: Path) -> None:
+    archive = images.build_pause_archive(
+        pause_binary, out=Progress(quiet=True), output=tmp_path / "pause.tar"
+    )
+    assert images.archive_names(archive) == [images.PAUSE_IMAGE]
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("index.json")
+        assert member is not None
+        index = json.load(member)
+    assert index["manifests"][0]["digest"] == built.images[images.PAUSE_IMAGE].digest
+
+
+# ------------------------------------------------------------------------- cache, rebuild
+
+
+def test_second_build_is_cached(built: images.BuiltImages, pause_binary: Path) -> None:
+    again = images.build_images(TAG, out=Progress(quiet=True), pause_binary=pause_binary)
+    assert again.cached
+    assert again.seconds < 10
+    assert again.archive == built.archive
+    assert {n: i.digest for n, i in again.images.items()} == {
+        n: i.digest for n, i in built.images.items()
+    }
+
+
+@pytest.mark.slow
+def test_rebuild_is_reproducible(
+    built: images.BuiltImages, pause_binary: Path, tmp_path: Path
+) -> None:
+    """Building again without the cache (the base layer stays) gives the same bytes."""
+    before = hashlib.sha256(built.archive.read_bytes()).hexdigest()
+    again = images.build_images(
+        TAG,
+        out=Progress(interval=15.0),
+        pause_binary=pause_binary,
+        use_cache=False,
+        output=tmp_path / "again.tar",
+    )
+    assert not again.cached
+    assert again.key == built.key
+    assert {n: i.digest for n, i in again.images.items()} == {
+        n: i.digest for n, i in built.images.items()
+    }
+    assert hashlib.sha256(again.archive.read_bytes()).hexdigest() == before
+
+
+# ------------------------------------------------------------------------------ unit tests
+
+
+def _tree(root: Path, mode: int) -> None:
+    (root / "d" / "e").mkdir(parents=True)
+    (root / "tmp").mkdir()
+    (root / "tmp").chmod(0o1777)
+    (root / "d" / "f.txt").write_text("text")
+    (root / "d" / "f.txt").chmod(mode)
+    (root / "d" / "run").write_text("#!/bin/sh\n")
+    (root / "d" / "run").chmod(0o700)
+    os.link(root / "d" / "f.txt", root / "d" / "e" / "hard")
+    (root / "B").symlink_to("d/f.txt")
+    (root / ("a" * 120)).write_text("long name")
+
+
+@pytest.mark.unit
+def test_write_tar_is_deterministic(tmp_path: Path) -> None:
+    _tree(tmp_path / "one", 0o666)
+    time.sleep(0.01)
+    _tree(tmp_path / "two", 0o600)
+    os.utime(tmp_path / "two" / "d" / "f.txt", (12345, 12345))
+    first = images.write_tar(tmp_path / "one.tar", tmp_path / "one", epoch=7)
+    second = images.write_tar(tmp_path / "two.tar", tmp_path / "two", epoch=7)
+    assert first == second
+    assert (tmp_path / "one.tar").read_bytes() == (tmp_path / "two.tar").read_bytes()
+    with tarfile.open(tmp_path / "one.tar") as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert list(members) == ["B", "a" * 120, "d", "d/e", "d/e/hard", "d/f.txt", "d/run", "tmp"]
+    assert members["d/f.txt"].mode == 0o644 and members["d/run"].mode == 0o755
+    assert members["d/e/hard"].isfile() and members["d/e/hard"].size == 4
+    assert members["tmp"].mode == 0o1777 and members["d"].mode == 0o755
+    assert members["B"].issym() and members["B"].linkname == "d/f.txt"
+    assert all(m.mtime == 7 and m.uid == 0 and m.gid == 0 for m in members.values())
+    assert members["a" * 120].pax_headers == {"path": "a" * 120}
+
+
+@pytest.mark.unit
+def test_write_tar_refuses_devices(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    os.mkfifo(root / "fifo")
+    with pytest.raises(images.ImageError, match="not a file"):
+        images.write_tar(tmp_path / "out.tar", root, epoch=0)
+
+
+@pytest.mark.unit
+def test_cli_help() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "steward.images", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for flag in ("--tag", "--output", "--pause", "--no-cache", "--import"):
+        assert flag in done.stdout
