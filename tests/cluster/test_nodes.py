@@ -140,3 +140,32 @@ def test_tls_secrets_serve_the_service_names(tmp_path: Path) -> None:
     usage = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH in usage
     assert secrets["steward-informer-tls"]["type"] == "kubernetes.io/tls"
+
+
+def test_self_hosted_steward_can_heal_itself() -> None:
+    """Steward's ReplicaSet controller replaces Steward's own pods: the informer, the
+    manager and it run two replicas, controllers register as standbys, and the manager
+    starts with the controllers to take over disabled (the hand-over enables them)."""
+    docs = pods.manifests(
+        _rendered(),
+        otlp_endpoint="http://x:4317",
+        kcm_controllers="*,-deployment,-job,-replicaset",
+        registry=[JOB],
+        bootstrap_disabled=["deployment", "job", "replicaset"],
+    )
+    replicas = {
+        d["metadata"]["name"]: d["spec"]["replicas"] for d in docs if d["kind"] == "Deployment"
+    }
+    assert replicas == {
+        "steward-informer": 2,
+        "steward-manager": 2,
+        "steward-controller-replicaset": 2,
+        "steward-controller-job": 1,
+        "steward-controller-deployment": 1,
+    }
+    manager = _deployment(docs, "steward-manager")["spec"]["template"]["spec"]["containers"][0]
+    assert "--controllers=*,-deployment,-job,-replicaset" in manager["args"]
+    job_args = _deployment(docs, "steward-controller-job")["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    assert "--standby" in job_args

@@ -755,6 +755,7 @@ class LocalCluster:
 
         # kube-controller-manager ----------------------------------------------------------
         kc = kubeconfigs["kube-controller-manager"]
+        first_controllers = config.controllers if config.steward_pods else config.kcm_controllers()
         self._launch(
             "kube-controller-manager",
             [
@@ -766,7 +767,9 @@ class LocalCluster:
                 f"--secure-port={p['controller_manager']}",
                 f"--tls-cert-file={kcm_serving.cert}",
                 f"--tls-private-key-file={kcm_serving.key}",
-                f"--controllers={config.kcm_controllers()}",
+                # With Steward's pods, upstream's controllers start them first (see
+                # steward.cluster.pods), then hand over.
+                f"--controllers={first_controllers}",
                 f"--service-account-private-key-file={sa.key}",
                 f"--root-ca-file={ca.pair.cert}",
                 f"--cluster-signing-cert-file={ca.pair.cert}",
@@ -858,7 +861,13 @@ class LocalCluster:
         if st.real_nodes:
             self._start_real_nodes(config, paths, ca, out, timeout)
         if config.steward_pods:
-            pods.deploy_pods(self, out=out, timeout=max(timeout, 300.0))
+            pods.deploy_pods(
+                self,
+                final_controllers=config.kcm_controllers(),
+                restart_upstream=lambda controllers: self._restart_kcm(controllers, config, out),
+                out=out,
+                timeout=max(timeout, 300.0),
+            )
         if config.steward:
             self._start_steward(config, out, timeout)
 
@@ -877,7 +886,8 @@ class LocalCluster:
         d = st.directory
         p = st.ports
         self._bind_node_components()
-        archives = [self._sandbox_archive(paths, out), *config.node_images]
+        # Steward's archive (with --steward-pods) holds the pause image too.
+        archives = list(config.node_images) or [self._sandbox_archive(paths, out)]
         for node in st.real_nodes:
             started = time.monotonic()
             conf = nodes.write_node_files(node)
@@ -965,6 +975,28 @@ class LocalCluster:
         self._launch("coredns", [str(paths["coredns"]), "-conf", str(corefile)], config)
         self._wait(
             "coredns", f"http://127.0.0.1:{p['coredns_ready']}/ready", None, _any, timeout, out
+        )
+
+    def _restart_kcm(self, controllers: str, config: ClusterConfig, out: Progress) -> None:
+        """Restart kube-controller-manager with ``--controllers=<controllers>``."""
+        st = self.state
+        old = next(r for r in st.processes if r.name == "kube-controller-manager")
+        argv = [
+            f"--controllers={controllers}" if a.startswith("--controllers=") else a
+            for a in old.argv
+        ]
+        stop([old])
+        st.processes = [r for r in st.processes if r is not old]
+        st.controllers = controllers
+        self._launch("kube-controller-manager", argv, config)
+        ca_ctx = _ssl_context(st.pki_file("ca.crt"), None)
+        self._wait(
+            "kube-controller-manager",
+            f"https://{LOOPBACK}:{st.ports['controller_manager']}/healthz",
+            ca_ctx,
+            lambda body: body.strip() == b"ok",
+            config.start_timeout,
+            out,
         )
 
     def _sandbox_archive(self, paths: dict[str, Path], out: Progress) -> Path:

@@ -519,7 +519,6 @@ def import_images(node: RealNode, archive: Path, out: Progress) -> None:
             "k8s.io",
             "images",
             "import",
-            "--no-unpack",
             str(archive),
         ],
         capture_output=True,

@@ -9,7 +9,22 @@ changed only where this cluster differs from a user's:
   kube-apiserver's, so that a Job's trace reads as one story;
 - a controller whose upstream counterpart kube-controller-manager does not run gets the
   flags its definition declares for running alone (the Job controller's
-  ``--take-unmanaged``) in place of those for running beside upstream.
+  ``--take-unmanaged``) in place of those for running beside upstream;
+- the services the others cannot heal without run two replicas (:data:`SELF_HEALING`),
+  and every controller registers with ``--standby``, as in the production overlay.
+
+# Bootstrap and hand-over
+Steward's own services are Deployments, and Steward's ReplicaSet and Deployment
+controllers are among them: they cannot create their own first pods. So, as a
+self-hosted control plane boots, upstream's controllers start them: kube-controller-manager
+first runs every controller, and Steward's manager starts with the controllers Steward
+takes over disabled (``--controllers=*,-deployment,...``), so that they register but do
+not reconcile. Once every Steward pod is Ready, kube-controller-manager restarts without
+those controllers and the manager enables Steward's (``EnableController``, recorded in
+each controller's Lease, so a restarted manager keeps it). From then on Steward keeps
+its own pods too: a deleted pod is replaced by Steward's ReplicaSet controller, which
+needs a live informer and manager to do so; that is why those (and the ReplicaSet
+controller itself) run two replicas here, as in the production overlay.
 
 The TLS Secrets the manifests name (``steward-informer-tls``, ``steward-manager-tls``,
 ``steward-controller-<name>-tls``) are ``kubernetes.io/tls`` Secrets with ``ca.crt``, as
@@ -26,10 +41,11 @@ import copy
 import json
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import grpc
 import yaml
 
 from steward import deploy
@@ -38,11 +54,27 @@ from steward.cluster.errors import ClusterError
 from steward.cluster.pki import CertificateAuthority
 from steward.cluster.progress import Progress
 from steward.cluster.registry import RegisteredController, steward_controllers
+from steward.security import ClientSecurity
+from steward.v1 import manager_pb2, manager_pb2_grpc
 
 Doc = dict[str, Any]
 
 NAMESPACE = "steward"
 """The namespace the manifests put everything in."""
+
+
+SELF_HEALING = {
+    "steward-informer": 2,
+    "steward-manager": 2,
+    "steward-controller-replicaset": 2,
+}
+"""Replicas of the services a self-hosted Steward needs alive to replace any of its pods."""
+
+LEADER_READY = frozenset({"steward-manager"})
+"""Services whose readiness is leadership: of their replicas only the leader is Ready
+(the Service sends callers to it), the others stand by."""
+
+MANAGER_PORT = 50062
 
 
 class PodsError(ClusterError):
@@ -68,8 +100,11 @@ def manifests(
     kcm_controllers: str,
     registry: Iterable[RegisteredController] | None = None,
     tag: str = "dev",
+    bootstrap_disabled: Iterable[str] = (),
 ) -> list[Doc]:
-    """The rendered overlay ``docs``, changed for this cluster (see the module docs)."""
+    """The rendered overlay ``docs``, changed for this cluster (see the module docs);
+    the manager starts with the controllers ``bootstrap_disabled`` disabled."""
+    disabled = list(bootstrap_disabled)
     by_deployment = {
         f"steward-controller-{c.name}": c
         for c in (registry if registry is not None else steward_controllers())
@@ -98,7 +133,20 @@ def manifests(
             env = container.setdefault("env", [])
             env[:] = [e for e in env if e.get("name") != "OTEL_EXPORTER_OTLP_ENDPOINT"]
             env.append({"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": otlp_endpoint})
-            controller = by_deployment.get(doc["metadata"]["name"])
+            name = doc["metadata"]["name"]
+            if name in SELF_HEALING:
+                doc["spec"]["replicas"] = SELF_HEALING[name]
+            if name == "steward-manager" and disabled:
+                args = [a for a in container.get("args", []) if not a.startswith("--controllers")]
+                container["args"] = [
+                    *args,
+                    "--controllers=" + ",".join(["*", *(f"-{n}" for n in disabled)]),
+                ]
+            controller = by_deployment.get(name)
+            if controller is not None and "--standby" not in container.get("args", []):
+                # As in the production overlay: a second replica, or a new pod of a rolling
+                # update, waits as the standby instead of being refused.
+                container["args"] = [*container.get("args", []), "--standby"]
             if controller is not None and not _upstream_runs(kcm_controllers, controller.name):
                 beside = set(controller.beside_upstream or ())
                 args = [a for a in container.get("args", []) if a not in beside]
@@ -187,19 +235,26 @@ def kubectl_apply(kubeconfig: Path, docs: Iterable[Doc]) -> str:
 def deploy_pods(
     cluster: Any,
     *,
+    final_controllers: str,
+    restart_upstream: Callable[[str], None],
     out: Progress,
     timeout: float = 300.0,
     tag: str = "dev",
 ) -> list[Doc]:
     """Deploy Steward as pods into ``cluster`` (a :class:`LocalCluster` with a real node
-    whose containerd has Steward's images) and wait until every Deployment is available.
+    whose containerd has Steward's images), wait until every Deployment is available,
+    then hand over (see the module docs): ``restart_upstream(final_controllers)``
+    restarts kube-controller-manager with its final ``--controllers``, and Steward's
+    controllers that upstream then does not run are enabled and waited on until active.
     Returns the applied manifests."""
+    taken = [c.name for c in steward_controllers() if not _upstream_runs(final_controllers, c.name)]
     rendered = [d for d in yaml.safe_load_all(deploy.render("local")) if d]
     docs = manifests(
         rendered,
         otlp_endpoint=cluster.otlp_endpoint,
-        kcm_controllers=cluster.state.controllers,
+        kcm_controllers=final_controllers,
         tag=tag,
+        bootstrap_disabled=taken,
     )
     ca = CertificateAuthority.load(cluster.directory / "pki")
     secrets = tls_secrets(docs, ca, cluster.directory / "pods-tls")
@@ -213,7 +268,62 @@ def deploy_pods(
     kubectl_apply(cluster.kubeconfig, rest)
     wait_available(cluster, [d for d in docs if d.get("kind") == "Deployment"], out, timeout)
     out.say(f"Steward's pods are Ready {time.monotonic() - started:.1f}s after the apply")
+    if taken:
+        out.say(f"handing {', '.join(taken)} over from kube-controller-manager to Steward")
+        restart_upstream(final_controllers)
+        for name in taken:
+            enable(cluster, name, timeout=timeout, out=out)
+    out.say(f"Steward runs as pods, {time.monotonic() - started:.1f}s after the apply")
     return docs
+
+
+def manager_security(cluster: Any) -> ClientSecurity:
+    """mTLS to Steward's manager pods as the cluster admin, checking the serving
+    certificate for the manager's Service name."""
+    pki = cluster.directory / "pki"
+    return ClientSecurity(
+        ca_file=str(pki / "ca.crt"),
+        cert_file=str(pki / "admin.crt"),
+        key_file=str(pki / "admin.key"),
+        server_name=f"steward-manager.{NAMESPACE}.svc",
+    )
+
+
+def manager_address(cluster: Any) -> str:
+    """The manager Service's ClusterIP and port (kube-proxy routes it on this machine)."""
+    svc = cluster.api("GET", f"/api/v1/namespaces/{NAMESPACE}/services/steward-manager")
+    return f"{svc['spec']['clusterIP']}:{MANAGER_PORT}"
+
+
+def manager_call(cluster: Any, method: str, request: Any, *, timeout: float = 60.0) -> Any:
+    """One unary call to the manager's leader: a replica that is not the leader answers
+    UNAVAILABLE, and each new connection may reach another, so it is retried."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with manager_security(cluster).sync_channel(manager_address(cluster)) as channel:
+                stub = manager_pb2_grpc.ManagerServiceStub(channel)
+                return getattr(stub, method)(request, timeout=10)
+        except grpc.RpcError as err:
+            code = err.code() if isinstance(err, grpc.Call) else None
+            if code is not grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                raise PodsError(f"manager {method}: {err}") from err
+        time.sleep(0.5)
+
+
+def enable(cluster: Any, name: str, *, timeout: float, out: Progress) -> None:
+    """Enable Steward's controller ``name`` in the manager and wait until an instance is
+    active."""
+    manager_call(cluster, "EnableController", manager_pb2.EnableControllerRequest(name=name))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reply = manager_call(cluster, "GetController", manager_pb2.GetControllerRequest(name=name))
+        if reply.controller.state == manager_pb2.CONTROLLER_STATE_ACTIVE:
+            out.say(f"Steward's {name} controller is active ({reply.controller.holder})")
+            return
+        out.tick(f"waiting for Steward's {name} controller to become active")
+        time.sleep(0.5)
+    raise PodsError(f"Steward's {name} controller was not active {timeout:.0f}s after enabling")
 
 
 def _wait_service_account(cluster: Any, out: Progress, timeout: float) -> None:
@@ -243,11 +353,12 @@ def wait_available(cluster: Any, deployments: list[Doc], out: Progress, timeout:
             )
             want = (dep.get("spec") or {}).get("replicas", 1)
             st = dep.get("status") or {}
+            available = 1 if name in LEADER_READY else want
             if not (
                 st.get("observedGeneration") == (dep.get("metadata") or {}).get("generation")
                 and st.get("updatedReplicas") == want
-                and st.get("availableReplicas") == want
-                and not st.get("unavailableReplicas")
+                and st.get("replicas") == want
+                and (st.get("availableReplicas") or 0) >= available
             ):
                 pending.append(name)
         if not pending:
