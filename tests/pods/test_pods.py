@@ -239,36 +239,44 @@ def pods_cluster(
 # ------------------------------------------------------------------------------- tests
 
 
-DEPLOYMENTS = (
-    "steward-informer",
-    "steward-manager",
-    "steward-controller-job",
-    "steward-controller-replicaset",
-    "steward-controller-deployment",
-)
+READY = {
+    "steward-informer": 2,
+    "steward-manager": 1,  # of two: only the leader is Ready, the other stands by
+    "steward-controller-job": 1,
+    "steward-controller-replicaset": 2,
+    "steward-controller-deployment": 1,
+}
+"""Ready pods of each Deployment (see steward.cluster.pods.SELF_HEALING)."""
 
 
 def test_pods_are_ready_through_their_own_probes(pods_cluster: LocalCluster) -> None:
-    """Every service runs as a pod on the real node, and its kubelet (not a fake) ran its
-    startup and readiness probes: the kubelet's prober metrics, read through the API
-    server's node proxy (kube-apiserver's kubelet client certificate), count them."""
-    names = {}
-    for app in DEPLOYMENTS:
-        running = [p for p in pods_of(pods_cluster, app) if ready(p)]
-        assert len(running) == 1, (app, [p["metadata"]["name"] for p in pods_of(pods_cluster, app)])
-        assert running[0]["spec"]["nodeName"] == NODE
-        names[app] = running[0]["metadata"]["name"]
+    """Every service runs as pods on the real node, and its kubelet (not a fake) ran
+    their startup and readiness probes: the kubelet's prober metrics, read through the
+    API server's node proxy (kube-apiserver's kubelet client certificate), count them."""
+    ready_pods: list[str] = []
+    started: list[str] = []
+    for app, want in READY.items():
+        pods = pods_of(pods_cluster, app)
+        assert all(p["spec"]["nodeName"] == NODE for p in pods), app
+        running = [p["metadata"]["name"] for p in pods if ready(p)]
+        assert len(running) == want, (app, [p["metadata"]["name"] for p in pods])
+        ready_pods += running
+        started += [p["metadata"]["name"] for p in pods]
     metrics = get_raw(pods_cluster, f"/api/v1/nodes/{NODE}/proxy/metrics/probes")
-    for app, pod in names.items():
-        for probe in ("Startup", "Readiness", "Liveness"):
-            pattern = (
-                rf'prober_probe_total{{[^}}]*pod="{re.escape(pod)}"[^}}]*'
-                rf'probe_type="{probe}"[^}}]*result="successful"[^}}]*}} (\d+)'
-            )
-            counts = [int(m) for m in re.findall(pattern, metrics)]
-            if probe == "Liveness" and not counts:
-                continue  # liveness starts after the startup probe; may not have run yet
-            assert counts and max(counts) >= 1, f"{app}: no successful {probe} probe"
+
+    def successful(pod: str, probe: str) -> int:
+        pattern = (
+            rf'prober_probe_total{{[^}}]*pod="{re.escape(pod)}"[^}}]*'
+            rf'probe_type="{probe}"[^}}]*result="successful"[^}}]*}} (\d+)'
+        )
+        return max((int(m) for m in re.findall(pattern, metrics)), default=0)
+
+    for pod in started:
+        assert successful(pod, "Startup") >= 1, f"{pod}: no successful startup probe"
+    for pod in ready_pods:
+        assert successful(pod, "Readiness") >= 1, f"{pod}: no successful readiness probe"
+    standby = [p for p in started if p not in ready_pods]
+    assert len(standby) == 1 and "manager" in standby[0], standby
 
 
 def test_pods_run_restricted(pods_cluster: LocalCluster) -> None:
@@ -448,12 +456,18 @@ def test_deleting_the_informer_pod_is_survived(pods_cluster: LocalCluster) -> No
     started = time.monotonic()
     kubectl(pods_cluster, "-n", NS, "delete", "pod", name, "--wait=false")
     wait(
-        "a new informer pod Ready",
-        lambda: [
-            p
-            for p in pods_of(pods_cluster, "steward-informer")
-            if ready(p) and p["metadata"]["name"] != name
-        ],
+        "two informer pods Ready again, the deleted one replaced",
+        lambda: (
+            (
+                names := [
+                    p["metadata"]["name"]
+                    for p in pods_of(pods_cluster, "steward-informer")
+                    if ready(p)
+                ]
+            )
+            and len(names) == 2
+            and name not in names
+        ),
     )
     burst(pods_cluster, "burst-after-informer", "j", 10)
     print(f"\ndelete of the informer pod -> 10 Jobs converged {time.monotonic() - started:.1f}s")
