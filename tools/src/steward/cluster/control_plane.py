@@ -195,6 +195,11 @@ class ClusterConfig:
     beside the simulated ones, with kube-proxy and CoreDNS. Needs root and Debian's
     runc, containerd and CNI plugins. With any, kube-apiserver and Jaeger listen on the
     machine's own address (pods cannot reach loopback). Defaults to 0."""
+    real_node_taint: bool = True
+    """Register real nodes with the taint ``node.steward.io/real=true:NoSchedule``, so that
+    only pods that ask run there and workloads stay on kwok's nodes. False lets every pod
+    run there (Kubernetes' e2e suite, whose pods must really run, uses it with no simulated
+    nodes). Defaults to True."""
     steward_pods: bool = False
     """Deploy Steward as pods on the real nodes (the ``local`` overlay; see
     :mod:`steward.cluster.pods`), with images built by :mod:`steward.images` and
@@ -917,7 +922,11 @@ class LocalCluster:
             kubelet_config = nodes.write_yaml(
                 node.directory / "kubelet.yaml",
                 nodes.kubelet_config(
-                    node, node_ip=st.host, ca=ca.pair.cert, serving=(serving.cert, serving.key)
+                    node,
+                    node_ip=st.host,
+                    ca=ca.pair.cert,
+                    serving=(serving.cert, serving.key),
+                    tainted=config.real_node_taint,
                 ),
             )
             self._launch(

@@ -356,9 +356,15 @@ def cni_config(node: RealNode) -> dict[str, Any]:
 
 
 def kubelet_config(
-    node: RealNode, *, node_ip: str, ca: Path, serving: tuple[Path, Path]
+    node: RealNode,
+    *,
+    node_ip: str,
+    ca: Path,
+    serving: tuple[Path, Path],
+    tainted: bool = True,
 ) -> dict[str, Any]:
-    """The KubeletConfiguration of ``node``."""
+    """The KubeletConfiguration of ``node``; ``tainted``: registered with the taint
+    :data:`REAL_NODE_LABEL` (``NoSchedule``), so only pods that tolerate it run there."""
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -388,8 +394,10 @@ def kubelet_config(
         "podLogsDir": str(node.directory / "pod-logs"),
         "makeIPTablesUtilChains": False,
         "registerNode": True,
-        "registerWithTaints": [{"key": REAL_NODE_LABEL, "value": "true", "effect": "NoSchedule"}],
-        "maxPods": 30,
+        "registerWithTaints": (
+            [{"key": REAL_NODE_LABEL, "value": "true", "effect": "NoSchedule"}] if tainted else []
+        ),
+        "maxPods": 110,
         "serializeImagePulls": False,
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
