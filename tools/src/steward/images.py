@@ -82,6 +82,7 @@ packages), and uv (``make venv``).
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import dataclasses
 import fcntl
@@ -106,7 +107,7 @@ from steward.cluster import binaries, packages
 from steward.cluster.errors import ClusterError
 from steward.cluster.progress import Progress
 
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"
 """Bumped when what the builder produces changes in a way its inputs do not show."""
 
 DEFAULT_TAG = "dev"
@@ -880,13 +881,16 @@ def _install_venv(
     bin_dir.mkdir()
     scripts = site / "bin"
     if scripts.is_dir():
+        moved: dict[str, str] = {}
         for script in sorted(scripts.iterdir()):
             data = script.read_bytes()
             if data.startswith(b"#!"):
                 data = f"#!{VENV}/bin/python".encode() + data[data.index(b"\n") :]
             (bin_dir / script.name).write_bytes(data)
             (bin_dir / script.name).chmod(0o755)
+            moved[script.name] = _record_entry(f"../../../bin/{script.name}", data)
         shutil.rmtree(scripts)
+        _rerecord_scripts(site, moved)
     (bin_dir / "python").symlink_to(PYTHON)
     (bin_dir / "python3").symlink_to("python")
     (bin_dir / f"python{PYTHON_VERSION}").symlink_to("python")
@@ -896,6 +900,27 @@ def _install_venv(
         f"version = {python_version}\n"
     )
     _compile(scratch, SITE_PACKAGES, out=out, label=f"{plan.venv.name}: compileall")
+
+
+def _record_entry(path: str, data: bytes) -> str:
+    """A RECORD line (PEP 376/627): path, urlsafe-base64 sha256 without padding, size."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{path},sha256={digest},{len(data)}"
+
+
+def _rerecord_scripts(site: Path, moved: dict[str, str]) -> None:
+    """Point RECORD's lines of the console scripts at where they now are, with their
+    rewritten content's hash: as uv wrote them they held the install's own (this
+    checkout's) path in the shebang, which made the layers differ between checkouts."""
+    for record in sorted(site.glob("*.dist-info/RECORD")):
+        lines = record.read_text().splitlines()
+        changed = []
+        for line in lines:
+            path = line.split(",", 1)[0]
+            name = path.removeprefix("bin/") if path.startswith("bin/") else ""
+            changed.append(moved.get(name, line))
+        if changed != lines:
+            record.write_text("".join(f"{line}\n" for line in changed))
 
 
 _INSTALL_NOISE = ("uv_cache.json", "direct_url.json")
