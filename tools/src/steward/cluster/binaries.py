@@ -2,10 +2,13 @@
 
 :data:`TOOLS` holds every binary: the control plane's (etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler, kwok, Jaeger) and the real nodes'
-(:data:`NODE_TOOLS`: kubelet, kube-proxy, CoreDNS and Steward's own pause program).
+(:data:`NODE_TOOLS`: kubelet, kube-proxy, CoreDNS and Steward's own pause program),
+and those of Kubernetes' own end-to-end suite (:data:`E2E_TOOLS`: ``e2e.test``,
+``ginkgo`` and ``agnhost``), which ``steward build`` leaves out unless named.
 
 Every binary is built from a Go tool module under ``deploy/tools/`` with
-``CGO_ENABLED=0 go build -trimpath`` and kept in a per-version cache directory
+``CGO_ENABLED=0 go build -trimpath`` (a test binary such as ``e2e.test`` with
+``go test -c -trimpath``) and kept in a per-version cache directory
 (``$STEWARD_CACHE_DIR``, else ``$XDG_CACHE_HOME/steward``, else ``~/.cache/steward``).
 A binary already in the cache is never rebuilt. The directory of a binary is named after
 its version and a digest of its module's ``go.mod``/``go.sum``, so changing a pin builds
@@ -108,6 +111,8 @@ class Tool:
     pinned_version: str = ""
     """The version of a binary built from our own source (no pinned module to read it
     from); given here, it takes the place of the ``go.mod`` pin."""
+    test: bool = False
+    """The binary is ``package``'s test binary (``go test -c``), not a ``main`` package's."""
 
     def module_path(self) -> Path:
         return repo_root() / self.under / self.module_dir
@@ -134,10 +139,22 @@ class Tool:
             if path.exists():
                 digest.update(path.read_bytes())
         digest.update("\0".join(self.ldflags).encode())
+        if self.test:
+            digest.update(b"\0go test -c")
         return cache_root() / "bin" / self.name / f"{self.version()}-{digest.hexdigest()[:10]}"
 
     def cached(self) -> Path:
         return self.cache_dir() / self.name
+
+    def build_command(self, output: Path) -> list[str]:
+        """The ``go`` command (run in :meth:`module_path`) that builds this binary alone
+        into ``output``: ``go build -v`` for a ``main`` package, ``go test -c`` for a test
+        binary (vet off: the package is upstream's, not ours)."""
+        cmd = ["go", "test", "-c", "-vet=off"] if self.test else ["go", "build", "-v"]
+        cmd.append("-trimpath")
+        if self.ldflags:
+            cmd += ["-ldflags", " ".join(self.ldflags)]
+        return [*cmd, "-o", str(output), self.package]
 
 
 KUBERNETES = "k8s.io/kubernetes"
@@ -182,6 +199,21 @@ TOOLS: dict[str, Tool] = {
             _kube_ldflags(KUBE_VERSION),
         ),
         Tool(
+            "e2e.test",
+            "kubernetes",
+            f"{KUBERNETES}/test/e2e",
+            KUBERNETES,
+            _kube_ldflags(KUBE_VERSION),
+            test=True,
+        ),
+        Tool(
+            "ginkgo",
+            "kubernetes",
+            "github.com/onsi/ginkgo/v2/ginkgo",
+            "github.com/onsi/ginkgo/v2",
+        ),
+        Tool("agnhost", "kubernetes", f"{KUBERNETES}/test/images/agnhost", KUBERNETES),
+        Tool(
             "coredns",
             "coredns",
             "github.com/coredns/coredns",
@@ -218,6 +250,18 @@ NODE_TOOLS = ("kubelet", "kube-proxy", "coredns", "pause")
 Kubernetes release, CoreDNS (every upstream plugin, ``kubernetes`` and ``forward``
 among them) and the pod sandboxes' pause program. ``steward build`` builds them with the
 rest; resolve their paths with ``resolve(NODE_TOOLS, out=...)``."""
+
+
+E2E_TOOLS = ("e2e.test", "ginkgo", "agnhost")
+"""Kubernetes' end-to-end suite (in :data:`TOOLS`), from the same pinned ``k8s.io/kubernetes``
+module as the control plane: ``e2e.test`` (the test binary of ``k8s.io/kubernetes/test/e2e``,
+about 170 MB), the ``ginkgo`` CLI of the ginkgo release that module requires (parallel
+runs) and ``agnhost`` (the test image's program). Big and only needed by ``make e2e``, so
+``steward build`` builds them only when named; ``resolve(E2E_TOOLS, out=...)`` builds them
+on first use."""
+
+DEFAULT_TOOLS = tuple(name for name in TOOLS if name not in E2E_TOOLS)
+"""What ``steward build`` with no names builds: the control plane's and the nodes' binaries."""
 
 
 BENCH_PEER = Tool("steward-bench-peer", "peer", ".", "k8s.io/client-go", under="bench")
@@ -303,12 +347,14 @@ def resolve(
 
 
 def build_tools(tools: Sequence[Tool], *, out: Progress) -> dict[str, Path]:
-    """Build ``tools`` (grouped by module, one ``go build`` per module) into the cache."""
+    """Build ``tools`` into the cache: one ``go build`` for the binaries of a module that
+    share their link flags, one ``go test -c`` for each test binary."""
     version = check_go()
     out.say(f"building {', '.join(t.name for t in tools)} with {version}")
-    by_module: dict[Path, list[Tool]] = {}
+    by_module: dict[tuple[Path, tuple[str, ...], str], list[Tool]] = {}
     for tool in tools:
-        by_module.setdefault(tool.module_path(), []).append(tool)
+        key = (tool.module_path(), tool.ldflags, tool.name if tool.test else "")
+        by_module.setdefault(key, []).append(tool)
     built: dict[str, Path] = {}
     started = time.monotonic()
     for group in by_module.values():
@@ -323,9 +369,10 @@ def _build_module(group: list[Tool], out: Progress) -> dict[str, Path]:
     env = go_env()
     packages = [t.package for t in group]
     label = "+".join(t.name for t in group)
+    test = group[0].test
     # Count what is to be compiled so progress can be shown as a fraction.
     listed = subprocess.run(
-        ["go", "list", "-deps", *packages],
+        ["go", "list", "-deps", *(["-test"] if test else []), *packages],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -334,18 +381,34 @@ def _build_module(group: list[Tool], out: Progress) -> dict[str, Path]:
     )
     if listed.returncode != 0:
         raise BuildError(f"go list failed in {module}:\n{listed.stderr[-3000:]}")
-    total = len(listed.stdout.split())
-    ldflags = sorted({flag for t in group for flag in t.ldflags})
+    deps = listed.stdout.splitlines()
+    total = len(deps)
     results: dict[str, Path] = {}
     with tempfile.TemporaryDirectory(prefix="steward-build-") as tmp:
-        cmd = ["go", "build", "-v", "-trimpath"]
-        if ldflags:
-            cmd += ["-ldflags", " ".join(ldflags)]
-        if len(group) == 1:
-            cmd += ["-o", str(Path(tmp) / group[0].name), packages[0]]
+        compiled = 0
+        if test:
+            # `go test -c` names no package as it compiles: `go build -v` of the package
+            # and of what its tests import first puts every dependency in the build cache
+            # (same flags, so `go test -c` finds them there) and shows the fraction
+            # compiled; then the test's own variants (`pkg [pkg.test]`, the generated
+            # `pkg.test` main) are compiled and the binary linked. (The roots, not every
+            # dependency, are named: a package named on the command line must come from
+            # a module the go.mod requires itself.)
+            roots = _test_roots(packages[0], cwd, env, module)
+            compiled = _run_with_progress(
+                ["go", "build", "-v", "-trimpath", *roots], cwd, env, label, total, out
+            )
+            cmd = group[0].build_command(Path(tmp) / group[0].name)
+            _run_with_progress(cmd, cwd, env, label, total, out, compiled=compiled)
+        elif len(group) == 1:
+            cmd = group[0].build_command(Path(tmp) / group[0].name)
+            compiled = _run_with_progress(cmd, cwd, env, label, total, out)
         else:
+            cmd = ["go", "build", "-v", "-trimpath"]
+            if group[0].ldflags:
+                cmd += ["-ldflags", " ".join(group[0].ldflags)]
             cmd += ["-o", tmp + "/", *packages]
-        compiled = _run_with_progress(cmd, cwd, env, label, total, out)
+            compiled = _run_with_progress(cmd, cwd, env, label, total, out)
         for tool in group:
             produced = Path(tmp) / tool.name
             if not produced.is_file():
@@ -353,7 +416,7 @@ def _build_module(group: list[Tool], out: Progress) -> dict[str, Path]:
                 produced = Path(tmp) / Path(tool.package).name
             target = tool.cached()
             target.parent.mkdir(parents=True, exist_ok=True)
-            staging = target.with_suffix(".partial")
+            staging = target.with_name(target.name + ".partial")
             shutil.copy2(produced, staging)
             staging.replace(target)
             results[tool.name] = target
@@ -361,15 +424,40 @@ def _build_module(group: list[Tool], out: Progress) -> dict[str, Path]:
     return results
 
 
+def _test_roots(package: str, cwd: Path, env: dict[str, str], module: str) -> list[str]:
+    """``package`` and the packages its tests import."""
+    template = '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}'
+    listed = subprocess.run(
+        ["go", "list", "-f", template, package],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if listed.returncode != 0:
+        raise BuildError(f"go list failed in {module}:\n{listed.stderr[-3000:]}")
+    return sorted(set(listed.stdout.split()))
+
+
 def _run_with_progress(
-    cmd: list[str], cwd: Path, env: dict[str, str], label: str, total: int, out: Progress
+    cmd: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    label: str,
+    total: int,
+    out: Progress,
+    *,
+    compiled: int = 0,
 ) -> int:
+    """Run a ``go`` build, ticking the packages it names as compiled (counted on from
+    ``compiled``); returns that count."""
     started = time.monotonic()
+    what = "test binary linked" if cmd[1] == "test" else "compiled"
     proc = subprocess.Popen(
         cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     assert proc.stdout is not None
-    compiled = 0
     tail: list[str] = []
     lock = threading.Lock()
     done = threading.Event()
@@ -399,15 +487,16 @@ def _run_with_progress(
         if proc.poll() is None:
             proc.kill()
     if code != 0:
-        raise BuildError(f"go build failed for {label} (exit {code}):\n" + "\n".join(tail))
-    out.say(f"[{label}] compiled in {time.monotonic() - started:.0f}s")
+        raise BuildError(f"go {cmd[1]} failed for {label} (exit {code}):\n" + "\n".join(tail))
+    out.say(f"[{label}] {what} in {time.monotonic() - started:.0f}s")
     return compiled
 
 
 def main_build(names: Sequence[str] | None = None) -> int:
-    """Entry for ``steward build``: build every (or the named) binary that is missing."""
+    """Entry for ``steward build``: build the named binaries, or with no names every one
+    but :data:`E2E_TOOLS`, that are missing."""
     progress = Progress()
-    wanted = list(names) if names else list(TOOLS)
+    wanted = list(names) if names else list(DEFAULT_TOOLS)
     unknown = [n for n in wanted if n not in TOOLS]
     if unknown:
         print(f"unknown binaries: {', '.join(unknown)}; known: {', '.join(TOOLS)}", file=sys.stderr)
