@@ -97,6 +97,13 @@ bench: build ## run the benchmarks: a table on screen, JSON in bench-results/
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.controllers --profile
 
+.PHONY: e2e
+# BASELINE=0 runs Steward's side only; E2E_FLAGS passes more (see python -m steward.e2e --help).
+BASELINE ?= 1
+E2E_FLAGS ?=
+e2e: build node-packages ## Kubernetes' e2e specs under Steward's controllers and upstream's (a table; JUnit in e2e-results/)
+	$(BIN)/python -m steward.e2e $(if $(filter 0,$(BASELINE)),--sides steward) $(E2E_FLAGS)
+
 .PHONY: clean
 clean: ## remove the Python environment (the Go binary cache is kept)
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache

@@ -486,6 +486,8 @@ def _run_with_progress(
         thread.join()
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
+        proc.stdout.close()
     if code != 0:
         raise BuildError(f"go {cmd[1]} failed for {label} (exit {code}):\n" + "\n".join(tail))
     out.say(f"[{label}] {what} in {time.monotonic() - started:.0f}s")
