@@ -169,3 +169,15 @@ def test_self_hosted_steward_can_heal_itself() -> None:
         "containers"
     ][0]["args"]
     assert "--standby" in job_args
+
+
+def test_every_registry_is_loopbacks_discard_port(tmp_path: Path) -> None:
+    """Images are imported, never pulled: a pull of a missing image (e2e's specs pull
+    ``gcr.io/...:nonexistent`` on purpose) must not reach for the network."""
+    node = _plan(tmp_path, 1)[0]
+    conf = nodes.write_node_files(node).read_text()
+    certs = node.directory / "containerd" / "certs.d"
+    assert f'config_path = "{certs}"' in conf
+    for host in ("_default", "docker.io", "gcr.io", "registry.k8s.io"):
+        text = (certs / host / "hosts.toml").read_text()
+        assert 'server = "http://127.0.0.1:9"' in text

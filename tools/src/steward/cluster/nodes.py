@@ -324,12 +324,36 @@ def containerd_config(node: RealNode) -> str:
         f'  BinaryName = "{RUNC}"',
         f'  Root = "{d / "runc"}"',
         "  SystemdCgroup = false",
+        # Images are imported, never pulled: every registry (those named, and any other
+        # through _default) is loopback's discard port, refused at once, so a pull of a
+        # missing image fails here instead of reaching for the network.
+        f"[{cri}.registry]",
+        f'  config_path = "{d / "containerd" / "certs.d"}"',
         f"[{cri}.cni]",
         f'  bin_dir = "{CNI_BIN}"',
         f'  conf_dir = "{d / "cni" / "net.d"}"',
         "  max_conf_num = 1",
     ]
     return "\n".join(lines) + "\n"
+
+
+NO_REGISTRY = "http://127.0.0.1:9"
+"""Where the nodes' containerd looks for any registry: nothing listens there."""
+
+REGISTRY_HOSTS = ("_default", "docker.io", "registry.k8s.io", "gcr.io", "quay.io", "ghcr.io")
+"""Registries given :data:`NO_REGISTRY` by name (``_default`` covers the rest where
+containerd reads it)."""
+
+
+def registry_hosts(node: RealNode) -> None:
+    """Write the node's ``hosts.toml`` files (containerd's registry host configuration)."""
+    for host in REGISTRY_HOSTS:
+        directory = node.directory / "containerd" / "certs.d" / host
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "hosts.toml").write_text(
+            f'server = "{NO_REGISTRY}"\n\n'
+            f'[host."{NO_REGISTRY}"]\n  capabilities = ["pull", "resolve"]\n'
+        )
 
 
 def cni_config(node: RealNode) -> dict[str, Any]:
@@ -475,6 +499,7 @@ def write_node_files(node: RealNode) -> Path:
         (node.directory / sub).mkdir(parents=True, exist_ok=True)
     conf = node.directory / "containerd" / "config.toml"
     conf.write_text(containerd_config(node))
+    registry_hosts(node)
     (node.directory / "cni" / "net.d" / "10-steward.conflist").write_text(
         json.dumps(cni_config(node), indent=2) + "\n"
     )
