@@ -61,8 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="build the pinned Go binaries of the local control plane (cached)",
         description=(
             "Build kube-apiserver, kube-controller-manager, kube-scheduler (v1.37.2), etcd, "
-            "kwok and Jaeger from the Go modules under deploy/tools/ into the per-version "
-            "cache. Binaries already cached are not rebuilt. Shows progress and duration."
+            "kwok and Jaeger, and the real nodes' kubelet, kube-proxy, CoreDNS and pause, "
+            "from the Go modules under deploy/tools/ into the per-version cache. Kubernetes' "
+            "e2e suite (e2e.test, ginkgo, agnhost) is built only when named (make e2e does). "
+            "Binaries already cached are not rebuilt. Shows progress and duration."
         ),
     )
     build.add_argument(
