@@ -39,7 +39,11 @@ def test_node_files_stay_under_the_node_directory(tmp_path: Path) -> None:
     conf = nodes.write_node_files(node).read_text()
     paths = [line.split('"')[1] for line in conf.splitlines() if '= "/' in line]
     system = {nodes.RUNC, str(nodes.CNI_BIN)}
-    assert paths and all(p.startswith(str(node.directory)) or p in system for p in paths)
+    ours = (str(node.directory), str(node.runtime_dir))
+    assert paths and all(p.startswith(ours) or p in system for p in paths)
+    assert node.runtime_dir.parent == nodes.RUNTIME_ROOT
+    # A Unix socket's path may not exceed 104 bytes, however deep the state directory.
+    assert len(f"{node.containerd_socket}.ttrpc") < 104
     assert "restrict_oom_score_adj = true" in conf
     assert f'sandbox_image = "{nodes.SANDBOX_IMAGE}"' in conf
     cni = nodes.cni_config(node)

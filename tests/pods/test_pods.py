@@ -60,7 +60,7 @@ def host_state() -> dict[str, Any]:
             line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
         ),
         "cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{nodes.CGROUP_PARENT}")),
-        "dirs": [d for d in nodes.HOST_DIRS if Path(d).exists()],
+        "dirs": [d for d in (*nodes.HOST_DIRS, str(nodes.RUNTIME_ROOT)) if Path(d).exists()],
     }
 
 

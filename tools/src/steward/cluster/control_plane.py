@@ -896,6 +896,7 @@ class LocalCluster:
         for node in st.real_nodes:
             started = time.monotonic()
             conf = nodes.write_node_files(node)
+            node.kubelet_root.mkdir(parents=True, exist_ok=True, mode=0o700)
             nodes.make_cgroups(node)
             name = f"containerd-{node.name}"
             self._launch(name, [nodes.CONTAINERD, "--config", str(conf)], config)

@@ -101,6 +101,9 @@ that did."""
 LOCK = Path("/run/steward-real-nodes.json")
 """Names the state directory of the cluster whose real nodes run on this machine."""
 
+RUNTIME_ROOT = Path("/run/steward-nodes")
+"""The real nodes' socket directories (``<digest>-<i>``), removed by ``down``."""
+
 CONTAINERD = "/usr/bin/containerd"
 RUNC = "/usr/sbin/runc"
 CNI_BIN = Path("/usr/lib/cni")
@@ -122,10 +125,15 @@ class RealNode:
     network: str
     kubelet_port: int
     kubelet_healthz_port: int
+    runtime_dir: Path
+    """Where containerd's sockets and the kubelet's root are: a short path under
+    :data:`RUNTIME_ROOT`, since a Unix socket's path may not exceed 104 bytes and a state
+    directory can be deep. The kubelet keeps only volumes there (Secrets and tokens are
+    tmpfs anyway); images, container file systems and logs stay in the node's directory."""
 
     @property
     def containerd_socket(self) -> Path:
-        return self.directory / "containerd" / "containerd.sock"
+        return self.runtime_dir / "containerd.sock"
 
     @property
     def containerd_root(self) -> Path:
@@ -137,7 +145,9 @@ class RealNode:
 
     @property
     def kubelet_root(self) -> Path:
-        return self.directory / "kubelet"
+        # The kubelet binds Unix sockets below its root (pods-api/, plugins_registry/…):
+        # under the short runtime directory, however deep the state directory is.
+        return self.runtime_dir / "kubelet"
 
     @property
     def cgroup(self) -> str:
@@ -146,11 +156,18 @@ class RealNode:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["directory"] = str(self.directory)
+        data["runtime_dir"] = str(self.runtime_dir)
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RealNode:
-        return cls(**{**data, "directory": Path(data["directory"])})
+        return cls(
+            **{
+                **data,
+                "directory": Path(data["directory"]),
+                "runtime_dir": Path(data["runtime_dir"]),
+            }
+        )
 
 
 def plan(state_dir: Path, count: int, ports: Iterator[int]) -> list[RealNode]:
@@ -166,6 +183,7 @@ def plan(state_dir: Path, count: int, ports: Iterator[int]) -> list[RealNode]:
                 name=name,
                 index=i,
                 directory=state_dir / "nodes" / name,
+                runtime_dir=RUNTIME_ROOT / f"{digest}-{i}",
                 pod_cidr=str(next(subnets)),
                 bridge=f"stw{digest}{i}"[:15],
                 network=f"steward-{digest}-{i}",
@@ -495,7 +513,7 @@ def corefile(*, node_ip: str, kubeconfig: Path, health_port: int, ready_port: in
 def write_node_files(node: RealNode) -> Path:
     """Create the node's directories and its containerd and CNI configuration; return
     containerd's configuration file."""
-    for sub in ("containerd", "runc", "kubelet", "pod-logs", "cni/net.d", "cni/ipam", "pki"):
+    for sub in ("containerd", "runc", "pod-logs", "cni/net.d", "cni/ipam", "pki"):
         (node.directory / sub).mkdir(parents=True, exist_ok=True)
     conf = node.directory / "containerd" / "config.toml"
     conf.write_text(containerd_config(node))
@@ -572,7 +590,7 @@ def _our_processes(nodes: list[RealNode]) -> list[int]:
     """Pids of processes left from the nodes: containerd's shims and what runs in the
     containers (found by the node's socket or directory in their command line), newest
     first."""
-    marks = [str(n.directory) for n in nodes]
+    marks = [str(n.directory) for n in nodes] + [str(n.runtime_dir) for n in nodes]
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
@@ -721,10 +739,14 @@ def restore_host(
     if killed:
         out.say(f"stopped {killed} processes left by the real nodes' containers")
     for node in nodes:
-        try:
-            unmount_all(node.directory)
-        except RealNodeError as err:
-            problems.append(str(err))
+        for root in (node.directory, node.runtime_dir):
+            try:
+                unmount_all(root)
+            except RealNodeError as err:
+                problems.append(str(err))
+        shutil.rmtree(node.runtime_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        RUNTIME_ROOT.rmdir()  # only when no other cluster's node is left in it
     remove_cgroups(nodes, footprint)
     if kube_proxy is not None:
         subprocess.run([str(kube_proxy), "--cleanup"], capture_output=True, check=False)
