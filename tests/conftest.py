@@ -22,6 +22,23 @@ from tests.services import running_informer
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def skip_or_fail(reason: str) -> None:
+    """A prerequisite is missing: skip locally; in CI fail the run (never a silent skip)."""
+    if IN_CI:
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def require_real_nodes() -> None:
+    """Root and the real nodes' Debian packages (``make node-packages``), else
+    :func:`skip_or_fail`."""
+    from steward.cluster import packages
+
+    lacking = packages.missing(packages.ALL)
+    if os.geteuid() != 0 or lacking:
+        skip_or_fail(f"real nodes need root and {packages.install_command(lacking or ['-'])}")
+
+
 def local_cluster(
     tmp_path_factory: pytest.TempPathFactory,
     name: str,

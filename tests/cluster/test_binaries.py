@@ -26,6 +26,7 @@ from steward.cluster.binaries import (
     resolve,
 )
 from steward.cluster.progress import Progress
+from tests.conftest import skip_or_fail
 
 pytestmark = pytest.mark.unit
 
@@ -86,8 +87,9 @@ def _children(pid: int) -> dict[int, str]:
     return found
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a PID namespace of its own needs root")
 def test_pause_as_pid_1_reaps_orphans(pause: Path) -> None:
+    if os.geteuid() != 0:
+        skip_or_fail("a PID namespace of its own needs root")
     # pause is PID 1 of a new PID namespace; a shell entered into it leaves two children
     # behind that exit a moment later, re-parented to pause.
     sandbox = subprocess.Popen(["unshare", "--pid", "--fork", str(pause)])

@@ -33,7 +33,7 @@ from steward import images
 from steward.cluster import binaries
 from steward.cluster.errors import ClusterError
 from steward.cluster.progress import Progress
-from tests.conftest import IN_CI
+from tests.conftest import skip_or_fail
 
 TAG = "dev"
 SERVICE_NAMES = {spec.ref(TAG) for spec in images.IMAGES}
@@ -53,12 +53,6 @@ def _unavailable() -> str | None:
     if absent:
         return f"not installed: {', '.join(absent)} (make node-packages)"
     return None
-
-
-def _skip_or_fail(reason: str) -> None:
-    if IN_CI:
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 # ------------------------------------------------------------------------------ fixtures
@@ -86,7 +80,7 @@ def pause_binary() -> Path:
     try:
         return binaries.resolve(["pause"], out=Progress(interval=15.0))["pause"]
     except ClusterError as err:
-        _skip_or_fail(f"no pause binary: {err}")
+        skip_or_fail(f"no pause binary: {err}")
         raise
 
 
@@ -94,7 +88,7 @@ def pause_binary() -> Path:
 def built(pause_binary: Path) -> images.BuiltImages:
     reason = _unavailable()
     if reason:
-        _skip_or_fail(reason)
+        skip_or_fail(reason)
     return images.build_images(TAG, out=Progress(interval=15.0), pause_binary=pause_binary)
 
 

@@ -38,7 +38,7 @@ from steward import images
 from steward.cluster import binaries
 from steward.cluster.errors import ClusterError
 from steward.cluster.progress import Progress
-from tests.conftest import IN_CI
+from tests.conftest import skip_or_fail
 from tests.images import test_build as _build
 
 # The containerd of test_build (its own root, state and socket; no CRI plugin) and the
@@ -53,18 +53,12 @@ BUILD_TOOLS = ("umoci",)
 RUN_TOOLS = ("containerd", "ctr", "runc")
 
 
-def _skip_or_fail(reason: str) -> None:
-    if IN_CI:
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
 def _require_running() -> None:
     if os.geteuid() != 0:
-        _skip_or_fail("running the images with containerd needs root")
+        skip_or_fail("running the images with containerd needs root")
     absent = [name for name in RUN_TOOLS if _build._which(name) is None]
     if absent:
-        _skip_or_fail(f"not installed: {', '.join(absent)} (make node-packages)")
+        skip_or_fail(f"not installed: {', '.join(absent)} (make node-packages)")
 
 
 # ------------------------------------------------------------------------------ fixtures
@@ -77,10 +71,10 @@ def agnhost_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
         try:
             return binaries.resolve(["agnhost"], out=Progress(interval=15.0))["agnhost"]
         except ClusterError as err:
-            _skip_or_fail(f"no agnhost binary: {err}")
+            skip_or_fail(f"no agnhost binary: {err}")
     go = shutil.which("go")
     if go is None:
-        _skip_or_fail("no agnhost binary: the go command is not on PATH")
+        skip_or_fail("no agnhost binary: the go command is not on PATH")
         raise AssertionError("unreachable")
     out = tmp_path_factory.mktemp("agnhost") / "agnhost"
     done = subprocess.run(
@@ -93,7 +87,7 @@ def agnhost_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=False,
     )
     if done.returncode != 0:
-        _skip_or_fail(f"building agnhost failed: {done.stderr.strip()[-2000:]}")
+        skip_or_fail(f"building agnhost failed: {done.stderr.strip()[-2000:]}")
     return out
 
 
@@ -101,13 +95,13 @@ def agnhost_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def built(agnhost_binary: Path, pause_binary: Path) -> images.BuiltE2E:
     absent = [name for name in BUILD_TOOLS if _build._which(name) is None]
     if absent or not images.BUSYBOX_BINARY.is_file():
-        _skip_or_fail(f"not installed: {', '.join(absent) or 'busybox-static'}")
+        skip_or_fail(f"not installed: {', '.join(absent) or 'busybox-static'}")
     try:
         return images.build_e2e(
             agnhost_binary=agnhost_binary, pause_binary=pause_binary, out=Progress(interval=15.0)
         )
     except ClusterError as err:
-        _skip_or_fail(f"building the e2e images: {err}")
+        skip_or_fail(f"building the e2e images: {err}")
         raise
 
 

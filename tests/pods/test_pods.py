@@ -31,12 +31,12 @@ from typing import Any, TypeVar
 import grpc
 import pytest
 
-from steward.cluster import ClusterConfig, LocalCluster, nodes, packages
+from steward.cluster import ClusterConfig, LocalCluster, nodes
 from steward.cluster.errors import ClusterError
 from steward.cluster.progress import Progress
 from steward.security import ClientSecurity
 from steward.v1 import manager_pb2, manager_pb2_grpc
-from tests.conftest import IN_CI
+from tests.conftest import require_real_nodes
 from tests.tracing import jaeger
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -212,12 +212,7 @@ def host_before() -> dict[str, Any]:
 def pods_cluster(
     tmp_path_factory: pytest.TempPathFactory, host_before: dict[str, Any]
 ) -> Iterator[LocalCluster]:
-    lacking = packages.missing(packages.ALL)
-    if os.geteuid() != 0 or lacking:
-        reason = f"real nodes need root and {packages.install_command(lacking or ['-'])}"
-        if IN_CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
+    require_real_nodes()
     cfg = ClusterConfig(
         name=f"steward-test-pods-{os.getpid()}",
         state_dir=tmp_path_factory.mktemp("pods-cluster"),

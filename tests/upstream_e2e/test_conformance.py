@@ -9,26 +9,19 @@ except in CI, where it fails.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from steward import e2e
-from steward.cluster import packages
 from steward.cluster.progress import Progress
-from tests.conftest import IN_CI
+from tests.conftest import require_real_nodes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_conformance_specs_pass_under_stewards_controllers(tmp_path: Path) -> None:
-    lacking = packages.missing(packages.ALL)
-    if os.geteuid() != 0 or lacking:
-        reason = f"real nodes need root and {packages.install_command(lacking or ['-'])}"
-        if IN_CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
+    require_real_nodes()
     result = e2e.run_side(
         "steward",
         focus=e2e.CONFORMANCE,

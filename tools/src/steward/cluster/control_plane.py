@@ -61,7 +61,7 @@ from steward.cluster.errors import (
 from steward.cluster.nodes import RealNode
 from steward.cluster.process import ProcessRecord, free_port, spawn, stop, tail
 from steward.cluster.progress import Progress
-from steward.cluster.registry import controller_names, steward_controllers
+from steward.cluster.registry import controller_names, steward_controllers, upstream_runs
 from steward.security import ClientSecurity
 from steward.serving.security import ServerTLS, ServingSecurity
 
@@ -224,15 +224,6 @@ class ClusterConfig:
         if (self.steward or self.steward_pods) and self.controllers == "*":
             return ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
         return self.controllers
-
-
-def _upstream_runs(controllers: str, name: str) -> bool:
-    """Whether kube-controller-manager runs controller ``name`` with ``--controllers``
-    (``-name`` wins, then ``name``, then ``*``)."""
-    entries = [e.strip() for e in controllers.split(",")]
-    if f"-{name}" in entries:
-        return False
-    return name in entries or "*" in entries
 
 
 @dataclass
@@ -1048,20 +1039,7 @@ class LocalCluster:
             (COREDNS_USER, COREDNS_USER),
             (KUBELET_CLIENT_USER, "system:kubelet-api-admin"),
         ):
-            binding = {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": user},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": role,
-                },
-                "subjects": [
-                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
-                ],
-            }
-            self.api("POST", f"{api}/clusterrolebindings", binding, ok=(201, 409))
+            self._bind_user(name=user, role=role, user=user)
 
     def _wait_node_ready(self, name: str, timeout: float, out: Progress) -> None:
         started = time.monotonic()
@@ -1119,6 +1097,26 @@ class LocalCluster:
             nodes.release_machine(st.directory)
             out.say("the machine is as it was before the real nodes started")
 
+    def _bind_user(
+        self, *, name: str, role: str, user: str, labels: dict[str, str] | None = None
+    ) -> None:
+        """ClusterRoleBinding ``name`` of ClusterRole ``role`` to ``user`` (kept if it
+        exists)."""
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name, "labels": labels or {}},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }
+        self.api(
+            "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding, ok=(201, 409)
+        )
+
     def _apply_rbac(self, out: Progress) -> None:
         """Create the ClusterRoles of ``deploy/rbac/<component>.yaml`` as admin and bind
         each to its component's user (:data:`STEWARD_IDENTITIES`).
@@ -1145,20 +1143,9 @@ class LocalCluster:
                     raise ClusterError(f"{path}: expected only ClusterRoles, got {doc.get('kind')}")
                 name = doc["metadata"]["name"]
                 self.api("POST", f"{api}/clusterroles", doc, ok=(201, 409))
-                binding = {
-                    "apiVersion": "rbac.authorization.k8s.io/v1",
-                    "kind": "ClusterRoleBinding",
-                    "metadata": {"name": name, "labels": doc["metadata"].get("labels") or {}},
-                    "roleRef": {
-                        "apiGroup": "rbac.authorization.k8s.io",
-                        "kind": "ClusterRole",
-                        "name": name,
-                    },
-                    "subjects": [
-                        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
-                    ],
-                }
-                self.api("POST", f"{api}/clusterrolebindings", binding, ok=(201, 409))
+                self._bind_user(
+                    name=name, role=name, user=user, labels=doc["metadata"].get("labels") or {}
+                )
 
     def _start_steward(self, config: ClusterConfig, out: Progress, timeout: float) -> None:
         """Steward's informer and manager, as processes of this cluster (own logs, stopped
@@ -1199,7 +1186,7 @@ class LocalCluster:
             self._wait_grpc_health(name, address, timeout, out)
         for registered in steward_controllers():
             name = registered.name
-            upstream = _upstream_runs(st.controllers, name)
+            upstream = upstream_runs(st.controllers, name)
             if upstream and registered.beside_upstream is None:
                 continue  # two controllers would fight over each object
             if config.steward_controllers is not None and name not in config.steward_controllers:

@@ -53,7 +53,7 @@ from steward.cluster import nodes
 from steward.cluster.errors import ClusterError
 from steward.cluster.pki import CertificateAuthority
 from steward.cluster.progress import Progress
-from steward.cluster.registry import RegisteredController, steward_controllers
+from steward.cluster.registry import RegisteredController, steward_controllers, upstream_runs
 from steward.security import ClientSecurity
 from steward.v1 import manager_pb2, manager_pb2_grpc
 
@@ -79,13 +79,6 @@ MANAGER_PORT = 50062
 
 class PodsError(ClusterError):
     """Steward's pods could not be deployed or did not become Ready."""
-
-
-def _upstream_runs(controllers: str, name: str) -> bool:
-    entries = [e.strip() for e in controllers.split(",")]
-    if f"-{name}" in entries:
-        return False
-    return name in entries or "*" in entries
 
 
 def _container(deployment: Doc) -> Doc:
@@ -147,7 +140,7 @@ def manifests(
                 # As in the production overlay: a second replica, or a new pod of a rolling
                 # update, waits as the standby instead of being refused.
                 container["args"] = [*container.get("args", []), "--standby"]
-            if controller is not None and not _upstream_runs(kcm_controllers, controller.name):
+            if controller is not None and not upstream_runs(kcm_controllers, controller.name):
                 beside = set(controller.beside_upstream or ())
                 args = [a for a in container.get("args", []) if a not in beside]
                 container["args"] = [*args, *(a for a in controller.alone if a not in args)]
@@ -247,7 +240,7 @@ def deploy_pods(
     restarts kube-controller-manager with its final ``--controllers``, and Steward's
     controllers that upstream then does not run are enabled and waited on until active.
     Returns the applied manifests."""
-    taken = [c.name for c in steward_controllers() if not _upstream_runs(final_controllers, c.name)]
+    taken = [c.name for c in steward_controllers() if not upstream_runs(final_controllers, c.name)]
     rendered = [d for d in yaml.safe_load_all(deploy.render("local")) if d]
     docs = manifests(
         rendered,

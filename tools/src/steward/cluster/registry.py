@@ -46,6 +46,15 @@ class RegisteredController:
     """Flags for when upstream's controller of the same name is off."""
 
 
+def upstream_runs(controllers: str, name: str) -> bool:
+    """Whether kube-controller-manager runs controller ``name`` with ``--controllers``
+    (``-name`` wins, then ``name``, then ``*``)."""
+    entries = [e.strip() for e in controllers.split(",")]
+    if f"-{name}" in entries:
+        return False
+    return name in entries or "*" in entries
+
+
 def controller_names() -> tuple[str, ...]:
     """The names of the declared controllers, sorted (reads metadata only)."""
     return tuple(sorted({ep.name for ep in entry_points(group=GROUP)}))
