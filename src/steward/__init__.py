@@ -35,7 +35,7 @@ from steward.kube import (
     KubeClient,
     NotFoundError,
 )
-from steward.runtime import pods
+from steward.runtime import endpoints, pods
 from steward.runtime.controller import (
     Context,
     Controller,
@@ -104,6 +104,7 @@ __all__ = [
     "controller_ref",
     "copy_json",
     "create_child",
+    "endpoints",
     "format_time",
     "generation_changed",
     "is_controlled_by",

@@ -1,0 +1,178 @@
+"""Service endpoint facts that the EndpointSlice and Endpoints controllers both decide on,
+as upstream defines them (``k8s.io/endpointslice/util`` and the endpoints controller):
+which pods back a Service, the port a Service port resolves to on a pod, whether a pod's
+hostname is published, which pod changes can move endpoints, and the
+``endpoints.kubernetes.io/last-change-trigger-time`` annotation's value.
+
+Each function takes objects as the API server's JSON (dicts) and is total: missing fields
+count as absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from steward.runtime import pods
+from steward.runtime.times import parse_time
+
+HEADLESS_LABEL = "service.kubernetes.io/headless"
+"""Set (empty value) on the endpoints of a Service without a cluster IP."""
+TRIGGER_TIME_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
+"""When the change that led to an endpoints object's last write happened."""
+
+
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("spec") or {}
+
+
+def service_selector(service: Mapping[str, Any]) -> dict[str, str] | None:
+    """The Service's pod selector; None for a selector-less Service (its endpoints are
+    written by someone else)."""
+    selector = _spec(service).get("selector")
+    return None if selector is None else dict(selector)
+
+
+def selects(service: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether the Service's selector matches ``labels`` (an empty selector matches every
+    pod, a missing one none)."""
+    selector = service_selector(service)
+    if selector is None:
+        return False
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def managed(service: Mapping[str, Any]) -> bool:
+    """Whether the endpoint controllers write this Service's endpoints: it has a selector
+    and is not of type ExternalName."""
+    return _spec(service).get("type") != "ExternalName" and service_selector(service) is not None
+
+
+def has_cluster_ip(service: Mapping[str, Any]) -> bool:
+    """Whether the Service has a cluster IP (not headless)."""
+    ip = _spec(service).get("clusterIP") or ""
+    return ip not in ("", "None")
+
+
+def pod_in_endpoints(pod: Mapping[str, Any], include_terminating: bool) -> bool:
+    """Whether the pod backs its Services at all: not finished, has an IP, and (unless
+    ``include_terminating``) is not being deleted."""
+    if pods.is_terminal(dict(pod)):
+        return False
+    status = pod.get("status") or {}
+    if not status.get("podIP") and not status.get("podIPs"):
+        return False
+    return include_terminating or not pods.is_deleting(dict(pod))
+
+
+def sets_hostname(pod: Mapping[str, Any], service: Mapping[str, Any]) -> bool:
+    """Whether the pod's hostname is published for the Service: ``spec.hostname`` is set
+    and ``spec.subdomain`` names the Service, in the same namespace."""
+    spec = _spec(pod)
+    pmeta, smeta = pod.get("metadata") or {}, service.get("metadata") or {}
+    return (
+        bool(spec.get("hostname"))
+        and spec.get("subdomain") == smeta.get("name")
+        and pmeta.get("namespace") == smeta.get("namespace")
+    )
+
+
+def find_port(pod: Mapping[str, Any], service_port: Mapping[str, Any]) -> int | None:
+    """The port a Service port's ``targetPort`` means on the pod: a number as it is, a name
+    looked up among the containers' ports (then restartable init containers') with the
+    same protocol; None when the name is not found."""
+    target = service_port.get("targetPort", service_port.get("port"))
+    if isinstance(target, int):
+        return target
+    if target is None:
+        return None
+    protocol = service_port.get("protocol") or "TCP"
+    spec = _spec(pod)
+    sidecars = [c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"]
+    for container in [*(spec.get("containers") or ()), *sidecars]:
+        for port in container.get("ports") or ():
+            if port.get("name") == target and (port.get("protocol") or "TCP") == protocol:
+                return int(port["containerPort"])
+    return None
+
+
+def _ips(pod: Mapping[str, Any]) -> list[str]:
+    status = pod.get("status") or {}
+    return [str(p.get("ip", "")) for p in status.get("podIPs") or ()]
+
+
+def endpoints_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[bool, bool]:
+    """(pod changed, labels changed) between two states of a pod, as far as endpoints
+    care: the deletion mark, readiness or IPs changed; the labels, hostname or subdomain
+    changed (those can change which Services select it)."""
+    ometa, nmeta = old.get("metadata") or {}, new.get("metadata") or {}
+    ospec, nspec = _spec(old), _spec(new)
+    labels_changed = (
+        (ometa.get("labels") or {}) != (nmeta.get("labels") or {})
+        or ospec.get("hostname") != nspec.get("hostname")
+        or ospec.get("subdomain") != nspec.get("subdomain")
+    )
+    pod_changed = (
+        ometa.get("deletionTimestamp") != nmeta.get("deletionTimestamp")
+        or pods.is_ready(dict(old)) != pods.is_ready(dict(new))
+        or _ips(old) != _ips(new)
+    )
+    return pod_changed, labels_changed
+
+
+def _ready_transition(pod: Mapping[str, Any]) -> datetime | None:
+    value = pods.ready_condition(dict(pod)).get("lastTransitionTime")
+    return parse_time(value) if value else None
+
+
+@dataclass
+class _ServiceTimes:
+    pods: dict[str, datetime] = field(default_factory=dict)
+    service: datetime | None = None
+
+
+class TriggerTimes:
+    """The last-change trigger time of each Service's endpoints, as upstream's trigger
+    time tracker computes it: for a Service seen for the first time, its creation time;
+    afterwards the earliest of the changes since the previous sync (a pod's Ready
+    condition's ``lastTransitionTime`` that moved on, the Service's creation time if it
+    changed), or None when nothing moved. Calls for one Service must not overlap (a
+    work queue never hands one key to two workers)."""
+
+    def __init__(self) -> None:
+        self._states: dict[tuple[str, str], _ServiceTimes] = {}
+
+    def compute(
+        self, service: Mapping[str, Any], selected: Iterable[Mapping[str, Any]]
+    ) -> datetime | None:
+        """The trigger time for this sync of ``service`` given the pods its selector
+        matches (before any filtering), and remember their times for the next sync."""
+        meta = service.get("metadata") or {}
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        known = self._states.get(key)
+        state = known or _ServiceTimes()
+        earliest: datetime | None = None
+        times: dict[str, datetime] = {}
+        for pod in selected:
+            at = _ready_transition(pod)
+            if at is None:
+                continue
+            name = str((pod.get("metadata") or {}).get("name", ""))
+            times[name] = at
+            before = state.pods.get(name)
+            if before is None or at > before:
+                earliest = at if earliest is None else min(earliest, at)
+        created = meta.get("creationTimestamp")
+        created_at = parse_time(created) if created else None
+        if created_at is not None and (state.service is None or created_at > state.service):
+            earliest = created_at if earliest is None else min(earliest, created_at)
+        self._states[key] = _ServiceTimes(times, created_at)
+        if known is None:
+            return created_at
+        return earliest
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop a deleted Service's state."""
+        self._states.pop((namespace, name), None)
