@@ -1,1 +1,0 @@
-"""Steward's Endpoints controller."""
