@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from steward.runtime import pods
+from steward.runtime.selectors import selector_matches
 from steward.runtime.times import parse_time
 
 HEADLESS_LABEL = "service.kubernetes.io/headless"
@@ -41,7 +42,7 @@ def selects(service: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     selector = service_selector(service)
     if selector is None:
         return False
-    return all(labels.get(k) == v for k, v in selector.items())
+    return selector_matches({"matchLabels": selector}, labels, empty_matches_all=True)
 
 
 def managed(service: Mapping[str, Any]) -> bool:
@@ -56,15 +57,15 @@ def has_cluster_ip(service: Mapping[str, Any]) -> bool:
     return ip not in ("", "None")
 
 
-def pod_in_endpoints(pod: Mapping[str, Any], include_terminating: bool) -> bool:
+def pod_in_endpoints(pod: dict[str, Any], include_terminating: bool) -> bool:
     """Whether the pod backs its Services at all: not finished, has an IP, and (unless
     ``include_terminating``) is not being deleted."""
-    if pods.is_terminal(dict(pod)):
+    if pods.is_terminal(pod):
         return False
     status = pod.get("status") or {}
     if not status.get("podIP") and not status.get("podIPs"):
         return False
-    return include_terminating or not pods.is_deleting(dict(pod))
+    return include_terminating or not pods.is_deleting(pod)
 
 
 def sets_hostname(pod: Mapping[str, Any], service: Mapping[str, Any]) -> bool:
@@ -103,7 +104,7 @@ def _ips(pod: Mapping[str, Any]) -> list[str]:
     return [str(p.get("ip", "")) for p in status.get("podIPs") or ()]
 
 
-def endpoints_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[bool, bool]:
+def endpoints_changed(old: dict[str, Any], new: dict[str, Any]) -> tuple[bool, bool]:
     """(pod changed, labels changed) between two states of a pod, as far as endpoints
     care: the deletion mark, readiness or IPs changed; the labels, hostname or subdomain
     changed (those can change which Services select it)."""
@@ -116,14 +117,14 @@ def endpoints_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[b
     )
     pod_changed = (
         ometa.get("deletionTimestamp") != nmeta.get("deletionTimestamp")
-        or pods.is_ready(dict(old)) != pods.is_ready(dict(new))
+        or pods.is_ready(old) != pods.is_ready(new)
         or _ips(old) != _ips(new)
     )
     return pod_changed, labels_changed
 
 
-def _ready_transition(pod: Mapping[str, Any]) -> datetime | None:
-    value = pods.ready_condition(dict(pod)).get("lastTransitionTime")
+def _ready_transition(pod: dict[str, Any]) -> datetime | None:
+    value = pods.ready_condition(pod).get("lastTransitionTime")
     return parse_time(value) if value else None
 
 
@@ -145,7 +146,7 @@ class TriggerTimes:
         self._states: dict[tuple[str, str], _ServiceTimes] = {}
 
     def compute(
-        self, service: Mapping[str, Any], selected: Iterable[Mapping[str, Any]]
+        self, service: Mapping[str, Any], selected: Iterable[dict[str, Any]]
     ) -> datetime | None:
         """The trigger time for this sync of ``service`` given the pods its selector
         matches (before any filtering), and remember their times for the next sync."""
