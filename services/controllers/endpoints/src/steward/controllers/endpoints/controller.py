@@ -1,0 +1,201 @@
+"""The Endpoints controller: Services and their pods from the mirror, :mod:`.sync`'s
+decisions, and the writes to the API server (Endpoints, Events).
+
+# A sync
+A Service that is gone has its Endpoints object (of the same name) deleted. A Service of
+type ExternalName, or without a selector, is left alone (someone else writes its
+Endpoints, if anyone). Otherwise the pods of its namespace that its selector matches
+give the desired subsets (:func:`.sync.endpoints_for`); the last-change trigger time is
+computed on every sync (upstream's trigger time tracker, so its memory of the pods'
+Ready transitions stays current even when nothing is written); and the Endpoints object
+is created, or updated unless it already says exactly that. An Endpoints object of the
+Service's name is taken over whoever wrote it, as upstream does: it gets the managed-by
+label and the controller's subsets.
+
+# Queueing
+Every change of a Service queues it. A pod change queues the Services of its namespace
+whose selectors match its old or new labels, when the change can move endpoints (added
+or deleted; deletion mark, readiness, IPs, labels, hostname or subdomain changed). A
+change of an Endpoints object queues the Service of its name while that Service exists;
+while the mirror's initial snapshot is arriving, every Endpoints object not holding a
+leader-election record is queued too, so leftovers of Services deleted while no
+controller ran are deleted (upstream's checkLeftoverEndpoints).
+
+# Errors
+A refused write ends the sync with the API server's error, so the key is retried with
+backoff; a conflict (409) too — the next sync reads the mirror afresh, as upstream's
+requeue does. Each refused create or update records a Warning Event
+(``FailedToCreateEndpoint`` / ``FailedToUpdateEndpoint``) on the Endpoints object, except a
+create refused because the namespace is being terminated, which is dropped quietly
+(every later create would fail too). A delete that finds nothing is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import steward
+from steward import ApiError, ApiStatusError, NotFoundError, Request, Result
+from steward.controllers.endpoints.sync import (
+    ENDPOINTS,
+    LEADER_ANNOTATION,
+    PODS,
+    SERVICES,
+    endpoints_for,
+)
+
+log = logging.getLogger(__name__)
+
+NAME = "endpoint"
+"""The controller's name with the manager (kube-controller-manager's --controllers alias
+of its endpoints-controller)."""
+COMPONENT = "endpoint-controller"
+"""The Events' source component, as upstream's."""
+_TERMINATING = "because it is being terminated"
+"""What the NamespaceLifecycle admission plugin says when it refuses a create (the
+Status cause NamespaceTerminating)."""
+
+
+def _message(err: ApiError) -> str:
+    return err.message if isinstance(err, ApiStatusError) else str(err)
+
+
+def pod_change_matters(change: steward.Change) -> bool:
+    """Whether a pod change can move endpoints (upstream's GetPodUpdateProjectionKey):
+    additions and deletions, and updates with a new resource version that changed the
+    deletion mark, readiness, IPs, labels, hostname or subdomain."""
+    old = change.old
+    if change.kind is not steward.ChangeKind.MODIFIED or old is None:
+        return True
+    if old.resource_version == change.obj.resource_version:
+        return False
+    pod_changed, labels_changed = steward.endpoints.endpoints_changed(old.object, change.obj.object)
+    return pod_changed or labels_changed
+
+
+class EndpointsReconciler:
+    """Reconciles one Service's Endpoints by key; see the module docs."""
+
+    def __init__(self, ctx: steward.Context) -> None:
+        self.mirror = ctx.mirror
+        self.api = ctx.api
+        self.events = ctx.event_recorder(COMPONENT)
+        # As upstream, the Events are about the Endpoints object (same API version).
+        self.events.kind = "Endpoints"
+        self.triggers = steward.endpoints.TriggerTimes()
+
+    # Mapping --------------------------------------------------------------------------
+    def services_of_pod(self, obj: steward.MirrorObject) -> list[Request]:
+        """The Services of the pod's namespace whose selector matches its labels."""
+        labels = dict(obj.meta.labels)
+        return [
+            Request(svc.namespace, svc.name)
+            for svc in self.mirror.objects(SERVICES, obj.namespace)
+            if steward.endpoints.selects(svc.object, labels)
+        ]
+
+    def service_of_endpoints(self, obj: steward.MirrorObject) -> list[Request]:
+        """The Service of the Endpoints' name while it exists; during the initial
+        snapshot also a leftover's (but never a leader-election record's)."""
+        key = Request(obj.namespace, obj.name)
+        if self.mirror.get(SERVICES, obj.namespace, obj.name) is not None:
+            return [key]
+        if self.mirror.has_synced():
+            return []
+        annotations = (obj.object.get("metadata") or {}).get("annotations") or {}
+        return [] if LEADER_ANNOTATION in annotations else [key]
+
+    # Reconcile --------------------------------------------------------------------------
+    async def reconcile(self, request: Request, contexts: Sequence[steward.TraceContext]) -> Result:
+        """Sync one Service's Endpoints (see the module docs for what happens on errors)."""
+        ns, name = request.namespace, request.name
+        found = self.mirror.get(SERVICES, ns, name)
+        if found is None:
+            await self._delete(ns, name)
+            self.triggers.forget(ns, name)
+            return Result()
+        service = found.object
+        if not steward.endpoints.managed(service):
+            return Result()
+        selected = self._selected_pods(service, ns)
+        # Computed on every sync, so the tracker's state follows the pods even when the
+        # sync turns out to write nothing (as upstream).
+        trigger_time = self.triggers.compute(service, selected)
+        current = self.mirror.get(ENDPOINTS, ns, name)
+        body = endpoints_for(
+            service, selected, None if current is None else current.object, trigger_time
+        )
+        if body is None:
+            return Result()
+        if current is None:
+            await self._create(ns, name, body)
+        else:
+            await self._update(ns, name, body)
+        return Result()
+
+    def _selected_pods(self, service: dict[str, Any], ns: str) -> list[dict[str, Any]]:
+        """The pods of the namespace the Service's selector matches (any state)."""
+        return [
+            pod.object
+            for pod in self.mirror.objects(PODS, ns)
+            if steward.endpoints.selects(service, dict(pod.meta.labels))
+        ]
+
+    # Writes -----------------------------------------------------------------------------
+    async def _delete(self, ns: str, name: str) -> None:
+        with contextlib.suppress(NotFoundError):  # gone already: done
+            await self.api.arequest("DELETE", steward.api_path(ENDPOINTS, ns, name))
+
+    async def _create(self, ns: str, name: str, body: dict[str, Any]) -> None:
+        try:
+            await self.api.arequest("POST", steward.api_path(ENDPOINTS, ns), body)
+        except ApiError as err:
+            if (
+                isinstance(err, ApiStatusError)
+                and err.status == 403
+                and _TERMINATING in err.message
+            ):
+                log.debug("not creating endpoints %s/%s: %s", ns, name, err.message)
+                return
+            self.events.event(
+                body,
+                "Warning",
+                "FailedToCreateEndpoint",
+                f"Failed to create endpoint for service {ns}/{name}: {_message(err)}",
+            )
+            raise
+
+    async def _update(self, ns: str, name: str, body: dict[str, Any]) -> None:
+        try:
+            await self.api.arequest("PUT", steward.api_path(ENDPOINTS, ns, name), body)
+        except ApiError as err:
+            self.events.event(
+                body,
+                "Warning",
+                "FailedToUpdateEndpoint",
+                f"Failed to update endpoint {ns}/{name}: {_message(err)}",
+            )
+            raise
+
+
+CONTROLLER = (
+    steward.ControllerBuilder[EndpointsReconciler](NAME)
+    .for_(SERVICES, kind="Service")
+    .watches(PODS, EndpointsReconciler.services_of_pod, pod_change_matters)
+    .watches(ENDPOINTS, EndpointsReconciler.service_of_endpoints)
+    .with_options(steward.ControllerOptions(max_concurrent_reconciles=5))
+    .beside_upstream(None)
+    .describe(
+        "Steward's Endpoints controller: keeps the core/v1 Endpoints object of every "
+        "Service with a selector in line with the Service's pods (ready and not-ready "
+        "addresses, resolved ports, at most 1000 addresses) and deletes it with its "
+        "Service. Endpoints have no spec.managedBy, so it must not run beside "
+        "kube-controller-manager's endpoints-controller."
+    )
+    .complete(EndpointsReconciler)
+)
+"""The Endpoints controller: Services are the primary type; pods map to the Services
+selecting them (old and new labels), Endpoints to the Service of their name."""
