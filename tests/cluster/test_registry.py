@@ -24,16 +24,22 @@ def test_every_controller_of_the_workspace_is_declared() -> None:
         for p in (ROOT / "services" / "controllers").iterdir()
         if (p / "pyproject.toml").exists()
     }
-    assert set(declared) == on_disk
-    assert tuple(sorted(on_disk)) == STEWARD_CONTROLLERS
+    # A controller's name is kube-controller-manager's --controllers alias of the
+    # controller it replaces; its package is named after the directory (the Endpoints
+    # controller is "endpoint" in services/controllers/endpoints).
+    packages = {name: c.module.split(".")[2] for name, c in declared.items()}
+    assert set(packages.values()) == on_disk
+    assert tuple(sorted(declared)) == STEWARD_CONTROLLERS
     for name, controller in declared.items():
-        assert controller.module == f"steward.controllers.{name}.main"
+        assert controller.module == f"steward.controllers.{packages[name]}.main"
         assert f"controller-{name}" in STEWARD_IDENTITIES
         assert (ROOT / "deploy" / "rbac" / f"controller-{name}.yaml").exists()
     # Only the Job controller can run beside upstream's (Jobs name theirs in spec.managedBy).
     assert declared["job"].beside_upstream == ("--no-take-unmanaged",)
     assert declared["job"].alone == ("--take-unmanaged",)
     assert declared["replicaset"].beside_upstream is None
+    assert packages["endpoint"] == "endpoints"
+    assert declared["endpoint"].beside_upstream is None
 
 
 def test_upstreams_controllers_of_those_names_are_switched_off() -> None:

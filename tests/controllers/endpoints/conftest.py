@@ -20,7 +20,6 @@ Pods that kwok should run (:func:`kwok_nodes`) get kwok's own status and IPs.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import time
 import uuid
@@ -31,10 +30,8 @@ from typing import Any
 import grpc
 import pytest
 import pytest_asyncio
-import yaml
 
 from steward.cluster import LocalCluster
-from steward.cluster.pki import CertificateAuthority
 from steward.controllers.endpoints.main import CONTROLLER
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
@@ -42,79 +39,11 @@ from steward.runtime.controller import Controller, ControllerOptions
 from steward.serving.security import DEVELOPMENT
 from tests.conftest import local_cluster
 
-REPO = Path(__file__).resolve().parents[3]
 IDENTITY = "controller-endpoint"
-USER = "steward:controller:endpoint"
 LABELS = {"foo": "bar"}
 """The labels of upstream's integration tests (``labelMap()``)."""
 FAKE_NODE = "fakenode"
 """The node upstream's integration tests bind their pods to (no such node exists)."""
-
-
-def _write_kubeconfig(cluster: LocalCluster, path: Path, ca: Path, cert: Path, key: Path) -> None:
-    def b64(p: Path) -> str:
-        return base64.b64encode(p.read_bytes()).decode()
-
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "ep",
-                "cluster": {"server": cluster.state.server, "certificate-authority-data": b64(ca)},
-            }
-        ],
-        "users": [
-            {
-                "name": USER,
-                "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)},
-            }
-        ],
-        "contexts": [{"name": "ep", "context": {"cluster": "ep", "user": USER}}],
-        "current-context": "ep",
-    }
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    path.chmod(0o600)
-
-
-def controller_kubeconfig(cluster: LocalCluster) -> Path:
-    """The controller's own kubeconfig: the cluster's, once the control plane issues this
-    identity; until then a client certificate issued here (user ``USER`` in
-    ``system:monitoring``) with the ClusterRole of deploy/rbac bound to it."""
-    with contextlib.suppress(ValueError):
-        path = cluster.component_kubeconfig(IDENTITY)
-        if path.exists():
-            return path
-    pki_dir = cluster.directory / "pki"
-    ca = CertificateAuthority.load(pki_dir)
-    pair = ca.issue(IDENTITY, USER, orgs=("system:monitoring",), client=True)
-    path = cluster.directory / f"{IDENTITY}.kubeconfig"
-    _write_kubeconfig(cluster, path, ca.pair.cert, pair.cert, pair.key)
-    admin = KubeClient(load_access(str(cluster.kubeconfig)), user_agent="endpoints-test-setup")
-    try:
-        rbac = "/apis/rbac.authorization.k8s.io/v1"
-        for doc in yaml.safe_load_all((REPO / "deploy/rbac/controller-endpoint.yaml").read_text()):
-            name = doc["metadata"]["name"]
-            with contextlib.suppress(ConflictError):
-                admin.request("POST", f"{rbac}/clusterroles", doc)
-            binding = {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": name},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": name,
-                },
-                "subjects": [
-                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}
-                ],
-            }
-            with contextlib.suppress(ConflictError):
-                admin.request("POST", f"{rbac}/clusterrolebindings", binding)
-    finally:
-        admin.close()
-    return path
 
 
 @pytest.fixture(scope="package")
@@ -125,7 +54,9 @@ def ep_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluste
 
 @pytest.fixture(scope="package")
 def ep_identity(ep_cluster: LocalCluster) -> Path:
-    return controller_kubeconfig(ep_cluster)
+    """The controller's own kubeconfig (``steward:controller:endpoint``, bound to the
+    ClusterRole of deploy/rbac/controller-endpoint.yaml by the control plane)."""
+    return ep_cluster.component_kubeconfig(IDENTITY)
 
 
 @pytest.fixture

@@ -22,8 +22,11 @@ leader-election record is queued too, so leftovers of Services deleted while no
 controller ran are deleted (upstream's checkLeftoverEndpoints).
 
 # Errors
-A refused write ends the sync with the API server's error, so the key is retried with
-backoff; a conflict (409) too — the next sync reads the mirror afresh, as upstream's
+A create that finds the object already there (409 AlreadyExists: usually this
+controller's own create that the mirror does not show yet) ends the sync quietly, since
+the object's arrival in the mirror queues the Service again. Any other refused write ends
+the sync with the API server's error, so the key is retried with backoff; a conflicting
+update (409) too — the next sync reads the mirror afresh, as upstream's
 requeue does. Each refused create or update records a Warning Event
 (``FailedToCreateEndpoint`` / ``FailedToUpdateEndpoint``) on the Endpoints object, except a
 create refused because the namespace is being terminated, which is dropped quietly
@@ -38,7 +41,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import steward
-from steward import ApiError, ApiStatusError, NotFoundError, Request, Result
+from steward import ApiError, ApiStatusError, ConflictError, NotFoundError, Request, Result
 from steward.controllers.endpoints.sync import (
     ENDPOINTS,
     LEADER_ANNOTATION,
@@ -152,6 +155,14 @@ class EndpointsReconciler:
     async def _create(self, ns: str, name: str, body: dict[str, Any]) -> None:
         try:
             await self.api.arequest("POST", steward.api_path(ENDPOINTS, ns), body)
+        except ConflictError:
+            # It exists already: our own create of a moment ago that the mirror does not
+            # show yet, or someone else's. Either way its arrival in the mirror queues the
+            # Service again, and that sync updates it if needed.
+            log.debug(
+                "endpoints %s/%s exist already; waiting for the mirror to show them", ns, name
+            )
+            return
         except ApiError as err:
             if (
                 isinstance(err, ApiStatusError)
