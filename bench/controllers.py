@@ -9,11 +9,12 @@ kube-scheduler and kube-controller-manager; 8 kwok nodes of 250 pods), started f
 and stopped after it, so that the API server's work under one side is not the other's:
 
 * **upstream**: kube-controller-manager with every controller on;
-* **steward**: kube-controller-manager without its job, replicaset and deployment
-  controllers, and Steward's informer, manager and those three controllers as processes,
-  deployed as ``make up`` runs them: each under its own identity (RBAC, and API Priority
-  and Fairness: none is in ``system:masters``), registered with the manager (leases,
-  write fencing), over mTLS; tracing off;
+* **steward**: kube-controller-manager without the controllers Steward runs itself
+  (those of its registry: deployment, endpoint, job, replicaset), and Steward's
+  informer, manager and those controllers as processes, deployed as ``make up`` runs
+  them: each under its own identity (RBAC, and API Priority and Fairness: none is in
+  ``system:masters``), registered with the manager (leases, write fencing), over mTLS;
+  tracing off;
 * **steward, tracing on** (the ``high`` setting only): the same, every span exported to
   the cluster's Jaeger (sampling everything). The cost of tracing is ``1 - traced /
   untraced`` Jobs per second, and the growth of Steward's CPU per Job;
@@ -64,14 +65,16 @@ import orjson
 from bench import deployment, job
 from bench.informer import Api, report
 from steward.cluster import ClusterConfig, LocalCluster
+from steward.cluster.control_plane import STEWARD_CONTROLLERS
 from steward.cluster.progress import Progress
 
 ROOT = Path(__file__).resolve().parent.parent
 NODES = 8
 WORKERS = 5
 """Workers per controller on both sides: kube-controller-manager's
-``--concurrent-job-syncs``, ``--concurrent-replicaset-syncs`` and
-``--concurrent-deployment-syncs`` defaults, and Steward's controllers' defaults."""
+``--concurrent-job-syncs``, ``--concurrent-replicaset-syncs``,
+``--concurrent-deployment-syncs`` and ``--concurrent-endpoint-syncs`` defaults, and
+Steward's controllers' defaults."""
 
 AUDIT_FLUSH_SECONDS = 2.5
 """How long the audit log's batches (at most 1 s old) are given to reach the file."""
@@ -115,10 +118,11 @@ UPSTREAM_JSON = Side("upstream_json", steward=False, content_type="application/j
 STEWARD_PROCESSES = (
     "informer",
     "manager",
-    "job-controller",
-    "replicaset-controller",
-    "deployment-controller",
+    *(f"{name}-controller" for name in STEWARD_CONTROLLERS),
 )
+"""Steward's processes on its side (``make up`` names each controller's
+``<name>-controller``): every controller Steward runs in place of upstream's counts,
+whether or not the workload gives it work."""
 KCM = "kube-controller-manager"
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build Steward's images: steward-{informer,manager,controller-job,controller-replicaset,
-# controller-deployment}:TAG (TAG: the first argument, else $STEWARD_IMAGE_TAG, else dev).
+# controller-deployment,controller-endpoint}:TAG (TAG: the first argument, else
+# $STEWARD_IMAGE_TAG, else dev).
 #
 #   deploy/images/build.sh [TAG] [BUILDER FLAGS...]      the default (`make images` runs it)
 #     Without a daemon or registry: `python -m steward.images` (tools/src/steward/images.py)
@@ -68,7 +69,8 @@ if [[ -z "$engine" ]]; then
   exit 1
 fi
 
-for target in informer manager controller-job controller-replicaset controller-deployment; do
+for target in informer manager controller-job controller-replicaset controller-deployment \
+  controller-endpoint; do
   image="${prefix}-${target}:${tag}"
   echo "building ${image} with ${engine}" >&2
   DOCKER_BUILDKIT=1 "$engine" build \

@@ -21,6 +21,7 @@ from steward.cluster import (
     ComponentFailedError,
     LocalCluster,
 )
+from steward.cluster.control_plane import STEWARD_CONTROLLERS
 from steward.cluster.progress import Progress
 from steward.v1.informer_pb2 import ListRequest, ResourceType
 from steward.v1.informer_pb2_grpc import InformerServiceStub
@@ -29,6 +30,9 @@ from tests.polling import wait_for
 pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
+WITHOUT_STEWARDS = ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
+"""kube-controller-manager's ``--controllers`` under ``make up``: every controller but
+those Steward runs itself (``*,-deployment,-endpoint,-job,-replicaset``)."""
 
 
 def test_apiserver_reports_pinned_version(api_client: client.ApiClient) -> None:
@@ -148,7 +152,7 @@ def test_down_leaves_no_process_alive(tmp_path: Path) -> None:
         state_dir=tmp_path / "c",
         nodes=1,
         die_with_parent=True,
-        steward=True,  # as make up: Steward's informer, manager and Job controller too
+        steward=True,  # as make up: Steward's informer, manager and controllers too
     )
     running = LocalCluster.up(cfg, progress=Progress(quiet=True))
     records = list(running.iter_processes())
@@ -161,9 +165,7 @@ def test_down_leaves_no_process_alive(tmp_path: Path) -> None:
         "kwok",
         "informer",
         "manager",
-        "job-controller",
-        "replicaset-controller",
-        "deployment-controller",
+        *(f"{name}-controller" for name in STEWARD_CONTROLLERS),
     }
     job_controller = next(r for r in records if r.name == "job-controller")
     assert "steward.controllers.job.main" in job_controller.argv
@@ -212,10 +214,10 @@ def test_steward_job_controller_completes_a_plain_job(tmp_path: Path) -> None:
     )
     running = LocalCluster.up(cfg, progress=Progress(quiet=True))
     try:
-        # Upstream's Job, ReplicaSet and Deployment controllers are off: Steward's run.
-        assert running.state.controllers == "*,-deployment,-job,-replicaset"
+        # Upstream's controllers of Steward's names are off: Steward's run.
+        assert running.state.controllers == WITHOUT_STEWARDS
         kcm = next(r for r in running.iter_processes() if r.name == "kube-controller-manager")
-        assert "--controllers=*,-deployment,-job,-replicaset" in kcm.argv
+        assert f"--controllers={WITHOUT_STEWARDS}" in kcm.argv
         api = k8s_config.new_client_from_config(config_file=str(running.kubeconfig))
         batch = client.BatchV1Api(api)
         job = client.V1Job(  # no spec.managedBy: what `kubectl apply` of a plain Job makes
@@ -308,7 +310,7 @@ def test_client_limits_audit_log_and_a_chosen_steward_controller(tmp_path: Path)
     running = LocalCluster.up(cfg, progress=Progress(quiet=True))
     try:
         procs = {r.name: r for r in running.iter_processes()}
-        assert "replicaset-controller" not in procs and "deployment-controller" not in procs
+        assert [n for n in procs if n.endswith("-controller")] == ["job-controller"]
         for name in ("kube-controller-manager", "informer", "job-controller"):
             assert "--kube-api-qps=7" in procs[name].argv, name
             assert "--kube-api-burst=9" in procs[name].argv, name

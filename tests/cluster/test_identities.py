@@ -82,7 +82,10 @@ def test_kubectl_whoami_names_the_component_in_system_monitoring(
 
 
 def test_unknown_component_has_no_kubeconfig(cluster: LocalCluster) -> None:
-    known = "informer, manager, controller-deployment, controller-job, controller-replicaset"
+    known = (
+        "informer, manager, controller-deployment, controller-endpoint, controller-job, "
+        "controller-replicaset"
+    )
     with pytest.raises(ValueError, match=f"known: {known}"):
         cluster.component_kubeconfig("job-controller")
 
@@ -112,6 +115,13 @@ ALLOWED = [
     ("controller-job", "watch", "batch", "jobs", "", ""),
     ("controller-deployment", "watch", "apps", "replicasets", "", ""),
     ("controller-replicaset", "list", "", "pods", "", "default"),
+    ("controller-endpoint", "create", "", "endpoints", "", "default"),
+    ("controller-endpoint", "update", "", "endpoints", "", "default"),
+    ("controller-endpoint", "delete", "", "endpoints", "", "default"),
+    ("controller-endpoint", "create", "", "events", "", "default"),
+    ("controller-endpoint", "watch", "", "services", "", ""),
+    ("controller-endpoint", "list", "", "pods", "", ""),
+    ("controller-endpoint", "watch", "", "endpoints", "", ""),
 ]
 
 REFUSED = [
@@ -141,6 +151,15 @@ REFUSED = [
     ("controller-job", "watch", "apps", "replicasets", "", ""),
     ("controller-job", "update", "", "pods", "", "default"),
     ("controller-job", "patch", "", "events", "", "default"),
+    # The Endpoints controller reads through the informer and only ever PUTs Endpoints.
+    ("controller-endpoint", "get", "", "endpoints", "", "default"),
+    ("controller-endpoint", "patch", "", "endpoints", "", "default"),
+    ("controller-endpoint", "get", "", "services", "", "default"),
+    ("controller-endpoint", "update", "", "services", "", "default"),
+    ("controller-endpoint", "create", "discovery.k8s.io", "endpointslices", "", "default"),
+    ("controller-endpoint", "create", "", "pods", "", "default"),
+    ("controller-endpoint", "list", "", "secrets", "", ""),
+    ("controller-endpoint", "patch", "", "events", "", "default"),
 ]
 
 
@@ -228,6 +247,12 @@ EXPECTED_WRITES = {
         ("", "pods", "delete"),
         ("", "events", "create"),
     },
+    "controller-endpoint": {
+        ("", "endpoints", "create"),
+        ("", "endpoints", "update"),
+        ("", "endpoints", "delete"),
+        ("", "events", "create"),
+    },
 }
 
 
@@ -276,6 +301,7 @@ def test_identity_writes_exactly_what_its_service_writes(
             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}},
         ),
         ("manager", "GET", "/api/v1/namespaces/default/pods", None),
+        ("controller-endpoint", "GET", "/api/v1/namespaces/default/endpoints/kubernetes", None),
     ],
 )
 def test_api_server_answers_forbidden(

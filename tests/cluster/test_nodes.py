@@ -12,6 +12,7 @@ import yaml
 
 from steward import deploy
 from steward.cluster import nodes, pods
+from steward.cluster.control_plane import STEWARD_CONTROLLERS
 from steward.cluster.registry import RegisteredController
 
 pytestmark = pytest.mark.unit
@@ -75,6 +76,11 @@ JOB = RegisteredController(
 )
 
 
+WITHOUT_STEWARDS = ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
+"""kube-controller-manager's ``--controllers`` once Steward has taken over
+(``*,-deployment,-endpoint,-job,-replicaset``)."""
+
+
 def _rendered() -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(deploy.render("local")) if d]
 
@@ -87,11 +93,11 @@ def test_pods_ask_for_a_real_node_and_export_to_the_cluster_jaeger() -> None:
     docs = pods.manifests(
         _rendered(),
         otlp_endpoint="http://192.0.2.2:4317",
-        kcm_controllers="*,-deployment,-job,-replicaset",
+        kcm_controllers=WITHOUT_STEWARDS,
         registry=[JOB],
     )
     deployments = [d for d in docs if d["kind"] == "Deployment"]
-    assert len(deployments) == 5
+    assert len(deployments) == 2 + len(STEWARD_CONTROLLERS)
     for dep in deployments:
         spec = dep["spec"]["template"]["spec"]
         assert spec["nodeSelector"][nodes.REAL_NODE_LABEL] == "true"
@@ -132,6 +138,7 @@ def test_tls_secrets_serve_the_service_names(tmp_path: Path) -> None:
         "steward-controller-job-tls",
         "steward-controller-replicaset-tls",
         "steward-controller-deployment-tls",
+        "steward-controller-endpoint-tls",
     }
     cert = x509.load_pem_x509_certificate(
         (tmp_path / "tls" / "steward-informer-tls" / "tls.crt").read_bytes()
@@ -153,9 +160,9 @@ def test_self_hosted_steward_can_heal_itself() -> None:
     docs = pods.manifests(
         _rendered(),
         otlp_endpoint="http://x:4317",
-        kcm_controllers="*,-deployment,-job,-replicaset",
+        kcm_controllers=WITHOUT_STEWARDS,
         registry=[JOB],
-        bootstrap_disabled=["deployment", "job", "replicaset"],
+        bootstrap_disabled=STEWARD_CONTROLLERS,
     )
     replicas = {
         d["metadata"]["name"]: d["spec"]["replicas"] for d in docs if d["kind"] == "Deployment"
@@ -166,9 +173,10 @@ def test_self_hosted_steward_can_heal_itself() -> None:
         "steward-controller-replicaset": 2,
         "steward-controller-job": 1,
         "steward-controller-deployment": 1,
+        "steward-controller-endpoint": 1,
     }
     manager = _deployment(docs, "steward-manager")["spec"]["template"]["spec"]["containers"][0]
-    assert "--controllers=*,-deployment,-job,-replicaset" in manager["args"]
+    assert f"--controllers={WITHOUT_STEWARDS}" in manager["args"]
     job_args = _deployment(docs, "steward-controller-job")["spec"]["template"]["spec"][
         "containers"
     ][0]["args"]

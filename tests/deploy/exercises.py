@@ -14,7 +14,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import Any, Protocol
 
 import grpc
 
@@ -26,6 +27,15 @@ MANAGED_BY = "steward.io/job-controller"
 """spec.managedBy of the Jobs Steward's Job controller runs (upstream's leaves them)."""
 
 GiveUp = Callable[[], bool]
+
+
+class Run(Protocol):
+    """An exercise of a controller in ``namespace``: :func:`run_job`,
+    :func:`run_replicaset`, :func:`run_endpoints`."""
+
+    def __call__(
+        self, cluster: LocalCluster, namespace: str, *, give_up: GiveUp = ...
+    ) -> str | None: ...
 
 
 def _never() -> bool:
@@ -311,4 +321,173 @@ def _replicaset_missing(
     reasons = {e.get("reason") for e in events.get("items") or []}
     if reason not in reasons:
         return f"no {reason} Event (reasons: {sorted(r for r in reasons if r)})"
+    return ""
+
+
+def run_endpoints(
+    cluster: LocalCluster,
+    namespace: str,
+    *,
+    deadline: float = 90.0,
+    give_up: GiveUp = _never,
+) -> str | None:
+    """A Service selecting two pods gets its Endpoints (both pods, the Service's port);
+    its target port changed, the Endpoints follow; the Service deleted, they go. A second
+    Service, whose Endpoints an admission policy refuses, gets a FailedToCreateEndpoint
+    Event.
+
+    That uses every permission of the Endpoints controller's role: Endpoints are created
+    (endpoints create), replaced (endpoints update) and deleted (endpoints delete), and
+    the refused create is reported (events create).
+    """
+    uid = uuid.uuid4().hex[:6]
+    labels = {"steward-deploy-test": uid}
+    base = f"/api/v1/namespaces/{namespace}"
+    for i in range(2):
+        pod = _pod(f"web-{uid}-{i}", labels, restart="Always")
+        cluster.api("POST", f"{base}/pods", pod, ok=(201,))
+    refused = f"refused-{uid}"
+    policy = _refuse_endpoints(cluster, namespace, refused)
+    try:
+        end = time.monotonic() + deadline
+        missing = _poll(partial(_admission_missing, cluster, base, refused), end, give_up)
+        if missing:
+            return f"the admission policy refusing Endpoints {refused}: {missing}"
+        name = f"web-{uid}"
+        cluster.api("POST", f"{base}/services", _service(name, labels, 8080), ok=(201,))
+        cluster.api("POST", f"{base}/services", _service(refused, labels, 8080), ok=(201,))
+        missing = _poll(partial(_endpoints_missing, cluster, base, name, 8080), end, give_up)
+        if missing:
+            return f"Endpoints {namespace}/{name} of 2 pods on port 8080: {missing}"
+        patch = {"spec": {"ports": [{"name": "http", "port": 80, "targetPort": 9090}]}}
+        cluster.api("PATCH", f"{base}/services/{name}", patch)
+        missing = _poll(partial(_endpoints_missing, cluster, base, name, 9090), end, give_up)
+        if missing:
+            return f"Endpoints {namespace}/{name} after the Service's new targetPort: {missing}"
+        cluster.api("DELETE", f"{base}/services/{name}")
+        missing = _poll(partial(_endpoints_left, cluster, base, name), end, give_up)
+        if missing:
+            return f"Endpoints {namespace}/{name} after deleting its Service: {missing}"
+        missing = _poll(partial(_event_missing, cluster, base, refused), end, give_up)
+        return f"Endpoints {refused}: {missing}" if missing else None
+    finally:
+        for made, plural in policy:
+            path = f"/apis/admissionregistration.k8s.io/v1/{plural}/{made}"
+            cluster.api("DELETE", path, ok=(200, 404))
+
+
+def _service(name: str, selector: dict[str, str], target_port: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": selector,
+            "ports": [{"name": "http", "port": 80, "targetPort": target_port}],
+        },
+    }
+
+
+def _refuse_endpoints(cluster: LocalCluster, namespace: str, name: str) -> list[tuple[str, str]]:
+    """A ValidatingAdmissionPolicy, bound to ``namespace``, that refuses to create the
+    Endpoints ``name`` (422 Invalid, not 403); the (name, plural) of what it created."""
+    policy = f"steward-deploy-test-{name}"
+    group = "/apis/admissionregistration.k8s.io/v1"
+    cluster.api(
+        "POST",
+        f"{group}/validatingadmissionpolicies",
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": policy},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["endpoints"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": f"object.metadata.name != '{name}'",
+                        "message": "this test's admission policy refuses these Endpoints",
+                    }
+                ],
+            },
+        },
+        ok=(201,),
+    )
+    cluster.api(
+        "POST",
+        f"{group}/validatingadmissionpolicybindings",
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": policy},
+            "spec": {
+                "policyName": policy,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+                },
+            },
+        },
+        ok=(201,),
+    )
+    return [
+        (policy, "validatingadmissionpolicybindings"),
+        (policy, "validatingadmissionpolicies"),
+    ]
+
+
+def _poll(missing: Callable[[], str], end: float, give_up: GiveUp) -> str:
+    """'' once ``missing`` says nothing is missing, else its last word at ``end`` (or
+    when ``give_up``)."""
+    said = "nothing observed"
+    while time.monotonic() < end and not give_up():
+        said = missing()
+        if not said:
+            return ""
+        time.sleep(0.25)
+    return said
+
+
+def _admission_missing(cluster: LocalCluster, base: str, name: str) -> str:
+    """'' once the API server refuses (a dry run of) creating the Endpoints ``name``."""
+    body = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": name}}
+    answer = cluster.api("POST", f"{base}/endpoints?dryRun=All", body, ok=(201, 422))
+    return "" if answer.get("code") == 422 else "not in effect yet"
+
+
+def _endpoints_left(cluster: LocalCluster, base: str, name: str) -> str:
+    found = cluster.api("GET", f"{base}/endpoints/{name}", ok=(200, 404))
+    return "still there" if found.get("kind") == "Endpoints" else ""
+
+
+def _event_missing(cluster: LocalCluster, base: str, name: str) -> str:
+    events = cluster.api("GET", f"{base}/events?fieldSelector=involvedObject.name={name}")
+    reasons = {e.get("reason") for e in events.get("items") or [] if e.get("reason")}
+    if "FailedToCreateEndpoint" in reasons:
+        return ""
+    return f"no FailedToCreateEndpoint Event (reasons: {sorted(reasons)})"
+
+
+def _endpoints_missing(cluster: LocalCluster, base: str, name: str, port: int) -> str:
+    found = cluster.api("GET", f"{base}/endpoints/{name}", ok=(200, 404))
+    if found.get("kind") != "Endpoints":
+        return "no Endpoints"
+    subsets = found.get("subsets") or []
+    addresses = [
+        a.get("ip")
+        for s in subsets
+        for a in [*(s.get("addresses") or []), *(s.get("notReadyAddresses") or [])]
+    ]
+    ports = {p.get("port") for s in subsets for p in s.get("ports") or []}
+    if len(addresses) != 2 or ports != {port}:
+        return f"addresses {addresses}, ports {sorted(p for p in ports if p)}"
     return ""

@@ -1,8 +1,8 @@
 """The services work with exactly the identities the manifests grant.
 
 The local overlay's namespace, ServiceAccounts, roles and bindings are applied for real to
-``apps_cluster`` (tests/deploy/conftest.py: upstream's ReplicaSet and Deployment
-controllers off); each service then runs as a local process with its container's
+``apps_cluster`` (tests/deploy/conftest.py: upstream's ReplicaSet, Deployment and
+Endpoints controllers off); each service then runs as a local process with its container's
 command, arguments and environment (see tests/deploy/harness.py for the substitutions)
 and a token of its own ServiceAccount, the informer and the manager serving mutual TLS
 with certificates of the cluster's CA, the controllers dialing them with a client
@@ -10,8 +10,9 @@ certificate and a projected token (audience steward) of their ServiceAccount; an
 does its job: the informer serves a watch of pods, the manager registers the
 controllers, a Job runs to completion under Steward's Job controller
 (``spec.managedBy``, ``--no-take-unmanaged`` from the manifest: upstream's Job controller
-runs too), and a ReplicaSet adopts, creates and deletes pods and reports them ready under
-Steward's ReplicaSet controller.
+runs too), a ReplicaSet adopts, creates and deletes pods and reports them ready under
+Steward's ReplicaSet controller, and a Service's Endpoints are created, updated and
+deleted under Steward's Endpoints controller.
 
 The Deployment controller's manifest is covered by rendering and the server-side dry run
 (tests/deploy/test_manifests.py) only.
@@ -58,7 +59,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 INFORMER, MANAGER = "steward-informer", "steward-manager"
 JOB, REPLICASET = "steward-controller-job", "steward-controller-replicaset"
-CONTROLLERS = {JOB: "job", REPLICASET: "replicaset"}
+ENDPOINT = "steward-controller-endpoint"
+CONTROLLERS = {JOB: "job", REPLICASET: "replicaset", ENDPOINT: "endpoint"}
 """The controllers' Deployments run here, and the name each registers with the manager."""
 
 
@@ -158,30 +160,38 @@ def test_manager_registers_the_controllers(stack: Stack, deployment: str) -> Non
     )
 
 
-def test_job_runs_to_completion_under_stewards_controller(
-    stack: Stack, apps_cluster: LocalCluster, apps_namespace: str
+def _runs_under(
+    stack: Stack, deployment: str, run: exercises.Run, cluster: LocalCluster, namespace: str
 ) -> None:
-    controller = stack.processes[JOB]
-    registered = exercises.wait_registered(stack.address(MANAGER), security=stack.admin)
+    """The controller of ``deployment`` is active in the manager and does ``run`` in
+    ``namespace``, and no service was refused meanwhile."""
+    controller = stack.processes[deployment]
+    registered = exercises.wait_registered(
+        stack.address(MANAGER), CONTROLLERS[deployment], security=stack.admin
+    )
     assert registered is None, controller.tail()
-    problem = exercises.run_job(apps_cluster, apps_namespace)
+    problem = run(cluster, namespace)
     assert problem is None, f"{problem}\ncontroller log:\n{controller.tail()}"
     for process in stack.processes.values():
         assert not process.forbidden(), f"{process.name} was refused:\n{process.tail()}"
+
+
+def test_job_runs_to_completion_under_stewards_controller(
+    stack: Stack, apps_cluster: LocalCluster, apps_namespace: str
+) -> None:
+    _runs_under(stack, JOB, exercises.run_job, apps_cluster, apps_namespace)
 
 
 def test_replicaset_pods_are_made_and_ready_under_stewards_controller(
     stack: Stack, apps_cluster: LocalCluster, apps_namespace: str
 ) -> None:
-    controller = stack.processes[REPLICASET]
-    registered = exercises.wait_registered(
-        stack.address(MANAGER), CONTROLLERS[REPLICASET], security=stack.admin
-    )
-    assert registered is None, controller.tail()
-    problem = exercises.run_replicaset(apps_cluster, apps_namespace)
-    assert problem is None, f"{problem}\ncontroller log:\n{controller.tail()}"
-    for process in stack.processes.values():
-        assert not process.forbidden(), f"{process.name} was refused:\n{process.tail()}"
+    _runs_under(stack, REPLICASET, exercises.run_replicaset, apps_cluster, apps_namespace)
+
+
+def test_endpoints_follow_a_service_under_stewards_controller(
+    stack: Stack, apps_cluster: LocalCluster, apps_namespace: str
+) -> None:
+    _runs_under(stack, ENDPOINT, exercises.run_endpoints, apps_cluster, apps_namespace)
 
 
 @pytest.mark.parametrize("deployment", [INFORMER, MANAGER, *CONTROLLERS])

@@ -15,6 +15,7 @@ import pytest
 
 from steward import deploy
 from steward.cluster import LocalCluster
+from steward.cluster.control_plane import STEWARD_CONTROLLERS
 from tests.deploy.harness import (
     KUBECTL,
     NAMESPACE,
@@ -32,11 +33,8 @@ VARIANTS = [
     for overlay in deploy.OVERLAYS
     for jaeger in (False, True)
 ]
-CONTROLLERS = (
-    "steward-controller-job",
-    "steward-controller-replicaset",
-    "steward-controller-deployment",
-)
+CONTROLLERS = tuple(f"steward-controller-{name}" for name in STEWARD_CONTROLLERS)
+"""A Deployment per controller of the registry."""
 STEWARD = ("steward-informer", "steward-manager", *CONTROLLERS)
 SERVERS = {"steward-informer": "STEWARD_INFORMER", "steward-manager": "STEWARD_MANAGER"}
 """The gRPC servers and the prefix of their environment variables."""
@@ -111,6 +109,7 @@ def test_the_base_deploys_the_roles_of_deploy_rbac_unchanged() -> None:
         "steward:controller:job",
         "steward:controller:replicaset",
         "steward:controller:deployment",
+        "steward:controller:endpoint",
     } <= set(rendered)
 
 
@@ -206,7 +205,7 @@ def test_probes_ask_what_each_service_serves() -> None:
         assert "--manager=steward-manager:50062" in c["args"], name
     job = container(find(docs, "Deployment", "steward-controller-job"))
     assert "--no-take-unmanaged" in job["args"]
-    for name in ("steward-controller-replicaset", "steward-controller-deployment"):
+    for name in (n for n in CONTROLLERS if n != "steward-controller-job"):
         c = container(find(docs, "Deployment", name))
         metrics_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "metrics")
         assert f"--metrics=0.0.0.0:{metrics_port}" in c["args"], name
@@ -379,8 +378,8 @@ def test_render_command_line(capsys: pytest.CaptureFixture[str]) -> None:
         parser.parse_args(["deploy", "render", "--help"])
     help_text = capsys.readouterr().out
     assert "--overlay {local,production}" in help_text and "--with-jaeger" in help_text
-    assert "Job, ReplicaSet and Deployment controllers" in help_text
-    assert "--controllers=*,-replicaset,-deployment" in help_text
+    assert "Job, ReplicaSet, Deployment and Endpoints controllers" in help_text
+    assert "--controllers=*,-replicaset,-deployment,-endpoint" in help_text
     with pytest.raises(SystemExit):
         parser.parse_args(["deploy", "render", "--overlay", "staging"])
 

@@ -8,10 +8,12 @@ rights: the informer serves a watch of pods to a caller with a token (so it revi
 token and the caller's access), the manager leads and registers the Job controller
 (reviewing the controller's token and its register), the Job controller runs a Job to
 completion (adoption, pods, status, Events), the ReplicaSet controller keeps a
-ReplicaSet's pods as it scales (adoption, creation, deletion, status, Events); each
-controller dials the informer and the manager with its own projected token, so their
-list/watch and register rules are checked there. It all runs in ``apps_cluster``
-(tests/deploy/conftest.py), where upstream's ReplicaSet controller is off. The exercise
+ReplicaSet's pods as it scales (adoption, creation, deletion, status, Events), the
+Endpoints controller keeps a Service's Endpoints (creation, update, deletion, and the
+Event of a refused creation); each controller dials the informer and the manager with
+its own projected token, so their list/watch and register rules are checked there. It
+all runs in ``apps_cluster`` (tests/deploy/conftest.py), where upstream's ReplicaSet
+and Endpoints controllers are off. The exercise
 must then fail: it did not finish, or the service was refused (403, or the informer's
 or the manager's PERMISSION_DENIED). A rule whose removal changes nothing fails the
 test, named, unless this cluster is known to make it redundant, which is checked, not
@@ -64,6 +66,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 INFORMER, MANAGER = "steward-informer", "steward-manager"
 JOB, REPLICASET = "steward-controller-job", "steward-controller-replicaset"
+ENDPOINT = "steward-controller-endpoint"
 
 
 @dataclass
@@ -247,35 +250,34 @@ def exercise_manager(bench: Bench, ident: Identity) -> tuple[str | None, Process
         manager.stop()
 
 
-def exercise_job(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
-    controller = start(bench, JOB, ident)
+def _exercise_controller(
+    bench: Bench, ident: Identity, deployment: str, name: str, run: exercises.Run
+) -> tuple[str | None, Process]:
+    """The controller of ``deployment`` becomes the manager's active ``name``, then does
+    ``run`` in a fresh namespace."""
+    controller = start(bench, deployment, ident)
     try:
         problem = exercises.wait_registered(
-            bench.address(bench.manager), security=bench.admin, give_up=controller.forbidden
+            bench.address(bench.manager), name, security=bench.admin, give_up=controller.forbidden
         )
         if problem is None:
-            ns = bench.namespace("job")
-            problem = exercises.run_job(bench.cluster, ns, give_up=controller.forbidden)
+            ns = bench.namespace(name)
+            problem = run(bench.cluster, ns, give_up=controller.forbidden)
         return problem, controller
     finally:
         controller.stop()
+
+
+def exercise_job(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
+    return _exercise_controller(bench, ident, JOB, "job", exercises.run_job)
 
 
 def exercise_replicaset(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
-    controller = start(bench, REPLICASET, ident)
-    try:
-        problem = exercises.wait_registered(
-            bench.address(bench.manager),
-            "replicaset",
-            security=bench.admin,
-            give_up=controller.forbidden,
-        )
-        if problem is None:
-            ns = bench.namespace("rs")
-            problem = exercises.run_replicaset(bench.cluster, ns, give_up=controller.forbidden)
-        return problem, controller
-    finally:
-        controller.stop()
+    return _exercise_controller(bench, ident, REPLICASET, "replicaset", exercises.run_replicaset)
+
+
+def exercise_endpoint(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
+    return _exercise_controller(bench, ident, ENDPOINT, "endpoint", exercises.run_endpoints)
 
 
 def _until(check: Callable[[], bool], process: Process, timeout: float = 60.0) -> str | None:
@@ -291,6 +293,7 @@ EXERCISES: dict[str, Callable[[Bench, Identity], tuple[str | None, Process]]] = 
     MANAGER: exercise_manager,
     JOB: exercise_job,
     REPLICASET: exercise_replicaset,
+    ENDPOINT: exercise_endpoint,
 }
 
 

@@ -120,9 +120,10 @@ def service_ip(cluster: LocalCluster, name: str) -> str:
     return str(svc["spec"]["clusterIP"])
 
 
-def job_controller(cluster: LocalCluster) -> manager_pb2.Controller:
-    """The manager's record of the Job controller, asked through the manager's Service
-    (kube-proxy routes its ClusterIP on this machine) over mTLS as the cluster admin."""
+def job_controller(cluster: LocalCluster, name: str = "job") -> manager_pb2.Controller:
+    """The manager's record of the Job controller (or the controller ``name``), asked
+    through the manager's Service (kube-proxy routes its ClusterIP on this machine) over
+    mTLS as the cluster admin."""
     pki = cluster.directory / "pki"
     security = ClientSecurity(
         ca_file=str(pki / "ca.crt"),
@@ -132,7 +133,7 @@ def job_controller(cluster: LocalCluster) -> manager_pb2.Controller:
     )
     with security.sync_channel(f"{service_ip(cluster, 'steward-manager')}:50062") as channel:
         reply = manager_pb2_grpc.ManagerServiceStub(channel).GetController(
-            manager_pb2.GetControllerRequest(name="job"), timeout=10
+            manager_pb2.GetControllerRequest(name=name), timeout=10
         )
     return reply.controller
 
@@ -240,6 +241,7 @@ READY = {
     "steward-controller-job": 1,
     "steward-controller-replicaset": 2,
     "steward-controller-deployment": 1,
+    "steward-controller-endpoint": 1,
 }
 """Ready pods of each Deployment (see steward.cluster.pods.SELF_HEALING)."""
 
@@ -322,6 +324,32 @@ def test_controllers_registered_with_the_manager_over_mtls(pods_cluster: LocalCl
     pod = pods_of(pods_cluster, "steward-controller-job")[0]["metadata"]["name"]
     assert controller.holder.startswith(f"{pod}-"), (controller.holder, pod)
     assert controller.state == manager_pb2.CONTROLLER_STATE_ACTIVE
+
+
+def test_stewards_endpoints_controller_keeps_stewards_own_endpoints(
+    pods_cluster: LocalCluster,
+) -> None:
+    """Handed over like the others (kube-proxy routes by EndpointSlices, so nothing of
+    the bootstrap waits on it), Steward's Endpoints controller is active and the
+    Endpoints of the informer's Service list the informer's ready pods."""
+
+    def active() -> manager_pb2.Controller | None:
+        controller = job_controller(pods_cluster, "endpoint")
+        return controller if active_instances(controller) else None
+
+    controller = wait("an active Endpoints controller", active)
+    assert controller.state == manager_pb2.CONTROLLER_STATE_ACTIVE
+    pod = pods_of(pods_cluster, "steward-controller-endpoint")[0]["metadata"]["name"]
+    assert controller.holder.startswith(f"{pod}-"), (controller.holder, pod)
+
+    def informer_endpoints() -> list[str] | None:
+        informers = pods_of(pods_cluster, "steward-informer")
+        want = sorted(p["status"]["podIP"] for p in informers if ready(p))
+        found = pods_cluster.api("GET", f"/api/v1/namespaces/{NS}/endpoints/steward-informer")
+        ips = sorted(a["ip"] for s in found.get("subsets") or [] for a in s.get("addresses") or [])
+        return ips if ips and ips == want else None
+
+    assert len(wait("the informer's Endpoints to list its ready pods", informer_endpoints)) == 2
 
 
 def test_a_job_and_a_deployment_complete_on_kwok_nodes(pods_cluster: LocalCluster) -> None:

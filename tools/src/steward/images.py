@@ -12,6 +12,7 @@ docker.io/library/steward-manager:TAG   python -m steward.manager
 …/steward-controller-job:TAG            python -m steward.controllers.job.main
 …/steward-controller-replicaset:TAG     python -m steward.controllers.replicaset.main
 …/steward-controller-deployment:TAG     python -m steward.controllers.deployment.main
+…/steward-controller-endpoint:TAG       python -m steward.controllers.endpoints.main
 registry.k8s.io/pause:3.10.2            /pause (only with ``pause_binary``)
 ======================================  ===============================================
 
@@ -60,7 +61,7 @@ registry.k8s.io/pause:3.10.2                      Steward's pause, as build_paus
 
 The images follow ``deploy/images/Dockerfile``'s targets, built another way:
 
-- **Base layer** (shared by the five service images): Debian bookworm's own ``python3.11``
+- **Base layer** (shared by the six service images): Debian bookworm's own ``python3.11``
   (the project venv's minor, so the locked wheels fit) and the libraries it and the wheels
   link (``libstdc++6``), from ``mmdebstrap --variant=extract``: the packages' files
   without maintainer scripts, so no shell, apt, dpkg or perl (measured: 50 MB of files
@@ -271,6 +272,7 @@ VENVS = (
     Venv("controller-job", ("steward-job-controller",)),
     Venv("controller-replicaset", ("steward-replicaset-controller",)),
     Venv("controller-deployment", ("steward-deployment-controller",)),
+    Venv("controller-endpoint", ("steward-endpoints-controller",)),
 )
 IMAGES = (
     ImageSpec("informer", "services", "steward.informer"),
@@ -282,6 +284,7 @@ IMAGES = (
     ImageSpec(
         "controller-deployment", "controller-deployment", "steward.controllers.deployment.main"
     ),
+    ImageSpec("controller-endpoint", "controller-endpoint", "steward.controllers.endpoints.main"),
 )
 
 
@@ -1764,7 +1767,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Build Steward's container images without a daemon: one OCI image-layout "
             "archive for `ctr -n k8s.io images import`, images "
             "steward-{informer,manager,controller-job,controller-replicaset,"
-            "controller-deployment}:TAG (and registry.k8s.io/pause:3.10.2 with --pause). "
+            "controller-deployment,controller-endpoint}:TAG "
+            "(and registry.k8s.io/pause:3.10.2 with --pause). "
             "Needs root, mmdebstrap and umoci. With --e2e, the images upstream's "
             "[sig-apps] Job, Deployment and ReplicaSet conformance specs run instead "
             f"({', '.join(E2E_IMAGES)}; needs umoci and busybox-static, not root). "

@@ -10,8 +10,9 @@ Components start in dependency order, each waited on until healthy: Jaeger (so n
 of the API server's start is lost) → etcd → kube-apiserver (``/readyz``) →
 kube-controller-manager → kube-scheduler → kwok; then the simulated nodes are created
 and waited on until ``Ready``. With ``ClusterConfig.steward`` (``make up``), Steward's
-informer, manager and Job controller follow, and kube-controller-manager runs without
-its own Job controller unless ``controllers`` says otherwise. A component that exits or
+informer, manager and controllers (:data:`STEWARD_CONTROLLERS`) follow, and
+kube-controller-manager runs without its own controllers of those names unless
+``controllers`` says otherwise. A component that exits or
 stays unhealthy stops the whole start-up: everything already started is stopped again
 and the error shows the component's last log lines.
 
@@ -220,7 +221,7 @@ class ClusterConfig:
         """kube-controller-manager's ``--controllers``: :attr:`controllers`, except that
         with :attr:`steward` and the default ``*`` upstream's controllers that Steward runs
         itself (:data:`STEWARD_CONTROLLERS`) are switched off
-        (``*,-deployment,-job,-replicaset``)."""
+        (``*,-deployment,-endpoint,-job,-replicaset``)."""
         if (self.steward or self.steward_pods) and self.controllers == "*":
             return ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
         return self.controllers

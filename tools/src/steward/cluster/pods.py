@@ -24,7 +24,10 @@ those controllers and the manager enables Steward's (``EnableController``, recor
 each controller's Lease, so a restarted manager keeps it). From then on Steward keeps
 its own pods too: a deleted pod is replaced by Steward's ReplicaSet controller, which
 needs a live informer and manager to do so; that is why those (and the ReplicaSet
-controller itself) run two replicas here, as in the production overlay.
+controller itself) run two replicas here, as in the production overlay. The Endpoints
+controller is handed over like the others and runs one replica: kube-proxy routes the
+informer's and the manager's Services by EndpointSlices, not Endpoints, so neither the
+boot nor a replaced pod waits on it.
 
 The TLS Secrets the manifests name (``steward-informer-tls``, ``steward-manager-tls``,
 ``steward-controller-<name>-tls``) are ``kubernetes.io/tls`` Secrets with ``ca.crt``, as
