@@ -183,3 +183,21 @@ def test_idle_types_are_stopped_after_the_grace_period(
 
     assert "secrets" in watched()
     eventually(lambda: "secrets" not in watched(), what="the idle secrets reflector to stop")
+
+
+def test_a_namespace_limits_namespaced_types_only(
+    core: client.CoreV1Api, namespace: str, watch: Callable[..., WatchReader]
+) -> None:
+    """One Watch of ConfigMaps and Nodes for one namespace: the namespace's ConfigMaps,
+    and every Node (Nodes have no namespace: a controller of one namespace still looks
+    them up)."""
+    core.create_namespaced_config_map(namespace, _cm("mine"))
+    nodes = pb.ResourceType(version="v1", resource="nodes")
+    reader = watch(CONFIGMAPS, nodes, namespace=namespace)
+    seen = reader.until(lambda e: e.type == INITIAL_EVENTS_END and e.resource_type == nodes)
+    added = [e for e in seen if e.type == ADDED]
+    cms = {e.metadata.namespace for e in added if e.resource_type == CONFIGMAPS}
+    assert cms == {namespace}
+    listed = {n.metadata.name for n in core.list_node().items}
+    assert listed
+    assert {e.metadata.name for e in added if e.resource_type == nodes} == listed

@@ -140,7 +140,9 @@ class WatchRequest(_message.Message):
     MAX_BATCH_SIZE_FIELD_NUMBER: _builtins.int
     SUBSCRIBER_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
-    """Only objects in this namespace; empty for all namespaces."""
+    """Only objects in this namespace; empty for all namespaces. It limits namespaced
+    types only: objects of cluster-scoped types (Nodes) are all sent.
+    """
     label_selector: _builtins.str
     """Kubernetes label selector (e.g. "app=web,tier!=cache"); empty for everything."""
     field_selector: _builtins.str

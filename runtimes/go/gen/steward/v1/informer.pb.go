@@ -218,7 +218,8 @@ type WatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The resource types to watch; at least one.
 	Targets []*WatchTarget `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
-	// Only objects in this namespace; empty for all namespaces.
+	// Only objects in this namespace; empty for all namespaces. It limits namespaced
+	// types only: objects of cluster-scoped types (Nodes) are all sent.
 	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Kubernetes label selector (e.g. "app=web,tier!=cache"); empty for everything.
 	LabelSelector string `protobuf:"bytes,3,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`

@@ -32,6 +32,7 @@ import asyncio
 import base64
 import binascii
 import bisect
+import dataclasses
 import hashlib
 import logging
 import re
@@ -349,11 +350,13 @@ class InformerService(pb_grpc.InformerServiceServicer):
                 await reflector.synced.wait()  # the stream stays open while the API server is away
             # From here to fanout.add nothing awaits: no change can slip in between.
             feeds: list[TypeFeed] = []
-            for reflector, (_, resume) in zip(acquired, targets, strict=True):
+            for reflector, (info, resume) in zip(acquired, targets, strict=True):
                 feed = TypeFeed(
                     reflector.name,
                     reflector.store,
-                    flt,
+                    # A namespace limits namespaced types only: a controller of one
+                    # namespace still sees the Nodes it looks up.
+                    flt if info.namespaced else dataclasses.replace(flt, namespace=""),
                     self.options.subscriber_buffer,
                     request.send_previous_object,
                     self.metrics.replaced.labels(subscriber, str(reflector.name)).inc,

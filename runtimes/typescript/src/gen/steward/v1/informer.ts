@@ -78,7 +78,10 @@ export interface WatchTarget {
 export interface WatchRequest {
   /** The resource types to watch; at least one. */
   targets: WatchTarget[];
-  /** Only objects in this namespace; empty for all namespaces. */
+  /**
+   * Only objects in this namespace; empty for all namespaces. It limits namespaced
+   * types only: objects of cluster-scoped types (Nodes) are all sent.
+   */
   namespace: string;
   /** Kubernetes label selector (e.g. "app=web,tier!=cache"); empty for everything. */
   labelSelector: string;
