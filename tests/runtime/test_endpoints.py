@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import grpc
+import orjson
 import pytest
 
 from steward.runtime import endpoints
+from steward.runtime.mirror import Mirror
+from steward.v1 import informer_pb2 as pb
 
 pytestmark = pytest.mark.unit
 
@@ -135,3 +139,46 @@ def test_trigger_time_is_creation_first_then_earliest_change() -> None:
     times.forget("ns", "svc")
     again = times.compute(svc, moved)
     assert again is not None and again.isoformat() == "2026-01-01T00:00:00+00:00"
+
+
+def test_pod_ips_are_read_as_go_reads_them_sloppily() -> None:
+    assert str(endpoints.parse_ip("10.0.0.1")) == "10.0.0.1"
+    assert str(endpoints.parse_ip("010.000.000.001")) == "10.0.0.1"
+    assert str(endpoints.parse_ip("::ffff:10.0.0.1")) == "10.0.0.1"
+    assert str(endpoints.parse_ip("2001:DB8::0001")) == "2001:db8::1"
+    assert endpoints.parse_ip("not-an-ip") is None
+    assert endpoints.parse_ip("") is None
+
+
+def _pod_event(ns: str, name: str, labels: dict[str, str]) -> pb.Event:
+    event = pb.Event(type=pb.EVENT_TYPE_ADDED, resource_type=endpoints.PODS, resource_version="1")
+    event.metadata.CopyFrom(pb.ObjectMeta(namespace=ns, name=name, uid=name, resource_version="1"))
+    event.metadata.labels.update(labels)
+    event.object = orjson.dumps({"metadata": {"namespace": ns, "name": name, "labels": labels}})
+    return event
+
+
+def test_selected_pods_come_from_the_label_index() -> None:
+    mirror = Mirror(
+        grpc.aio.insecure_channel("127.0.0.1:9"),  # never dialled
+        [endpoints.PODS],
+        indexers={endpoints.LABEL_INDEX: endpoints.index_pod_labels},
+    )
+    mirror._apply(
+        [
+            _pod_event("ns", "web-1", {"app": "web", "tier": "front"}),
+            _pod_event("ns", "web-2", {"app": "web"}),
+            _pod_event("ns", "db-1", {"app": "db", "tier": "front"}),
+            _pod_event("other", "web-3", {"app": "web", "tier": "front"}),
+        ]
+    )
+
+    def names(selector: dict[str, str] | None) -> list[str]:
+        svc = {"metadata": {"namespace": "ns", "name": "s"}, "spec": {"selector": selector}}
+        return sorted(p["metadata"]["name"] for p in endpoints.selected_pods(mirror, svc))
+
+    assert names({"app": "web"}) == ["web-1", "web-2"]
+    assert names({"app": "web", "tier": "front"}) == ["web-1"]
+    assert names({"app": "none"}) == []
+    assert names({}) == ["db-1", "web-1", "web-2"]  # empty: every pod of the namespace
+    assert names(None) == []  # no selector: none

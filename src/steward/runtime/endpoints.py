@@ -1,8 +1,8 @@
 """Service endpoint facts that the EndpointSlice and Endpoints controllers both decide on,
 as upstream defines them (``k8s.io/endpointslice/util`` and the endpoints controller):
 which pods back a Service, the port a Service port resolves to on a pod, whether a pod's
-hostname is published, which pod changes can move endpoints, and the
-``endpoints.kubernetes.io/last-change-trigger-time`` annotation's value.
+hostname is published, how a pod IP is read, which pod changes can move endpoints, and
+the ``endpoints.kubernetes.io/last-change-trigger-time`` annotation's value.
 
 Each function takes objects as the API server's JSON (dicts) and is total: missing fields
 count as absent.
@@ -10,12 +10,14 @@ count as absent.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from steward.runtime import pods
+from steward.runtime.mirror import Mirror, MirrorObject, resource_type, type_key
 from steward.runtime.selectors import selector_matches
 from steward.runtime.times import parse_time
 
@@ -43,6 +45,42 @@ def selects(service: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     if selector is None:
         return False
     return selector_matches({"matchLabels": selector}, labels, empty_matches_all=True)
+
+
+PODS = resource_type("", "v1", "pods")
+_PODS_KEY = type_key(PODS)
+LABEL_INDEX = "steward.io/pod-label"
+"""The mirror index :func:`index_pod_labels` keeps: a pod is found under
+``<namespace>/<key>=<value>`` for each of its labels."""
+
+
+def index_pod_labels(obj: MirrorObject) -> list[str]:
+    """Index values of :data:`LABEL_INDEX` (pods only; other types are not indexed).
+    Declare it with ``.with_index(LABEL_INDEX, index_pod_labels)``."""
+    if obj.type != _PODS_KEY:
+        return []
+    ns = obj.namespace
+    return [f"{ns}/{key}={value}" for key, value in obj.meta.labels.items()]
+
+
+def selected_pods(mirror: Mirror, service: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The pods of the Service's namespace its selector matches (any state), found
+    through :data:`LABEL_INDEX`: only the pods carrying the rarest of the selector's
+    labels are checked, not every pod of the namespace."""
+    selector = service_selector(service)
+    if selector is None:
+        return []
+    ns = str((service.get("metadata") or {}).get("namespace", ""))
+    candidates: list[MirrorObject] | None = None
+    for key, value in selector.items():
+        found = mirror.by_index(PODS, LABEL_INDEX, f"{ns}/{key}={value}")
+        if candidates is None or len(found) < len(candidates):
+            candidates = found
+        if not candidates:
+            return []
+    if candidates is None:  # the empty selector: every pod of the namespace
+        candidates = mirror.objects(PODS, ns)
+    return [pod.object for pod in candidates if selects(service, pod.meta.labels)]
 
 
 def managed(service: Mapping[str, Any]) -> bool:
@@ -97,6 +135,22 @@ def find_port(pod: Mapping[str, Any], service_port: Mapping[str, Any]) -> int | 
             if port.get("name") == target and (port.get("protocol") or "TCP") == protocol:
                 return int(port["containerPort"])
     return None
+
+
+def parse_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """A pod IP as upstream reads it (Go's ``ParseIPSloppy``): IPv4 octets may carry
+    leading zeros (read as decimal), an IPv4-mapped IPv6 address is the IPv4 address; None
+    when it is no IP at all. ``str()`` of the result is the canonical text endpoints carry."""
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        parts = text.split(".")
+        if len(parts) != 4 or not all(p.isdigit() and int(p) < 256 for p in parts):
+            return None
+        ip = ipaddress.IPv4Address(".".join(str(int(p)) for p in parts))
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
 
 
 def _ips(pod: Mapping[str, Any]) -> list[str]:

@@ -93,7 +93,7 @@ class EndpointsReconciler:
     # Mapping --------------------------------------------------------------------------
     def services_of_pod(self, obj: steward.MirrorObject) -> list[Request]:
         """The Services of the pod's namespace whose selector matches its labels."""
-        labels = dict(obj.meta.labels)
+        labels = obj.meta.labels
         return [
             Request(svc.namespace, svc.name)
             for svc in self.mirror.objects(SERVICES, obj.namespace)
@@ -123,7 +123,7 @@ class EndpointsReconciler:
         service = found.object
         if not steward.endpoints.managed(service):
             return Result()
-        selected = self._selected_pods(service, ns)
+        selected = steward.endpoints.selected_pods(self.mirror, service)
         # Computed on every sync, so the tracker's state follows the pods even when the
         # sync turns out to write nothing (as upstream).
         trigger_time = self.triggers.compute(service, selected)
@@ -138,14 +138,6 @@ class EndpointsReconciler:
         else:
             await self._update(ns, name, body)
         return Result()
-
-    def _selected_pods(self, service: dict[str, Any], ns: str) -> list[dict[str, Any]]:
-        """The pods of the namespace the Service's selector matches (any state)."""
-        return [
-            pod.object
-            for pod in self.mirror.objects(PODS, ns)
-            if steward.endpoints.selects(service, dict(pod.meta.labels))
-        ]
 
     # Writes -----------------------------------------------------------------------------
     async def _delete(self, ns: str, name: str) -> None:
@@ -197,6 +189,7 @@ CONTROLLER = (
     .for_(SERVICES, kind="Service")
     .watches(PODS, EndpointsReconciler.services_of_pod, pod_change_matters)
     .watches(ENDPOINTS, EndpointsReconciler.service_of_endpoints)
+    .with_index(steward.endpoints.LABEL_INDEX, steward.endpoints.index_pod_labels)
     .with_options(steward.ControllerOptions(max_concurrent_reconciles=5))
     .beside_upstream(None)
     .describe(

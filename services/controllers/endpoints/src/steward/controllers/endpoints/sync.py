@@ -52,23 +52,8 @@ Port = dict[str, Any]
 
 
 # Addresses and ports ------------------------------------------------------------------
-def _parse_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """An IP as Go's ``ParseIPSloppy`` reads it: IPv4 octets may carry leading zeros
-    (read as decimal), an IPv4-mapped IPv6 address is the IPv4 address."""
-    try:
-        ip = ipaddress.ip_address(text)
-    except ValueError:
-        parts = text.split(".")
-        if len(parts) != 4 or not all(p.isdigit() and int(p) < 256 for p in parts):
-            return None
-        ip = ipaddress.IPv4Address(".".join(str(int(p)) for p in parts))
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    return ip
-
-
 def _is_ipv6(text: str) -> bool:
-    return isinstance(_parse_ip(text), ipaddress.IPv6Address)
+    return isinstance(steward.endpoints.parse_ip(text), ipaddress.IPv6Address)
 
 
 def endpoint_address(service: Mapping[str, Any], pod: Mapping[str, Any]) -> Address | None:
@@ -88,7 +73,7 @@ def endpoint_address(service: Mapping[str, Any], pod: Mapping[str, Any]) -> Addr
         want_v6 = _is_ipv6(status.get("podIP") or "")
     found = None
     for entry in status.get("podIPs") or ():
-        ip = _parse_ip(str(entry.get("ip") or ""))
+        ip = steward.endpoints.parse_ip(str(entry.get("ip") or ""))
         if ip is not None and isinstance(ip, ipaddress.IPv6Address) == want_v6:
             found = str(ip)
             break
