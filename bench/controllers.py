@@ -32,7 +32,11 @@ defaults and Steward's) and the same client rate limits, in two settings:
 
 # Workloads
 In each cluster the Job workload (:mod:`bench.job`: N one-pod Jobs to Complete) runs
-first, then the Deployment workload (:mod:`bench.deployment`: rollout and rolling update).
+first, then the Deployment workload (:mod:`bench.deployment`: rollout and rolling update),
+then the endpoints workload (:mod:`bench.endpoints`: 200 Services of 50 pods each, every
+pod's readiness flipped once; how fast the Endpoints objects and the EndpointSlices
+follow, under the Endpoints and EndpointSlice controllers of each side: 5 workers each,
+upstream's ``--concurrent-endpoint-syncs`` and ``--concurrent-service-endpoint-syncs``).
 
 # Where the cost goes
 For each workload, over its measured span: CPU seconds of every process of the cluster
@@ -62,11 +66,12 @@ from typing import Any
 
 import orjson
 
-from bench import deployment, job
+from bench import deployment, endpoints, job
 from bench.informer import Api, report
 from steward.cluster import ClusterConfig, LocalCluster
 from steward.cluster.control_plane import STEWARD_CONTROLLERS
 from steward.cluster.progress import Progress
+from steward.controllers.endpointslice.sync import MANAGED_BY as ENDPOINTSLICE_MANAGED_BY
 
 ROOT = Path(__file__).resolve().parent.parent
 NODES = 8
@@ -124,6 +129,12 @@ STEWARD_PROCESSES = (
 ``<name>-controller``): every controller Steward runs in place of upstream's counts,
 whether or not the workload gives it work."""
 KCM = "kube-controller-manager"
+STEWARD_SLICES = (
+    ENDPOINTSLICE_MANAGED_BY
+    if "endpointslice" in STEWARD_CONTROLLERS
+    else endpoints.UPSTREAM_MANAGER
+)
+"""The managed-by value of the slices the Steward side's EndpointSlice controller writes."""
 
 
 # ------------------------------------------------------------------------- measuring
@@ -349,6 +360,32 @@ def run_side(
                 f"  rollout {timing['initial_rollout_seconds']:.2f} s, rolling update "
                 f"{timing['rolling_update_seconds']:.2f} s"
             )
+        if "endpoints" in args.workloads:
+            out.say(
+                f"{setting.name}: {side.name}: {args.services} Services x "
+                f"{args.pods_per_service} pods, then every pod's readiness flipped"
+            )
+            meter.begin()
+            timing = endpoints.run_phase(
+                api,
+                "bench-endpoints",
+                args.services,
+                args.pods_per_service,
+                args.threads,
+                args.timeout,
+                out,
+                slice_manager=STEWARD_SLICES if side.steward else endpoints.UPSTREAM_MANAGER,
+                rate=args.endpoints_rate,
+            )
+            timing.update(meter.end())
+            result["endpoints"] = timing
+            out.say(
+                f"  created → correct {timing['created_to_correct_seconds']:.1f} s, flip → "
+                f"correct {timing['flip_to_correct_seconds']:.1f} s; latency p50/p99 "
+                f"Endpoints {timing['endpoints_latency_p50_ms']:.0f}/"
+                f"{timing['endpoints_latency_p99_ms']:.0f} ms, slices "
+                f"{timing['slices_latency_p50_ms']:.0f}/{timing['slices_latency_p99_ms']:.0f} ms"
+            )
         if args.profile and side == STEWARD and setting.name == "high" and "job" in args.workloads:
             result["profile"] = profile_job_controller(cluster, api, args, out)
     finally:
@@ -388,6 +425,26 @@ def summarize(side: Side, measured: dict[str, Any], units: int) -> dict[str, Any
     }
 
 
+ENDPOINTS_FIGURES = (
+    "created_to_correct_seconds",
+    "flip_to_correct_seconds",
+    "create_trailing_seconds",
+    "flip_trailing_seconds",
+    "endpoints_latency_p50_ms",
+    "endpoints_latency_p99_ms",
+    "slices_latency_p50_ms",
+    "slices_latency_p99_ms",
+)
+"""The endpoints workload's figures, compared Steward / upstream (lower is better)."""
+
+
+def units_of(workload: str, measured: dict[str, Any]) -> int:
+    """What a workload's figures are per: a Job, a Deployment, a pod."""
+    if workload == "endpoints":
+        return int(measured["services"] * measured["pods_per_service"])
+    return int(measured["jobs" if workload == "job" else "deployments"])
+
+
 def _ratio(a: float, b: float) -> float:
     return round(a / b, 3) if b else float("nan")
 
@@ -412,6 +469,9 @@ def compare(results: dict[str, Any]) -> dict[str, Any]:
                 c[f"deployment_{key.removesuffix('_seconds')}_ratio"] = _ratio(
                     st["deployment"][key], up["deployment"][key]
                 )
+        if "endpoints" in up and "endpoints" in st:
+            for key in ENDPOINTS_FIGURES:
+                c[f"endpoints_{key}_ratio"] = _ratio(st["endpoints"][key], up["endpoints"][key])
         traced = sides.get("steward_traced", {})
         if "job" in traced and "job" in st:
             c["tracing_cost"] = round(1 - traced["job"]["jobs_per_s"] / st["job"]["jobs_per_s"], 3)
@@ -543,6 +603,28 @@ def table(results: dict[str, Any]) -> str:
                     )
                 )
             rows += _per_job_table(up["deployment"], st["deployment"], "Deployment")
+        if "endpoints" in up and "endpoints" in st:
+            e = up["endpoints"]
+            what = f"{e['services']} Services x {e['pods_per_service']} pods at {e['rate']:g}/s"
+            for key, label, unit in (
+                ("created_to_correct_seconds", "created → all correct", "s"),
+                ("flip_to_correct_seconds", "readiness flipped → all correct", "s"),
+                ("create_trailing_seconds", "  all correct after the last creation", "s"),
+                ("flip_trailing_seconds", "  all correct after the last flip", "s"),
+                ("endpoints_latency_p50_ms", "  flip → Endpoints p50", "ms"),
+                ("endpoints_latency_p99_ms", "  flip → Endpoints p99", "ms"),
+                ("slices_latency_p50_ms", "  flip → EndpointSlice p50", "ms"),
+                ("slices_latency_p99_ms", "  flip → EndpointSlice p99", "ms"),
+            ):
+                r = ratios[f"endpoints_{key}_ratio"]
+                rows.append(
+                    (
+                        f"{what}: {label}",
+                        f"{e[key]:.1f} {unit}",
+                        f"{st['endpoints'][key]:.1f} {unit} (ratio {r:.2f})",
+                    )
+                )
+            rows += _per_job_table(up["endpoints"], st["endpoints"], "pod")
         w0 = max(len(r[0]) for r in rows)
         w1 = max(len(r[1]) for r in rows)
         lines += [f"{a:{w0}}  {b:>{w1}}  {c}".rstrip() for a, b, c in rows]
@@ -575,10 +657,10 @@ def run(args: argparse.Namespace) -> int:
         per_side: dict[str, Any] = {}
         for side in sides:
             measured = run_side(side, setting, args, out)
-            for workload, units_key in (("job", "jobs"), ("deployment", "deployments")):
+            for workload in ("job", "deployment", "endpoints"):
                 if workload in measured:
                     measured[workload]["summary"] = summarize(
-                        side, measured[workload], measured[workload][units_key]
+                        side, measured[workload], units_of(workload, measured[workload])
                     )
             per_side[side.name] = measured
         results["settings"][name] = per_side | {
@@ -604,8 +686,8 @@ def main() -> int:
     parser.add_argument(
         "--workloads",
         type=lambda s: s.split(","),
-        default=["job", "deployment"],
-        help="comma-separated workloads: job, deployment (default: both)",
+        default=["job", "deployment", "endpoints"],
+        help="comma-separated workloads: job, deployment, endpoints (default: all)",
     )
     parser.add_argument(
         "--sides",
@@ -617,6 +699,19 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=500, help="Jobs per phase (default 500)")
     parser.add_argument("--deployments", type=int, default=100, help="Deployments (default 100)")
     parser.add_argument("--replicas", type=int, default=10, help="replicas each (default 10)")
+    parser.add_argument(
+        "--services", type=int, default=200, help="Services of the endpoints workload (default 200)"
+    )
+    parser.add_argument(
+        "--pods-per-service", type=int, default=50, help="pods of each Service (default 50)"
+    )
+    parser.add_argument(
+        "--endpoints-rate",
+        type=float,
+        default=100.0,
+        help="pods created, and later flipped, per second in the endpoints workload, the "
+        "same on both sides (default 100)",
+    )
     parser.add_argument("--threads", type=int, default=8, help="requesting threads (default 8)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per phase")
     parser.add_argument(
@@ -629,9 +724,9 @@ def main() -> int:
     unknown = [s for s in args.settings if s not in SETTINGS]
     if unknown:
         parser.error(f"unknown setting {', '.join(unknown)}; known: {', '.join(SETTINGS)}")
-    bad = [w for w in args.workloads if w not in ("job", "deployment")]
+    bad = [w for w in args.workloads if w not in ("job", "deployment", "endpoints")]
     if bad:
-        parser.error(f"unknown workload {', '.join(bad)}; known: job, deployment")
+        parser.error(f"unknown workload {', '.join(bad)}; known: job, deployment, endpoints")
     return run(args)
 
 

@@ -34,9 +34,14 @@ def test_every_controller_of_the_workspace_is_declared() -> None:
         assert controller.module == f"steward.controllers.{packages[name]}.main"
         assert f"controller-{name}" in STEWARD_IDENTITIES
         assert (ROOT / "deploy" / "rbac" / f"controller-{name}.yaml").exists()
-    # Only the Job controller can run beside upstream's (Jobs name theirs in spec.managedBy).
+    # The Job controller can run beside upstream's (Jobs name theirs in spec.managedBy),
+    # and so can the EndpointSlice controller (its slices carry its own managed-by).
     assert declared["job"].beside_upstream == ("--no-take-unmanaged",)
     assert declared["job"].alone == ("--take-unmanaged",)
+    assert declared["endpointslice"].beside_upstream == ()
+    assert declared["endpointslice"].alone == (
+        "--replace-managed-by=endpointslice-controller.k8s.io",
+    )
     assert declared["replicaset"].beside_upstream is None
     assert packages["endpoint"] == "endpoints"
     assert declared["endpoint"].beside_upstream is None
