@@ -158,11 +158,11 @@ def _pod_event(ns: str, name: str, labels: dict[str, str]) -> pb.Event:
     return event
 
 
-def test_selected_pods_come_from_the_label_index() -> None:
+@pytest.mark.asyncio
+async def test_selected_pods_come_from_the_label_index() -> None:
+    channel = grpc.aio.insecure_channel("127.0.0.1:9")  # never dialled
     mirror = Mirror(
-        grpc.aio.insecure_channel("127.0.0.1:9"),  # never dialled
-        [endpoints.PODS],
-        indexers={endpoints.LABEL_INDEX: endpoints.index_pod_labels},
+        channel, [endpoints.PODS], indexers={endpoints.LABEL_INDEX: endpoints.index_pod_labels}
     )
     mirror._apply(
         [
@@ -182,3 +182,4 @@ def test_selected_pods_come_from_the_label_index() -> None:
     assert names({"app": "none"}) == []
     assert names({}) == ["db-1", "web-1", "web-2"]  # empty: every pod of the namespace
     assert names(None) == []  # no selector: none
+    await channel.close()

@@ -371,3 +371,36 @@ async def test_default_queue_and_options(registry: CollectorRegistry) -> None:
     await recorder.until(lambda: len(recorder.finished) == 1)
     assert registry.get_sample_value("workqueue_adds_total", {"name": "defaults"}) == 1
     await stop(task)
+
+
+@pytest.mark.asyncio
+async def test_a_key_failing_past_max_retries_is_dropped_until_queued_again(
+    registry: CollectorRegistry,
+) -> None:
+    async def always_fails(request: Request, attempt: int) -> Result:
+        raise RuntimeError(f"boom {attempt}")
+
+    recorder = Recorder(always_fails)
+    options = WorkerOptions(registry=registry, max_retries=3)
+    pool = WorkerPool("test", recorder, fast_queue(registry), options)
+    task = asyncio.create_task(pool.run())
+    pool.queue.add(req("bad"))
+    await recorder.until(lambda: recorder.count(req("bad")) == 4)  # the first try, 3 retries
+    await asyncio.sleep(0.05)  # well past the next retry's 1 to 10 ms
+    assert recorder.count(req("bad")) == 4
+    assert pool.queue.num_requeues(req("bad")) == 0
+    assert sample(registry, "controller_runtime_terminal_reconcile_errors_total") == 1
+    last = pool.status().last_error
+    assert last is not None and last.terminal and last.message == "RuntimeError: boom 4"
+    pool.queue.add(req("bad"))  # its next event: tried again, with a fresh budget
+    await recorder.until(lambda: recorder.count(req("bad")) == 8)
+    await stop(task)
+
+
+def test_the_pool_makes_its_queue_with_the_backoff_asked_for() -> None:
+    options = WorkerOptions(
+        registry=CollectorRegistry(), backoff_base_seconds=1.0, backoff_max_seconds=8.0
+    )
+    pool = WorkerPool("test", Recorder(), options=options)
+    delays = [pool.queue._rate_limiter.when(req("x")) for _ in range(5)]
+    assert delays == [1.0, 2.0, 4.0, 8.0, 8.0]

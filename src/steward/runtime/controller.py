@@ -80,6 +80,7 @@ from steward.runtime.mirror import (
     type_key,
 )
 from steward.runtime.ownership import Ownership, api_version
+from steward.runtime.ratelimit import DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY
 from steward.runtime.reconcile import Reconciler, Request, Result
 from steward.runtime.session import ManagerSession, SessionOptions
 from steward.runtime.source import (
@@ -120,6 +121,13 @@ class ControllerOptions:
     (level triggering's safety net). None (the default) for never."""
     shutdown_grace_seconds: float = 30.0
     """How long in-flight reconciles may finish on shutdown. Defaults to 30."""
+    max_retries: int | None = None
+    """Failed reconciles of a key in a row after which it is dropped until its next event
+    (upstream's ``maxRetries``); None (the default, as controller-runtime) for never."""
+    backoff_base_seconds: float = DEFAULT_BASE_DELAY
+    """A failed key's first retry delay, doubling per failure (client-go's 5 ms)."""
+    backoff_max_seconds: float = DEFAULT_MAX_DELAY
+    """The longest retry delay (client-go's 1000 s)."""
     registry: CollectorRegistry | None = field(default=None, compare=False)
     """Prometheus registry for the controller's metrics; None for the global one."""
 
@@ -539,6 +547,9 @@ class Controller(Generic[R]):
                 max_concurrent_reconciles=self.options.max_concurrent_reconciles,
                 shutdown_grace_seconds=self.options.shutdown_grace_seconds,
                 registry=self.options.registry,
+                max_retries=self.options.max_retries,
+                backoff_base_seconds=self.options.backoff_base_seconds,
+                backoff_max_seconds=self.options.backoff_max_seconds,
             ),
         )
 

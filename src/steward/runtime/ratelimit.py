@@ -144,9 +144,16 @@ class MaxOf(Generic[K]):
         return max(limiter.num_requeues(item) for limiter in self.limiters)
 
 
-def default_controller_rate_limiter(clock: Clock | None = None) -> MaxOf[Hashable]:
-    """client-go's default: the max of a 5 ms * 2**n backoff (<= 1000 s) and a 10/s, 100 bucket."""
+def default_controller_rate_limiter(
+    clock: Clock | None = None,
+    *,
+    base_delay: float = DEFAULT_BASE_DELAY,
+    max_delay: float = DEFAULT_MAX_DELAY,
+) -> MaxOf[Hashable]:
+    """client-go's default: the max of a 5 ms * 2**n backoff (<= 1000 s) and a 10/s, 100
+    bucket; ``base_delay`` and ``max_delay`` change the backoff (upstream's EndpointSlice
+    controller starts at 1 s)."""
     return MaxOf[Hashable](
-        ItemExponentialBackoff[Hashable](DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY),
+        ItemExponentialBackoff[Hashable](base_delay, max_delay),
         TokenBucket[Hashable](DEFAULT_QPS, DEFAULT_BURST, clock=clock),
     )

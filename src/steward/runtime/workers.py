@@ -21,6 +21,11 @@ from steward.runtime.metrics import (
     ControllerMetrics,
     metrics_for,
 )
+from steward.runtime.ratelimit import (
+    DEFAULT_BASE_DELAY,
+    DEFAULT_MAX_DELAY,
+    default_controller_rate_limiter,
+)
 from steward.runtime.reconcile import Reconciler, Request, Result, TerminalError
 from steward.runtime.tracing import reconcile_span
 from steward.runtime.workqueue import QueueItem, WorkQueue
@@ -41,11 +46,22 @@ class WorkerOptions:
 
     ``registry``: the Prometheus registry for the pool's and its queue's metrics.
     Defaults to None, meaning prometheus_client's global registry.
+
+    ``max_retries``: after a key's reconcile failed this many times in a row it is dropped
+    (its backoff forgotten, logged, counted as a terminal error) until something queues it
+    again, as upstream's controllers with a ``maxRetries`` do. None (the default, as in
+    controller-runtime) retries for ever.
+
+    ``backoff_base_seconds``, ``backoff_max_seconds``: the failed key's backoff, for the
+    queue the pool makes (client-go's defaults, 5 ms doubling to 1000 s).
     """
 
     max_concurrent_reconciles: int = 1
     shutdown_grace_seconds: float = 30.0
     registry: CollectorRegistry | None = field(default=None, compare=False)
+    max_retries: int | None = None
+    backoff_base_seconds: float = DEFAULT_BASE_DELAY
+    backoff_max_seconds: float = DEFAULT_MAX_DELAY
 
     def __post_init__(self) -> None:
         if self.max_concurrent_reconciles < 1:
@@ -111,7 +127,16 @@ class WorkerPool:
         self.name = name
         self.options = options if options is not None else WorkerOptions()
         self.queue: WorkQueue[Request] = (
-            queue if queue is not None else WorkQueue(name, registry=self.options.registry)
+            queue
+            if queue is not None
+            else WorkQueue(
+                name,
+                registry=self.options.registry,
+                rate_limiter=default_controller_rate_limiter(
+                    base_delay=self.options.backoff_base_seconds,
+                    max_delay=self.options.backoff_max_seconds,
+                ),
+            )
         )
         self._reconciler = reconciler
         self._clock = clock if clock is not None else MonotonicClock()
@@ -225,6 +250,13 @@ class WorkerPool:
             span.record_exception(err)
             span.set_status(StatusCode.ERROR, str(err))
             span.set_attribute("steward.result", RESULT_ERROR)
+            retries = self.options.max_retries
+            if retries is not None and self.queue.num_requeues(key) >= retries:
+                self.queue.forget(key)
+                self._metrics.terminal_error()
+                log.warning("%s: dropping %s after %d retries", self.name, key, retries)
+                self._record_error(key, err, terminal=True, started=started)
+                return
             self.queue.add_rate_limited(key, item.contexts)
             self._record_error(key, err, terminal=False, started=started)
             return

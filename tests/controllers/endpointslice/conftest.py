@@ -24,8 +24,9 @@ integration tests do, so both controllers see exactly the same pods.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
+import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,10 +34,8 @@ from typing import Any
 import grpc
 import pytest
 import pytest_asyncio
-import yaml
 
 from steward.cluster import LocalCluster
-from steward.cluster.pki import CertificateAuthority
 from steward.controllers.endpointslice.main import CONTROLLER
 from steward.controllers.endpointslice.sync import MANAGED_BY, MANAGED_BY_LABEL
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
@@ -49,75 +48,17 @@ from tests.controllers.endpoints.conftest import (
 
 __all__ = ["upstream_kube", "upstream_namespace"]
 
-REPO = Path(__file__).resolve().parents[3]
 IDENTITY = "controller-endpointslice"
-USER = "steward:controller:endpointslice"
-RBAC = REPO / "deploy/rbac/controller-endpointslice.yaml"
 NODE = "steward-endpointslice-node"
 ZONE = "zone-steward"
 TAINT = {"key": "steward.io/endpointslice-tests", "effect": "NoSchedule"}
 
 
-def _kubeconfig(cluster: LocalCluster, ca: Path, cert: Path, key: Path) -> Path:
-    def b64(p: Path) -> str:
-        return base64.b64encode(p.read_bytes()).decode()
-
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "c",
-                "cluster": {"server": cluster.state.server, "certificate-authority-data": b64(ca)},
-            }
-        ],
-        "users": [
-            {
-                "name": USER,
-                "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)},
-            }
-        ],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": USER}}],
-        "current-context": "c",
-    }
-    path = cluster.directory / f"{IDENTITY}.kubeconfig"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    path.chmod(0o600)
-    return path
-
-
 @pytest.fixture(scope="package")
 def es_identity(cluster: LocalCluster) -> Path:
-    """The controller's own kubeconfig: a client certificate for ``USER`` issued by the
-    cluster's CA, bound to the ClusterRole of deploy/rbac (and nothing else)."""
-    ca = CertificateAuthority.load(cluster.directory / "pki")
-    pair = ca.issue(IDENTITY, USER, client=True)
-    path = _kubeconfig(cluster, ca.pair.cert, pair.cert, pair.key)
-    admin = KubeClient(load_access(str(cluster.kubeconfig)), user_agent="endpointslice-test-setup")
-    try:
-        rbac = "/apis/rbac.authorization.k8s.io/v1"
-        for doc in yaml.safe_load_all(RBAC.read_text()):
-            name = doc["metadata"]["name"]
-            with contextlib.suppress(ConflictError):
-                admin.request("POST", f"{rbac}/clusterroles", doc)
-            binding = {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": name},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": name,
-                },
-                "subjects": [
-                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}
-                ],
-            }
-            with contextlib.suppress(ConflictError):
-                admin.request("POST", f"{rbac}/clusterrolebindings", binding)
-    finally:
-        admin.close()
-    return path
+    """The controller's own kubeconfig (``steward:controller:endpointslice``, bound to the
+    ClusterRole of deploy/rbac/controller-endpointslice.yaml by the control plane)."""
+    return cluster.component_kubeconfig(IDENTITY)
 
 
 def _delete_our_slices(admin: KubeClient) -> None:
@@ -132,6 +73,30 @@ def _delete_our_slices(admin: KubeClient) -> None:
                 "DELETE",
                 f"/apis/discovery.k8s.io/v1/namespaces/{meta['namespace']}/endpointslices/{meta['name']}",
             )
+
+
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+
+
+def _heartbeat(admin: KubeClient, stop: threading.Event) -> None:
+    """Renew :data:`NODE`'s Lease every 5 s until ``stop``."""
+    while True:
+        renewed = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+        spec = {"holderIdentity": NODE, "leaseDurationSeconds": 40, "renewTime": renewed}
+        try:
+            try:
+                admin.request("POST", LEASES, {"metadata": {"name": NODE}, "spec": spec})
+            except ConflictError:
+                admin.request(
+                    "PATCH",
+                    f"{LEASES}/{NODE}",
+                    {"spec": spec},
+                    content_type="application/merge-patch+json",
+                )
+        except Exception as err:  # a missed renewal is retried at the next beat
+            print(f"renewing {NODE}'s lease failed: {err}")
+        if stop.wait(5.0):
+            return
 
 
 @pytest.fixture(scope="package")
@@ -150,8 +115,8 @@ def es_node(cluster: LocalCluster) -> Iterator[str]:
     }
     with contextlib.suppress(ConflictError):
         admin.request("POST", "/api/v1/nodes", body)
-    node = admin.request("GET", f"/api/v1/nodes/{NODE}")
-    node["status"] = {
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status = {
         "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "500"},
         "capacity": {"cpu": "4", "memory": "8Gi", "pods": "500"},
         "conditions": [
@@ -160,17 +125,32 @@ def es_node(cluster: LocalCluster) -> Iterator[str]:
                 "status": "True",
                 "reason": "KubeletReady",
                 "message": "simulated by the EndpointSlice tests",
-                "lastHeartbeatTime": node["metadata"]["creationTimestamp"],
-                "lastTransitionTime": node["metadata"]["creationTimestamp"],
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
             }
         ],
     }
-    admin.request("PUT", f"/api/v1/nodes/{NODE}/status", node)
+    # A patch: the node lifecycle controller writes the node too.
+    admin.request(
+        "PATCH",
+        f"/api/v1/nodes/{NODE}/status",
+        {"status": status},
+        content_type="application/strategic-merge-patch+json",
+    )
+    # Renew the node's Lease as a kubelet does, so that the node lifecycle controller
+    # neither marks the node (and its pods) not ready nor taints it while the package runs.
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(admin, stop), daemon=True)
+    beat.start()
     try:
         yield NODE
     finally:
+        stop.set()
+        beat.join()
         with contextlib.suppress(NotFoundError):
             admin.request("DELETE", f"/api/v1/nodes/{NODE}")
+        with contextlib.suppress(NotFoundError):
+            admin.request("DELETE", f"{LEASES}/{NODE}")
         _delete_our_slices(admin)
         admin.close()
 

@@ -30,7 +30,8 @@ update (409) too — the next sync reads the mirror afresh, as upstream's
 requeue does. Each refused create or update records a Warning Event
 (``FailedToCreateEndpoint`` / ``FailedToUpdateEndpoint``) on the Endpoints object, except a
 create refused because the namespace is being terminated, which is dropped quietly
-(every later create would fail too). A delete that finds nothing is done.
+(every later create would fail too). A delete that finds nothing is done. After
+:data:`MAX_RETRIES` failed syncs in a row the Service is dropped until its next event.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ log = logging.getLogger(__name__)
 NAME = "endpoint"
 """The controller's name with the manager (kube-controller-manager's --controllers alias
 of its endpoints-controller)."""
+MAX_RETRIES = 15
+"""Failed syncs in a row after which a Service is dropped until its next event (upstream's
+maxRetries; its backoff is client-go's default, 5 ms doubling to 1000 s)."""
 COMPONENT = "endpoint-controller"
 """The Events' source component, as upstream's."""
 _TERMINATING = "because it is being terminated"
@@ -190,7 +194,7 @@ CONTROLLER = (
     .watches(PODS, EndpointsReconciler.services_of_pod, pod_change_matters)
     .watches(ENDPOINTS, EndpointsReconciler.service_of_endpoints)
     .with_index(steward.endpoints.LABEL_INDEX, steward.endpoints.index_pod_labels)
-    .with_options(steward.ControllerOptions(max_concurrent_reconciles=5))
+    .with_options(steward.ControllerOptions(max_concurrent_reconciles=5, max_retries=MAX_RETRIES))
     .beside_upstream(None)
     .describe(
         "Steward's Endpoints controller: keeps the core/v1 Endpoints object of every "

@@ -55,7 +55,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import steward
-from steward import ApiError, ApiStatusError, Request, Result, TerminalError
+from steward import ApiError, ApiStatusError, Request, Result
 from steward.controllers.endpointslice import hints
 from steward.controllers.endpointslice.sync import (
     MANAGED_BY,
@@ -82,6 +82,10 @@ COMPONENT = "endpoint-slice-controller"
 MAX_RETRIES = 15
 """Failed syncs in a row after which a key is dropped until its next event (upstream's
 maxRetries)."""
+BACKOFF_BASE_SECONDS = 1.0
+BACKOFF_MAX_SECONDS = 1000.0
+"""A failed Service's retries: 1 s doubling to 1000 s (upstream's defaultSyncBackOff and
+maxSyncBackOff)."""
 _SLICES_KEY = ("discovery.k8s.io", "v1", "endpointslices")
 _SERVICES_KEY = ("", "v1", "services")
 UPSTREAM_MANAGED_BY = "endpointslice-controller.k8s.io"
@@ -198,7 +202,6 @@ class EndpointSliceReconciler:
         self._topology_stale = True
         self.replaces = frozenset(str(v) for v in ctx.flags.replace_managed_by or ())
         self.own = _OwnWrites()
-        self.failures: dict[Key, int] = {}
 
     def _ours(self, obj: steward.MirrorObject) -> bool:
         return obj.meta.labels.get(MANAGED_BY_LABEL) == self.settings.managed_by
@@ -280,22 +283,9 @@ class EndpointSliceReconciler:
 
     # Reconcile ----------------------------------------------------------------------------
     async def reconcile(self, request: Request, contexts: Sequence[steward.TraceContext]) -> Result:
-        """Sync one Service's slices; after :data:`MAX_RETRIES` failures in a row the key
-        is dropped (:class:`steward.TerminalError`) until its next event."""
-        key: Key = (request.namespace, request.name)
-        try:
-            result = await self._sync(key)
-        except steward.StaleRead:
-            raise  # the runtime waits for the mirror; not a failure
-        except Exception as err:
-            failures = self.failures.get(key, 0) + 1
-            if failures > MAX_RETRIES:
-                self.failures.pop(key, None)
-                raise TerminalError(f"retry budget exceeded, dropping the Service: {err}") from err
-            self.failures[key] = failures
-            raise
-        self.failures.pop(key, None)
-        return result
+        """Sync one Service's slices (the runtime retries a failure with backoff, at most
+        :data:`MAX_RETRIES` times in a row)."""
+        return await self._sync((request.namespace, request.name))
 
     async def _sync(self, key: Key) -> Result:
         ns, name = key
@@ -423,7 +413,14 @@ CONTROLLER = (
     .observe(EndpointSliceReconciler.observe)
     .with_index("service", _service_index)
     .with_index(steward.endpoints.LABEL_INDEX, steward.endpoints.index_pod_labels)
-    .with_options(steward.ControllerOptions(max_concurrent_reconciles=5))
+    .with_options(
+        steward.ControllerOptions(
+            max_concurrent_reconciles=5,
+            max_retries=MAX_RETRIES,
+            backoff_base_seconds=BACKOFF_BASE_SECONDS,
+            backoff_max_seconds=BACKOFF_MAX_SECONDS,
+        )
+    )
     .flags(add_flags)
     .beside_upstream([], alone=[f"--replace-managed-by={UPSTREAM_MANAGED_BY}"])
     .describe(
