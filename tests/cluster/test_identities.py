@@ -83,8 +83,8 @@ def test_kubectl_whoami_names_the_component_in_system_monitoring(
 
 def test_unknown_component_has_no_kubeconfig(cluster: LocalCluster) -> None:
     known = (
-        "informer, manager, controller-deployment, controller-endpoint, controller-job, "
-        "controller-replicaset"
+        "informer, manager, controller-deployment, controller-endpoint, "
+        "controller-endpointslice, controller-job, controller-replicaset"
     )
     with pytest.raises(ValueError, match=f"known: {known}"):
         cluster.component_kubeconfig("job-controller")
@@ -122,6 +122,15 @@ ALLOWED = [
     ("controller-endpoint", "watch", "", "services", "", ""),
     ("controller-endpoint", "list", "", "pods", "", ""),
     ("controller-endpoint", "watch", "", "endpoints", "", ""),
+    ("controller-endpointslice", "create", "discovery.k8s.io", "endpointslices", "", "default"),
+    ("controller-endpointslice", "update", "discovery.k8s.io", "endpointslices", "", "default"),
+    ("controller-endpointslice", "delete", "discovery.k8s.io", "endpointslices", "", "default"),
+    ("controller-endpointslice", "update", "", "services", "finalizers", "default"),
+    ("controller-endpointslice", "create", "", "events", "", "default"),
+    ("controller-endpointslice", "watch", "", "services", "", ""),
+    ("controller-endpointslice", "list", "", "pods", "", ""),
+    ("controller-endpointslice", "watch", "", "nodes", "", ""),
+    ("controller-endpointslice", "list", "discovery.k8s.io", "endpointslices", "", ""),
 ]
 
 REFUSED = [
@@ -160,6 +169,16 @@ REFUSED = [
     ("controller-endpoint", "create", "", "pods", "", "default"),
     ("controller-endpoint", "list", "", "secrets", "", ""),
     ("controller-endpoint", "patch", "", "events", "", "default"),
+    # The EndpointSlice controller reads through the informer and only ever PUTs slices.
+    ("controller-endpointslice", "get", "discovery.k8s.io", "endpointslices", "", "default"),
+    ("controller-endpointslice", "patch", "discovery.k8s.io", "endpointslices", "", "default"),
+    ("controller-endpointslice", "get", "", "services", "", "default"),
+    ("controller-endpointslice", "update", "", "services", "", "default"),
+    ("controller-endpointslice", "get", "", "nodes", "", ""),
+    ("controller-endpointslice", "create", "", "endpoints", "", "default"),
+    ("controller-endpointslice", "create", "", "pods", "", "default"),
+    ("controller-endpointslice", "list", "", "secrets", "", ""),
+    ("controller-endpointslice", "patch", "", "events", "", "default"),
 ]
 
 
@@ -253,6 +272,13 @@ EXPECTED_WRITES = {
         ("", "endpoints", "delete"),
         ("", "events", "create"),
     },
+    "controller-endpointslice": {
+        ("discovery.k8s.io", "endpointslices", "create"),
+        ("discovery.k8s.io", "endpointslices", "update"),
+        ("discovery.k8s.io", "endpointslices", "delete"),
+        ("", "services/finalizers", "update"),
+        ("", "events", "create"),
+    },
 }
 
 
@@ -302,6 +328,12 @@ def test_identity_writes_exactly_what_its_service_writes(
         ),
         ("manager", "GET", "/api/v1/namespaces/default/pods", None),
         ("controller-endpoint", "GET", "/api/v1/namespaces/default/endpoints/kubernetes", None),
+        (
+            "controller-endpointslice",
+            "GET",
+            "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes",
+            None,
+        ),
     ],
 )
 def test_api_server_answers_forbidden(

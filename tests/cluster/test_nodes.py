@@ -13,7 +13,7 @@ import yaml
 from steward import deploy
 from steward.cluster import nodes, pods
 from steward.cluster.control_plane import STEWARD_CONTROLLERS
-from steward.cluster.registry import RegisteredController
+from steward.cluster.registry import RegisteredController, steward_controllers
 
 pytestmark = pytest.mark.unit
 
@@ -78,7 +78,7 @@ JOB = RegisteredController(
 
 WITHOUT_STEWARDS = ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
 """kube-controller-manager's ``--controllers`` once Steward has taken over
-(``*,-deployment,-endpoint,-job,-replicaset``)."""
+(``*,-deployment,-endpoint,-endpointslice,-job,-replicaset``)."""
 
 
 def _rendered() -> list[dict[str, Any]]:
@@ -139,6 +139,7 @@ def test_tls_secrets_serve_the_service_names(tmp_path: Path) -> None:
         "steward-controller-replicaset-tls",
         "steward-controller-deployment-tls",
         "steward-controller-endpoint-tls",
+        "steward-controller-endpointslice-tls",
     }
     cert = x509.load_pem_x509_certificate(
         (tmp_path / "tls" / "steward-informer-tls" / "tls.crt").read_bytes()
@@ -174,6 +175,7 @@ def test_self_hosted_steward_can_heal_itself() -> None:
         "steward-controller-job": 1,
         "steward-controller-deployment": 1,
         "steward-controller-endpoint": 1,
+        "steward-controller-endpointslice": 1,
     }
     manager = _deployment(docs, "steward-manager")["spec"]["template"]["spec"]["containers"][0]
     assert f"--controllers={WITHOUT_STEWARDS}" in manager["args"]
@@ -181,6 +183,22 @@ def test_self_hosted_steward_can_heal_itself() -> None:
         "containers"
     ][0]["args"]
     assert "--standby" in job_args
+
+
+def test_endpointslice_controller_replaces_upstreams_slices_only_when_upstreams_is_off() -> None:
+    """Handed over, Steward's EndpointSlice controller deletes the slices upstream's left
+    behind (its definition's flags for running alone); beside upstream's, it leaves them."""
+    (slices,) = [c for c in steward_controllers() if c.name == "endpointslice"]
+    replace = "--replace-managed-by=endpointslice-controller.k8s.io"
+    for kcm, expected in ((WITHOUT_STEWARDS, True), ("*", False)):
+        docs = pods.manifests(
+            _rendered(), otlp_endpoint="http://x:4317", kcm_controllers=kcm, registry=[slices]
+        )
+        args = _deployment(docs, "steward-controller-endpointslice")["spec"]["template"]["spec"][
+            "containers"
+        ][0]["args"]
+        assert (replace in args) is expected, (kcm, args)
+        assert "--standby" in args
 
 
 def test_every_registry_is_loopbacks_discard_port(tmp_path: Path) -> None:

@@ -6,7 +6,10 @@ The tests that run the services (tests/deploy/test_identities.py, test_rbac_muta
 therefore use ``apps_cluster``: a local control plane of their own (one for this package)
 whose kube-controller-manager runs without its ``replicaset``, ``deployment`` and
 ``endpoint`` controllers, as a cluster running Steward's would. Upstream's Job controller
-stays on: the Job exercise names Steward's controller in ``spec.managedBy``.
+stays on: the Job exercise names Steward's controller in ``spec.managedBy``. So does
+upstream's ``endpointslice`` controller: Steward's writes only slices labelled as its own,
+and the EndpointSlice exercise checks that it runs beside upstream's, leaving upstream's
+slices alone.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from tests.conftest import local_cluster
 from tests.deploy.harness import new_namespace
 
 APPS_CONTROLLERS = "*,-replicaset,-deployment,-endpoint"
-"""kube-controller-manager's ``--controllers`` in ``apps_cluster``."""
+"""kube-controller-manager's ``--controllers`` in ``apps_cluster`` (``endpointslice`` on,
+beside Steward's)."""
 
 
 @pytest.fixture(scope="package")

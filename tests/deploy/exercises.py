@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
@@ -25,13 +26,20 @@ from steward.v1 import informer_pb2, informer_pb2_grpc, manager_pb2, manager_pb2
 
 MANAGED_BY = "steward.io/job-controller"
 """spec.managedBy of the Jobs Steward's Job controller runs (upstream's leaves them)."""
+SLICES_MANAGED_BY = "endpointslice-controller.steward.io"
+"""The ``endpointslice.kubernetes.io/managed-by`` label of the EndpointSlices Steward's
+EndpointSlice controller writes (the default of its ``--managed-by``)."""
+UPSTREAM_SLICES_MANAGED_BY = "endpointslice-controller.k8s.io"
+"""The same label of the slices kube-controller-manager's endpointslice-controller writes."""
+_SLICE_MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
+_SERVICE_NAME = "kubernetes.io/service-name"
 
 GiveUp = Callable[[], bool]
 
 
 class Run(Protocol):
     """An exercise of a controller in ``namespace``: :func:`run_job`,
-    :func:`run_replicaset`, :func:`run_endpoints`."""
+    :func:`run_replicaset`, :func:`run_endpoints`, :func:`run_endpointslices`."""
 
     def __call__(
         self, cluster: LocalCluster, namespace: str, *, give_up: GiveUp = ...
@@ -347,10 +355,13 @@ def run_endpoints(
         pod = _pod(f"web-{uid}-{i}", labels, restart="Always")
         cluster.api("POST", f"{base}/pods", pod, ok=(201,))
     refused = f"refused-{uid}"
-    policy = _refuse_endpoints(cluster, namespace, refused)
+    refusal = _Refusal("", "endpoints", f"object.metadata.name != '{refused}'")
+    policy = _refuse(cluster, namespace, refused, refusal)
+    probe = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": refused}}
     try:
         end = time.monotonic() + deadline
-        missing = _poll(partial(_admission_missing, cluster, base, refused), end, give_up)
+        refusing = partial(_admission_missing, cluster, f"{base}/endpoints", probe)
+        missing = _poll(refusing, end, give_up)
         if missing:
             return f"the admission policy refusing Endpoints {refused}: {missing}"
         name = f"web-{uid}"
@@ -368,15 +379,14 @@ def run_endpoints(
         missing = _poll(partial(_endpoints_left, cluster, base, name), end, give_up)
         if missing:
             return f"Endpoints {namespace}/{name} after deleting its Service: {missing}"
-        missing = _poll(partial(_event_missing, cluster, base, refused), end, give_up)
+        event = partial(_event_missing, cluster, base, refused, "FailedToCreateEndpoint")
+        missing = _poll(event, end, give_up)
         return f"Endpoints {refused}: {missing}" if missing else None
     finally:
-        for made, plural in policy:
-            path = f"/apis/admissionregistration.k8s.io/v1/{plural}/{made}"
-            cluster.api("DELETE", path, ok=(200, 404))
+        _unrefuse(cluster, policy)
 
 
-def _service(name: str, selector: dict[str, str], target_port: int) -> dict[str, Any]:
+def _service(name: str, selector: dict[str, str], target_port: int | str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -388,9 +398,21 @@ def _service(name: str, selector: dict[str, str], target_port: int) -> dict[str,
     }
 
 
-def _refuse_endpoints(cluster: LocalCluster, namespace: str, name: str) -> list[tuple[str, str]]:
-    """A ValidatingAdmissionPolicy, bound to ``namespace``, that refuses to create the
-    Endpoints ``name`` (422 Invalid, not 403); the (name, plural) of what it created."""
+@dataclass(frozen=True)
+class _Refusal:
+    """What an admission policy refuses to create: objects of ``resource`` (core group when
+    ``group`` is empty) for which the CEL ``allow`` is false."""
+
+    group: str
+    resource: str
+    allow: str
+
+
+def _refuse(
+    cluster: LocalCluster, namespace: str, name: str, refusal: _Refusal
+) -> list[tuple[str, str]]:
+    """A ValidatingAdmissionPolicy, bound to ``namespace``, that refuses the creations
+    ``refusal`` names (422 Invalid, not 403); the (name, plural) of what it created."""
     policy = f"steward-deploy-test-{name}"
     group = "/apis/admissionregistration.k8s.io/v1"
     cluster.api(
@@ -405,17 +427,17 @@ def _refuse_endpoints(cluster: LocalCluster, namespace: str, name: str) -> list[
                 "matchConstraints": {
                     "resourceRules": [
                         {
-                            "apiGroups": [""],
+                            "apiGroups": [refusal.group],
                             "apiVersions": ["v1"],
                             "operations": ["CREATE"],
-                            "resources": ["endpoints"],
+                            "resources": [refusal.resource],
                         }
                     ]
                 },
                 "validations": [
                     {
-                        "expression": f"object.metadata.name != '{name}'",
-                        "message": "this test's admission policy refuses these Endpoints",
+                        "expression": refusal.allow,
+                        "message": f"this test's admission policy refuses these {refusal.resource}",
                     }
                 ],
             },
@@ -445,6 +467,13 @@ def _refuse_endpoints(cluster: LocalCluster, namespace: str, name: str) -> list[
     ]
 
 
+def _unrefuse(cluster: LocalCluster, made: list[tuple[str, str]]) -> None:
+    """Delete what :func:`_refuse` created."""
+    for name, plural in made:
+        path = f"/apis/admissionregistration.k8s.io/v1/{plural}/{name}"
+        cluster.api("DELETE", path, ok=(200, 404))
+
+
 def _poll(missing: Callable[[], str], end: float, give_up: GiveUp) -> str:
     """'' once ``missing`` says nothing is missing, else its last word at ``end`` (or
     when ``give_up``)."""
@@ -457,10 +486,9 @@ def _poll(missing: Callable[[], str], end: float, give_up: GiveUp) -> str:
     return said
 
 
-def _admission_missing(cluster: LocalCluster, base: str, name: str) -> str:
-    """'' once the API server refuses (a dry run of) creating the Endpoints ``name``."""
-    body = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": name}}
-    answer = cluster.api("POST", f"{base}/endpoints?dryRun=All", body, ok=(201, 422))
+def _admission_missing(cluster: LocalCluster, collection: str, body: dict[str, Any]) -> str:
+    """'' once the API server refuses (a dry run of) creating ``body`` in ``collection``."""
+    answer = cluster.api("POST", f"{collection}?dryRun=All", body, ok=(201, 422))
     return "" if answer.get("code") == 422 else "not in effect yet"
 
 
@@ -469,12 +497,12 @@ def _endpoints_left(cluster: LocalCluster, base: str, name: str) -> str:
     return "still there" if found.get("kind") == "Endpoints" else ""
 
 
-def _event_missing(cluster: LocalCluster, base: str, name: str) -> str:
+def _event_missing(cluster: LocalCluster, base: str, name: str, reason: str) -> str:
     events = cluster.api("GET", f"{base}/events?fieldSelector=involvedObject.name={name}")
     reasons = {e.get("reason") for e in events.get("items") or [] if e.get("reason")}
-    if "FailedToCreateEndpoint" in reasons:
+    if reason in reasons:
         return ""
-    return f"no FailedToCreateEndpoint Event (reasons: {sorted(reasons)})"
+    return f"no {reason} Event (reasons: {sorted(reasons)})"
 
 
 def _endpoints_missing(cluster: LocalCluster, base: str, name: str, port: int) -> str:
@@ -491,3 +519,136 @@ def _endpoints_missing(cluster: LocalCluster, base: str, name: str, port: int) -
     if len(addresses) != 2 or ports != {port}:
         return f"addresses {addresses}, ports {sorted(p for p in ports if p)}"
     return ""
+
+
+def run_endpointslices(
+    cluster: LocalCluster,
+    namespace: str,
+    *,
+    deadline: float = 120.0,
+    give_up: GiveUp = _never,
+) -> str | None:
+    """A Service whose named target port two pods resolve differently (8080, 9090) gets
+    two EndpointSlices managed by Steward, one pod each; a third pod on 8080 joins the
+    first slice; the pod on 9090 deleted, its slice goes. A second Service, whose slices an
+    admission policy refuses (only Steward's), gets a FailedToUpdateEndpointSlices Event.
+    Upstream's slices of the first Service (kube-controller-manager's endpointslice-controller
+    runs beside Steward's) are still there at the end.
+
+    That uses every permission of the EndpointSlice controller's role that this cluster
+    checks: slices are created (endpointslices create), one is changed in place
+    (endpointslices update: the same UID with another endpoint) and one deleted
+    (endpointslices delete), the refused creation is reported (events create); the
+    Services, pods, nodes and slices come through the informer (their list and watch).
+    The slices name their Service as owner with blockOwnerDeletion, which needs
+    services/finalizers update only under the OwnerReferencesPermissionEnforcement
+    admission plugin.
+    """
+    uid = uuid.uuid4().hex[:6]
+    labels = {"steward-deploy-test": uid}
+    base = f"/api/v1/namespaces/{namespace}"
+    slices = f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
+    cluster.api("POST", f"{base}/pods", _serving_pod(f"a-{uid}", labels, 8080), ok=(201,))
+    cluster.api("POST", f"{base}/pods", _serving_pod(f"b-{uid}", labels, 9090), ok=(201,))
+    refused = f"refused-{uid}"
+    labels_of = "object.metadata.labels"
+    allow = (
+        f"!has({labels_of}) || !('{_SERVICE_NAME}' in {labels_of}) "
+        f"|| !('{_SLICE_MANAGED_BY}' in {labels_of}) "
+        f"|| {labels_of}['{_SERVICE_NAME}'] != '{refused}' "
+        f"|| {labels_of}['{_SLICE_MANAGED_BY}'] != '{SLICES_MANAGED_BY}'"
+    )
+    policy = _refuse(
+        cluster, namespace, refused, _Refusal("discovery.k8s.io", "endpointslices", allow)
+    )
+    probe = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{refused}-probe",
+            "labels": {_SERVICE_NAME: refused, _SLICE_MANAGED_BY: SLICES_MANAGED_BY},
+        },
+        "addressType": "IPv4",
+        "endpoints": [],
+    }
+    try:
+        end = time.monotonic() + deadline
+        missing = _poll(partial(_admission_missing, cluster, slices, probe), end, give_up)
+        if missing:
+            return f"the admission policy refusing the slices of {refused}: {missing}"
+        name = f"web-{uid}"
+        cluster.api("POST", f"{base}/services", _service(name, labels, "http"), ok=(201,))
+        cluster.api("POST", f"{base}/services", _service(refused, labels, "http"), ok=(201,))
+        shape = partial(_slices_missing, cluster, slices, name)
+        missing = _poll(partial(shape, {8080: 1, 9090: 1}), end, give_up)
+        if missing:
+            return (
+                f"Steward's slices of {namespace}/{name}, one pod on 8080, one on 9090: {missing}"
+            )
+        first = _slice_uids(cluster, slices, name)[8080]
+        cluster.api("POST", f"{base}/pods", _serving_pod(f"c-{uid}", labels, 8080), ok=(201,))
+        missing = _poll(partial(shape, {8080: 2, 9090: 1}, {8080: first}), end, give_up)
+        if missing:
+            return f"Steward's slice of {namespace}/{name} on 8080 after a second pod: {missing}"
+        cluster.api("DELETE", f"{base}/pods/b-{uid}?gracePeriodSeconds=0", ok=(200, 404))
+        missing = _poll(partial(shape, {8080: 2}, {8080: first}), end, give_up)
+        if missing:
+            return (
+                f"Steward's slices of {namespace}/{name} after deleting the pod on 9090: {missing}"
+            )
+        event = partial(_event_missing, cluster, base, refused, "FailedToUpdateEndpointSlices")
+        missing = _poll(event, end, give_up)
+        if missing:
+            return f"Service {refused}: {missing}"
+        missing = _poll(partial(_upstream_slices_missing, cluster, slices, name), end, give_up)
+        return f"upstream's slices of {namespace}/{name}: {missing}" if missing else None
+    finally:
+        _unrefuse(cluster, policy)
+
+
+def _serving_pod(name: str, labels: dict[str, str], port: int) -> dict[str, Any]:
+    """A pod whose container port ``http`` is ``port``."""
+    pod = _pod(name, labels, restart="Always")
+    pod["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": port}]
+    return pod
+
+
+def _slices_of(
+    cluster: LocalCluster, slices: str, service: str, managed_by: str = SLICES_MANAGED_BY
+) -> list[dict[str, Any]]:
+    selector = f"{_SERVICE_NAME}={service},{_SLICE_MANAGED_BY}={managed_by}"
+    found = cluster.api("GET", f"{slices}?labelSelector={selector}")
+    return [s for s in found.get("items") or [] if not s["metadata"].get("deletionTimestamp")]
+
+
+def _port(slice_: dict[str, Any]) -> int | None:
+    ports = [p.get("port") for p in slice_.get("ports") or []]
+    return ports[0] if len(ports) == 1 else None
+
+
+def _slice_uids(cluster: LocalCluster, slices: str, service: str) -> dict[int | None, str]:
+    """The UID of each of Steward's slices of ``service``, by its one port."""
+    return {_port(s): s["metadata"]["uid"] for s in _slices_of(cluster, slices, service)}
+
+
+def _slices_missing(
+    cluster: LocalCluster,
+    slices: str,
+    service: str,
+    want: dict[int, int],
+    same: dict[int, str] | None = None,
+) -> str:
+    """'' once Steward's slices of ``service`` are one per port of ``want``, each with
+    that many endpoints (and, for the ports of ``same``, still the slice of that UID)."""
+    found = _slices_of(cluster, slices, service)
+    shape = {_port(s): len(s.get("endpoints") or []) for s in found}
+    if len(found) != len(want) or shape != want:
+        return f"endpoints by port {shape} in {len(found)} slices"
+    uids = {_port(s): s["metadata"]["uid"] for s in found}
+    replaced = {port: uid for port, uid in (same or {}).items() if uids.get(port) != uid}
+    return f"not updated in place: the slices of {sorted(replaced)} are new" if replaced else ""
+
+
+def _upstream_slices_missing(cluster: LocalCluster, slices: str, service: str) -> str:
+    found = _slices_of(cluster, slices, service, UPSTREAM_SLICES_MANAGED_BY)
+    return "" if found else "none (Steward's controller must leave them alone)"

@@ -11,8 +11,9 @@ does its job: the informer serves a watch of pods, the manager registers the
 controllers, a Job runs to completion under Steward's Job controller
 (``spec.managedBy``, ``--no-take-unmanaged`` from the manifest: upstream's Job controller
 runs too), a ReplicaSet adopts, creates and deletes pods and reports them ready under
-Steward's ReplicaSet controller, and a Service's Endpoints are created, updated and
-deleted under Steward's Endpoints controller.
+Steward's ReplicaSet controller, a Service's Endpoints are created, updated and
+deleted under Steward's Endpoints controller, and a Service's EndpointSlices are created,
+updated and deleted under Steward's EndpointSlice controller (upstream's runs beside it).
 
 The Deployment controller's manifest is covered by rendering and the server-side dry run
 (tests/deploy/test_manifests.py) only.
@@ -59,8 +60,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 INFORMER, MANAGER = "steward-informer", "steward-manager"
 JOB, REPLICASET = "steward-controller-job", "steward-controller-replicaset"
-ENDPOINT = "steward-controller-endpoint"
-CONTROLLERS = {JOB: "job", REPLICASET: "replicaset", ENDPOINT: "endpoint"}
+ENDPOINT, ENDPOINTSLICE = "steward-controller-endpoint", "steward-controller-endpointslice"
+CONTROLLERS = {
+    JOB: "job",
+    REPLICASET: "replicaset",
+    ENDPOINT: "endpoint",
+    ENDPOINTSLICE: "endpointslice",
+}
 """The controllers' Deployments run here, and the name each registers with the manager."""
 
 
@@ -192,6 +198,12 @@ def test_endpoints_follow_a_service_under_stewards_controller(
     stack: Stack, apps_cluster: LocalCluster, apps_namespace: str
 ) -> None:
     _runs_under(stack, ENDPOINT, exercises.run_endpoints, apps_cluster, apps_namespace)
+
+
+def test_endpointslices_follow_a_service_under_stewards_controller(
+    stack: Stack, apps_cluster: LocalCluster, apps_namespace: str
+) -> None:
+    _runs_under(stack, ENDPOINTSLICE, exercises.run_endpointslices, apps_cluster, apps_namespace)
 
 
 @pytest.mark.parametrize("deployment", [INFORMER, MANAGER, *CONTROLLERS])

@@ -10,10 +10,12 @@ token and the caller's access), the manager leads and registers the Job controll
 completion (adoption, pods, status, Events), the ReplicaSet controller keeps a
 ReplicaSet's pods as it scales (adoption, creation, deletion, status, Events), the
 Endpoints controller keeps a Service's Endpoints (creation, update, deletion, and the
-Event of a refused creation); each controller dials the informer and the manager with
-its own projected token, so their list/watch and register rules are checked there. It
-all runs in ``apps_cluster`` (tests/deploy/conftest.py), where upstream's ReplicaSet
-and Endpoints controllers are off. The exercise
+Event of a refused creation), the EndpointSlice controller keeps a Service's
+EndpointSlices (creation, update in place, deletion, and the Event of a refused
+creation); each controller dials the informer and the manager with its own projected
+token, so their list/watch and register rules are checked there. It all runs in
+``apps_cluster`` (tests/deploy/conftest.py), where upstream's ReplicaSet and Endpoints
+controllers are off (its endpointslice-controller runs beside Steward's). The exercise
 must then fail: it did not finish, or the service was refused (403, or the informer's
 or the manager's PERMISSION_DENIED). A rule whose removal changes nothing fails the
 test, named, unless this cluster is known to make it redundant, which is checked, not
@@ -66,7 +68,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 INFORMER, MANAGER = "steward-informer", "steward-manager"
 JOB, REPLICASET = "steward-controller-job", "steward-controller-replicaset"
-ENDPOINT = "steward-controller-endpoint"
+ENDPOINT, ENDPOINTSLICE = "steward-controller-endpoint", "steward-controller-endpointslice"
 
 
 @dataclass
@@ -280,6 +282,12 @@ def exercise_endpoint(bench: Bench, ident: Identity) -> tuple[str | None, Proces
     return _exercise_controller(bench, ident, ENDPOINT, "endpoint", exercises.run_endpoints)
 
 
+def exercise_endpointslice(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
+    return _exercise_controller(
+        bench, ident, ENDPOINTSLICE, "endpointslice", exercises.run_endpointslices
+    )
+
+
 def _until(check: Callable[[], bool], process: Process, timeout: float = 60.0) -> str | None:
     try:
         wait_for(lambda: check() or process.forbidden(), "readiness", process, timeout)
@@ -294,6 +302,7 @@ EXERCISES: dict[str, Callable[[Bench, Identity], tuple[str | None, Process]]] = 
     JOB: exercise_job,
     REPLICASET: exercise_replicaset,
     ENDPOINT: exercise_endpoint,
+    ENDPOINTSLICE: exercise_endpointslice,
 }
 
 
@@ -319,20 +328,46 @@ def _discovery_granted_to_everyone(bench: Bench, ident: Identity, rule: dict[str
     return bool(status.get("allowed")) and "system:discovery" in status.get("reason", "")
 
 
+def _owned_pod(ref: dict[str, Any]) -> Doc:
+    """A pod (of the Job and ReplicaSet controllers' children) owned through ``ref``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "owned", "ownerReferences": [ref]},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
+    }
+
+
+def _owned_slice(ref: dict[str, Any]) -> Doc:
+    """An EndpointSlice (of the EndpointSlice controller's children) owned through ``ref``."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": "owned", "ownerReferences": [ref]},
+        "addressType": "IPv4",
+        "endpoints": [],
+    }
+
+
 def _owner_references_not_enforced(
-    group_version: str, kind: str, spec: dict[str, Any]
+    group_version: str,
+    kind: str,
+    spec: dict[str, Any],
+    child: Callable[[dict[str, Any]], Doc] = _owned_pod,
 ) -> Callable[[Bench, Identity, dict[str, Any]], bool]:
-    """<owners>/finalizers (jobs, replicasets): only the OwnerReferencesPermissionEnforcement
-    admission plugin (off in the local control plane) checks it, when a pod says
-    blockOwnerDeletion. The check creates an owner of ``kind`` with ``spec`` (one that
-    no controller acts on) and has the identity create, as a dry run, a pod it owns."""
+    """<owners>/finalizers (jobs, replicasets, services): only the
+    OwnerReferencesPermissionEnforcement admission plugin (off in the local control plane)
+    checks it, when a child says blockOwnerDeletion. The check creates an owner of ``kind``
+    with ``spec`` (one that no controller acts on) and has the identity create, as a dry
+    run, a ``child`` it owns (a pod unless said otherwise)."""
 
     def check(bench: Bench, ident: Identity, rule: dict[str, Any]) -> bool:
         ns = bench.namespace("ownerrefs")
         plural = f"{kind.lower()}s"
+        root = "/api" if "/" not in group_version else "/apis"
         owner = bench.cluster.api(
             "POST",
-            f"/apis/{group_version}/namespaces/{ns}/{plural}",
+            f"{root}/{group_version}/namespaces/{ns}/{plural}",
             {
                 "apiVersion": group_version,
                 "kind": kind,
@@ -341,28 +376,19 @@ def _owner_references_not_enforced(
             },
             ok=(201,),
         )
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": "owned",
-                "namespace": ns,
-                "ownerReferences": [
-                    {
-                        "apiVersion": group_version,
-                        "kind": kind,
-                        "name": "owner",
-                        "uid": owner["metadata"]["uid"],
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
+        ref = {
+            "apiVersion": group_version,
+            "kind": kind,
+            "name": "owner",
+            "uid": owner["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
         }
+        owned = child(ref)
+        owned["metadata"]["namespace"] = ns
         done = subprocess.run(
             [KUBECTL, f"--kubeconfig={ident.kubeconfig}", "create", "--dry-run=server", "-f", "-"],
-            input=yaml.safe_dump(pod),
+            input=yaml.safe_dump(owned),
             capture_output=True,
             text=True,
             check=False,
@@ -387,6 +413,8 @@ _RS_OWNER = {
     "selector": {"matchLabels": {"owner": "none"}},
     "template": _template("Always"),
 }
+# A Service without a selector: the EndpointSlice controller leaves it alone.
+_SERVICE_OWNER = {"ports": [{"port": 80}]}
 
 
 REDUNDANT_HERE: dict[tuple[str, str], Callable[[Bench, Identity, dict[str, Any]], bool]] = {
@@ -396,6 +424,9 @@ REDUNDANT_HERE: dict[tuple[str, str], Callable[[Bench, Identity, dict[str, Any]]
     ),
     ("steward:controller:replicaset", "replicasets/finalizers"): _owner_references_not_enforced(
         "apps/v1", "ReplicaSet", _RS_OWNER
+    ),
+    ("steward:controller:endpointslice", "services/finalizers"): _owner_references_not_enforced(
+        "v1", "Service", _SERVICE_OWNER, _owned_slice
     ),
 }
 

@@ -242,6 +242,7 @@ READY = {
     "steward-controller-replicaset": 2,
     "steward-controller-deployment": 1,
     "steward-controller-endpoint": 1,
+    "steward-controller-endpointslice": 1,
 }
 """Ready pods of each Deployment (see steward.cluster.pods.SELF_HEALING)."""
 
@@ -326,6 +327,20 @@ def test_controllers_registered_with_the_manager_over_mtls(pods_cluster: LocalCl
     assert controller.state == manager_pb2.CONTROLLER_STATE_ACTIVE
 
 
+def assert_active_in_its_pod(cluster: LocalCluster, name: str) -> None:
+    """The manager comes to name an active instance of Steward's controller ``name``, held
+    by the one pod of its Deployment ``steward-controller-<name>``."""
+
+    def active() -> manager_pb2.Controller | None:
+        controller = job_controller(cluster, name)
+        return controller if active_instances(controller) else None
+
+    controller = wait(f"an active {name} controller", active)
+    assert controller.state == manager_pb2.CONTROLLER_STATE_ACTIVE
+    pod = pods_of(cluster, f"steward-controller-{name}")[0]["metadata"]["name"]
+    assert controller.holder.startswith(f"{pod}-"), (controller.holder, pod)
+
+
 def test_stewards_endpoints_controller_keeps_stewards_own_endpoints(
     pods_cluster: LocalCluster,
 ) -> None:
@@ -333,14 +348,7 @@ def test_stewards_endpoints_controller_keeps_stewards_own_endpoints(
     the bootstrap waits on it), Steward's Endpoints controller is active and the
     Endpoints of the informer's Service list the informer's ready pods."""
 
-    def active() -> manager_pb2.Controller | None:
-        controller = job_controller(pods_cluster, "endpoint")
-        return controller if active_instances(controller) else None
-
-    controller = wait("an active Endpoints controller", active)
-    assert controller.state == manager_pb2.CONTROLLER_STATE_ACTIVE
-    pod = pods_of(pods_cluster, "steward-controller-endpoint")[0]["metadata"]["name"]
-    assert controller.holder.startswith(f"{pod}-"), (controller.holder, pod)
+    assert_active_in_its_pod(pods_cluster, "endpoint")
 
     def informer_endpoints() -> list[str] | None:
         informers = pods_of(pods_cluster, "steward-informer")
@@ -350,6 +358,48 @@ def test_stewards_endpoints_controller_keeps_stewards_own_endpoints(
         return ips if ips and ips == want else None
 
     assert len(wait("the informer's Endpoints to list its ready pods", informer_endpoints)) == 2
+
+
+def informer_slices(cluster: LocalCluster, managed_by: str) -> list[dict[str, Any]]:
+    """The EndpointSlices of the informer's Service managed by ``managed_by``."""
+    selector = (
+        "kubernetes.io/service-name=steward-informer,"
+        f"endpointslice.kubernetes.io/managed-by={managed_by}"
+    )
+    found = cluster.api(
+        "GET", f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices?labelSelector={selector}"
+    )
+    return list(found.get("items") or [])
+
+
+def test_stewards_endpointslice_controller_keeps_stewards_own_slices(
+    pods_cluster: LocalCluster,
+) -> None:
+    """Handed over like the others (upstream's slices route Steward's Services meanwhile),
+    Steward's EndpointSlice controller is active, the informer Service's slices managed
+    by it list the informer's ready pods as ready endpoints, and the slices upstream's
+    left behind are gone (``--replace-managed-by``, as upstream's is off)."""
+
+    assert_active_in_its_pod(pods_cluster, "endpointslice")
+
+    def ready_ips() -> list[str] | None:
+        informers = pods_of(pods_cluster, "steward-informer")
+        want = sorted(p["status"]["podIP"] for p in informers if ready(p))
+        ips = sorted(
+            address
+            for s in informer_slices(pods_cluster, "endpointslice-controller.steward.io")
+            for e in s.get("endpoints") or []
+            if (e.get("conditions") or {}).get("ready")
+            for address in e.get("addresses") or []
+        )
+        return ips if ips and ips == want else None
+
+    assert len(wait("the informer's slices to list its ready pods", ready_ips)) == 2
+
+    def upstream_gone() -> bool | None:
+        return not informer_slices(pods_cluster, "endpointslice-controller.k8s.io") or None
+
+    wait("upstream's slices of the informer's Service to be deleted", upstream_gone)
 
 
 def test_a_job_and_a_deployment_complete_on_kwok_nodes(pods_cluster: LocalCluster) -> None:

@@ -13,6 +13,7 @@ docker.io/library/steward-manager:TAG   python -m steward.manager
 …/steward-controller-replicaset:TAG     python -m steward.controllers.replicaset.main
 …/steward-controller-deployment:TAG     python -m steward.controllers.deployment.main
 …/steward-controller-endpoint:TAG       python -m steward.controllers.endpoints.main
+…/steward-controller-endpointslice:TAG  python -m steward.controllers.endpointslice.main
 registry.k8s.io/pause:3.10.2            /pause (only with ``pause_binary``)
 ======================================  ===============================================
 
@@ -61,7 +62,7 @@ registry.k8s.io/pause:3.10.2                      Steward's pause, as build_paus
 
 The images follow ``deploy/images/Dockerfile``'s targets, built another way:
 
-- **Base layer** (shared by the six service images): Debian bookworm's own ``python3.11``
+- **Base layer** (shared by the seven service images): Debian bookworm's own ``python3.11``
   (the project venv's minor, so the locked wheels fit) and the libraries it and the wheels
   link (``libstdc++6``), from ``mmdebstrap --variant=extract``: the packages' files
   without maintainer scripts, so no shell, apt, dpkg or perl (measured: 50 MB of files
@@ -273,6 +274,7 @@ VENVS = (
     Venv("controller-replicaset", ("steward-replicaset-controller",)),
     Venv("controller-deployment", ("steward-deployment-controller",)),
     Venv("controller-endpoint", ("steward-endpoints-controller",)),
+    Venv("controller-endpointslice", ("steward-endpointslice-controller",)),
 )
 IMAGES = (
     ImageSpec("informer", "services", "steward.informer"),
@@ -285,6 +287,11 @@ IMAGES = (
         "controller-deployment", "controller-deployment", "steward.controllers.deployment.main"
     ),
     ImageSpec("controller-endpoint", "controller-endpoint", "steward.controllers.endpoints.main"),
+    ImageSpec(
+        "controller-endpointslice",
+        "controller-endpointslice",
+        "steward.controllers.endpointslice.main",
+    ),
 )
 
 
@@ -1767,7 +1774,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Build Steward's container images without a daemon: one OCI image-layout "
             "archive for `ctr -n k8s.io images import`, images "
             "steward-{informer,manager,controller-job,controller-replicaset,"
-            "controller-deployment,controller-endpoint}:TAG "
+            "controller-deployment,controller-endpoint,controller-endpointslice}:TAG "
             "(and registry.k8s.io/pause:3.10.2 with --pause). "
             "Needs root, mmdebstrap and umoci. With --e2e, the images upstream's "
             "[sig-apps] Job, Deployment and ReplicaSet conformance specs run instead "

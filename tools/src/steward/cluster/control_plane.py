@@ -221,7 +221,7 @@ class ClusterConfig:
         """kube-controller-manager's ``--controllers``: :attr:`controllers`, except that
         with :attr:`steward` and the default ``*`` upstream's controllers that Steward runs
         itself (:data:`STEWARD_CONTROLLERS`) are switched off
-        (``*,-deployment,-endpoint,-job,-replicaset``)."""
+        (``*,-deployment,-endpoint,-endpointslice,-job,-replicaset``)."""
         if (self.steward or self.steward_pods) and self.controllers == "*":
             return ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
         return self.controllers
