@@ -50,6 +50,11 @@ def test_every_controller_of_the_workspace_is_declared() -> None:
 def test_upstreams_controllers_of_those_names_are_switched_off() -> None:
     config = ClusterConfig(steward=True)
     assert config.kcm_controllers() == "*," + ",".join(f"-{n}" for n in STEWARD_CONTROLLERS)
+    # Self-hosted, upstream's EndpointSlice controller stays on (Steward's runs beside it):
+    # Steward's own Services must not depend on Steward's slices alone.
+    pods = ClusterConfig(steward_pods=True).kcm_controllers()
+    assert "-endpointslice" not in pods.split(",")
+    assert pods == "*," + ",".join(f"-{n}" for n in STEWARD_CONTROLLERS if n != "endpointslice")
 
 
 def test_a_declaration_that_does_not_load_is_an_error_naming_it(

@@ -103,6 +103,15 @@ STEWARD_CONTROLLERS = controller_names()
 the same name in kube-controller-manager: those declared in the registry
 (:mod:`steward.cluster.registry`)."""
 
+KEPT_WHEN_SELF_HOSTED = ("endpointslice",)
+"""Upstream's controllers that stay on when Steward runs as pods, Steward's running
+beside them. Steward's pods reach the informer and the manager through Services, which
+kube-proxy routes by EndpointSlices: were Steward's EndpointSlice controller alone to
+write those, a new manager leader would become reachable only once that controller had
+written it into the slice, and the controller may write only while it holds its lease at
+the manager: a lost leader would cut Steward off for good. Upstream's slices keep the
+path independent of Steward (see :mod:`steward.cluster.pods`)."""
+
 STEWARD_IDENTITIES = {
     "informer": "steward:informer",
     "manager": "steward:manager",
@@ -221,9 +230,12 @@ class ClusterConfig:
         """kube-controller-manager's ``--controllers``: :attr:`controllers`, except that
         with :attr:`steward` and the default ``*`` upstream's controllers that Steward runs
         itself (:data:`STEWARD_CONTROLLERS`) are switched off
-        (``*,-deployment,-endpoint,-endpointslice,-job,-replicaset``)."""
+        (``*,-deployment,-endpoint,-endpointslice,-job,-replicaset``). With
+        :attr:`steward_pods`, upstream's of :data:`KEPT_WHEN_SELF_HOSTED` stay on."""
         if (self.steward or self.steward_pods) and self.controllers == "*":
-            return ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
+            kept = KEPT_WHEN_SELF_HOSTED if self.steward_pods else ()
+            off = [name for name in STEWARD_CONTROLLERS if name not in kept]
+            return ",".join(["*", *(f"-{name}" for name in off)])
         return self.controllers
 
 

@@ -29,20 +29,16 @@ controller is handed over like the others and runs one replica: kube-proxy route
 informer's and the manager's Services by EndpointSlices, not Endpoints, so neither the
 boot nor a replaced pod waits on it.
 
-The EndpointSlice controller is handed over like the others too, and runs one replica.
-Until then upstream's endpointslice-controller writes the slices kube-proxy routes
-Steward's Services by (managed by ``endpointslice-controller.k8s.io``); Steward's, which
-writes only its own (``endpointslice-controller.steward.io``), is disabled in the
-manager. Upstream's slices outlive its controller, so the Services still route while
-kube-controller-manager restarts and Steward's controllers are enabled. Since upstream's
-is off at the end, Steward's gets its definition's flags for running alone
-(``--replace-managed-by=endpointslice-controller.k8s.io``): once enabled, it writes its
-own slices of each Service, then deletes upstream's, and kube-proxy routes by both in
-between. From then on Steward's pods reach the informer and the manager through slices
-Steward's EndpointSlice controller keeps, and that controller reaches them through the
-same slices: a Service keeps working while one endpoint it lists still serves. The
-manager's Service lists its leader alone as ready, so a new leader is reachable only
-once the controller, still holding its lease, has written it there.
+The EndpointSlice controller is not handed over: upstream's endpointslice-controller
+stays on (:data:`~steward.cluster.control_plane.KEPT_WHEN_SELF_HOSTED`) and Steward's
+runs beside it from the start, one replica, each writing its own slices of every Service
+(managed by ``endpointslice-controller.k8s.io`` and ``endpointslice-controller.steward.io``;
+kube-proxy routes by both, the same endpoints). Steward's pods reach the informer and the
+manager through those Services. Were Steward's the only slices, a new manager leader
+(the manager's Service lists its leader alone as ready) would be reachable only once
+Steward's EndpointSlice controller had written it there, and that controller may write
+only while it holds its lease at the manager: losing the leader would cut Steward off
+for good. Upstream's slices keep the path to the manager independent of Steward.
 
 The TLS Secrets the manifests name (``steward-informer-tls``, ``steward-manager-tls``,
 ``steward-controller-<name>-tls``) are ``kubernetes.io/tls`` Secrets with ``ca.crt``, as
