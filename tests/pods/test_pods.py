@@ -360,11 +360,13 @@ def test_stewards_endpoints_controller_keeps_stewards_own_endpoints(
     assert len(wait("the informer's Endpoints to list its ready pods", informer_endpoints)) == 2
 
 
-def informer_slices(cluster: LocalCluster, managed_by: str) -> list[dict[str, Any]]:
-    """The EndpointSlices of the informer's Service managed by ``managed_by``."""
+def informer_slices(
+    cluster: LocalCluster, managed_by: str, service: str = "steward-informer"
+) -> list[dict[str, Any]]:
+    """The EndpointSlices of the informer's Service (or ``service``) managed by
+    ``managed_by``."""
     selector = (
-        "kubernetes.io/service-name=steward-informer,"
-        f"endpointslice.kubernetes.io/managed-by={managed_by}"
+        f"kubernetes.io/service-name={service},endpointslice.kubernetes.io/managed-by={managed_by}"
     )
     found = cluster.api(
         "GET", f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices?labelSelector={selector}"
@@ -395,6 +397,24 @@ def test_stewards_endpointslice_controller_keeps_stewards_own_slices(
 
     assert len(wait("the informer's slices to list its ready pods", ready_ips)) == 2
     assert informer_slices(pods_cluster, "endpointslice-controller.k8s.io")
+
+    # Readiness from the pods' own probes reaches the slices: of the manager's two pods
+    # only the leader passes its readiness probe (/readyz), and Steward's slice of the
+    # manager's Service shows the one ready and the other not.
+    def manager_readiness() -> dict[str, bool] | None:
+        managers = pods_of(pods_cluster, "steward-manager")
+        want = {p["status"]["podIP"]: ready(p) for p in managers if p["status"].get("podIP")}
+        got = {
+            address: bool((e.get("conditions") or {}).get("ready"))
+            for s in informer_slices(
+                pods_cluster, "endpointslice-controller.steward.io", "steward-manager"
+            )
+            for e in s.get("endpoints") or []
+            for address in e.get("addresses") or []
+        }
+        return got if got == want and sorted(want.values()) == [False, True] else None
+
+    wait("the manager's slice to show its leader ready and its standby not", manager_readiness)
 
 
 def test_a_job_and_a_deployment_complete_on_kwok_nodes(pods_cluster: LocalCluster) -> None:
