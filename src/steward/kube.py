@@ -71,12 +71,23 @@ class FencedError(ApiUnavailableError):
 
 
 class ApiStatusError(ApiError):
-    """The API server answered with an error status."""
+    """The API server answered with an error status: its HTTP status, and from the Status
+    object it sent, the message, the reason (``Forbidden``, ``AlreadyExists``) and the
+    reasons of its causes (``details.causes[].reason``, e.g. ``NamespaceTerminating``)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(
+        self, status: int, message: str, reason: str = "", causes: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
+        self.reason = reason
+        self.causes = causes
+
+    def has_cause(self, cause: str) -> bool:
+        """Whether the Status names ``cause`` among its causes (apimachinery's
+        ``HasStatusCause``)."""
+        return cause in self.causes
 
 
 class GoneError(ApiStatusError):
@@ -525,17 +536,36 @@ def status_message(body: bytes, limit: int = 300) -> str:
     return body[:limit].decode("utf-8", "replace")
 
 
+def status_reasons(body: bytes) -> tuple[str, tuple[str, ...]]:
+    """An error answer's Status ``reason`` and the reasons of its ``details.causes``
+    (empty when the body is no Status)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return "", ()
+    if not isinstance(doc, dict):
+        return "", ()
+    details = doc.get("details")
+    if not isinstance(details, dict):
+        details = {}
+    causes = tuple(
+        str(c.get("reason") or "") for c in details.get("causes") or () if isinstance(c, dict)
+    )
+    return str(doc.get("reason") or ""), causes
+
+
 def _decode(status: int, data: bytes) -> dict[str, Any]:
     """The JSON answer, or the error its status means (see the module docs)."""
     if status >= 300:
         message = status_message(data)
+        reason, causes = status_reasons(data)
         if status == 409:
-            raise ConflictError(409, message)
+            raise ConflictError(409, message, reason, causes)
         if status == 404:
-            raise NotFoundError(404, message)
+            raise NotFoundError(404, message, reason, causes)
         if status >= 500 or status == 429:
             raise ApiUnavailableError(f"API server answered HTTP {status}: {message}")
-        raise ApiStatusError(status, message)
+        raise ApiStatusError(status, message, reason, causes)
     try:
         decoded: dict[str, Any] = orjson.loads(data) if data else {}
     except orjson.JSONDecodeError as err:

@@ -100,7 +100,8 @@ def _drop_namespace(kube: KubeClient, ns: str) -> None:
                         {"metadata": {"finalizers": None}},
                         content_type="application/merge-patch+json",
                     )
-        kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+        with contextlib.suppress(ConflictError):  # being deleted already
+            kube.request("DELETE", f"/api/v1/namespaces/{ns}")
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from steward.kube import KubeClient
+from steward.kube import ApiStatusError, KubeClient
 from tests.controllers.endpoints.conftest import (
     LABELS,
     Starter,
@@ -290,3 +290,33 @@ async def test_past_1000_addresses_the_endpoints_are_truncated_and_say_so(
         )
 
     await eventually(whole, "1000 addresses without the annotation", within=120)
+
+
+async def test_a_create_in_a_terminating_namespace_is_refused_with_its_cause(
+    ep_kube: KubeClient, ep_namespace: str
+) -> None:
+    """What the controller drops quietly: the API server's refusal of a create in a
+    namespace being deleted names the cause NamespaceTerminating (the client reads it
+    from the Status, not from the message)."""
+    ns = ep_namespace
+    create_pod(
+        ep_kube, ns, pod_body("held", metadata={"finalizers": [HOLD]}), running_status([], None)
+    )
+    ep_kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+    await eventually(
+        lambda: (
+            (ep_kube.request("GET", f"/api/v1/namespaces/{ns}").get("status") or {}).get("phase")
+            == "Terminating"
+        ),
+        "the namespace to be terminating",
+    )
+    with pytest.raises(ApiStatusError) as refused:
+        ep_kube.request("POST", endpoints_path(ns), {"metadata": {"name": "x"}})
+    assert refused.value.status == 403
+    assert refused.value.has_cause("NamespaceTerminating")
+    ep_kube.request(
+        "PATCH",
+        pods_path(ns, "held"),
+        {"metadata": {"finalizers": None}},
+        content_type="application/merge-patch+json",
+    )

@@ -61,9 +61,9 @@ MAX_RETRIES = 15
 maxRetries; its backoff is client-go's default, 5 ms doubling to 1000 s)."""
 COMPONENT = "endpoint-controller"
 """The Events' source component, as upstream's."""
-_TERMINATING = "because it is being terminated"
-"""What the NamespaceLifecycle admission plugin says when it refuses a create (the
-Status cause NamespaceTerminating)."""
+_TERMINATING = "NamespaceTerminating"
+"""The Status cause of the NamespaceLifecycle admission plugin's refusal of a create in a
+namespace being deleted."""
 
 
 def _message(err: ApiError) -> str:
@@ -160,11 +160,7 @@ class EndpointsReconciler:
             )
             return
         except ApiError as err:
-            if (
-                isinstance(err, ApiStatusError)
-                and err.status == 403
-                and _TERMINATING in err.message
-            ):
+            if isinstance(err, ApiStatusError) and err.has_cause(_TERMINATING):
                 log.debug("not creating endpoints %s/%s: %s", ns, name, err.message)
                 return
             self.events.event(

@@ -90,8 +90,9 @@ _SLICES_KEY = ("discovery.k8s.io", "v1", "endpointslices")
 _SERVICES_KEY = ("", "v1", "services")
 UPSTREAM_MANAGED_BY = "endpointslice-controller.k8s.io"
 """The managed-by value of kube-controller-manager's endpointslice-controller."""
-_TERMINATING = "because it is being terminated"
-"""What the NamespaceLifecycle admission plugin says when it refuses a create."""
+_TERMINATING = "NamespaceTerminating"
+"""The Status cause of the NamespaceLifecycle admission plugin's refusal of a create in a
+namespace being deleted."""
 
 Key = tuple[str, str]
 """(namespace, name) of a Service: the key of its expectations."""
@@ -369,11 +370,7 @@ class EndpointSliceReconciler:
             )
             if outcome.errors:
                 err = outcome.errors[0]
-                if (
-                    isinstance(err, ApiStatusError)
-                    and err.status == 403
-                    and _TERMINATING in err.message
-                ):
+                if isinstance(err, ApiStatusError) and err.has_cause(_TERMINATING):
                     log.debug("not creating slices in %s: %s", ns, err.message)
                     return
                 raise err
