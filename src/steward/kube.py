@@ -90,6 +90,17 @@ class ApiStatusError(ApiError):
         return cause in self.causes
 
 
+NAMESPACE_TERMINATING = "NamespaceTerminating"
+"""The Status cause of a create the NamespaceLifecycle admission plugin refused because
+the namespace is being deleted (``ApiStatusError.has_cause``)."""
+
+
+def error_message(err: BaseException) -> str:
+    """What went wrong, for an Event: the API server's message for a refusal, else the
+    error's text."""
+    return err.message if isinstance(err, ApiStatusError) else str(err)
+
+
 class GoneError(ApiStatusError):
     """HTTP 410: the requested resource version is too old (compacted)."""
 

@@ -17,7 +17,8 @@ from datetime import datetime
 from typing import Any
 
 from steward.runtime import pods
-from steward.runtime.mirror import Mirror, MirrorObject, resource_type, type_key
+from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorObject, resource_type, type_key
+from steward.runtime.reconcile import Request
 from steward.runtime.selectors import selector_matches
 from steward.runtime.times import parse_time
 
@@ -48,6 +49,7 @@ def selects(service: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
 
 
 PODS = resource_type("", "v1", "pods")
+SERVICES = resource_type("", "v1", "services")
 _PODS_KEY = type_key(PODS)
 LABEL_INDEX = "steward.io/pod-label"
 """The mirror index :func:`index_pod_labels` keeps: a pod is found under
@@ -61,6 +63,30 @@ def index_pod_labels(obj: MirrorObject) -> list[str]:
         return []
     ns = obj.namespace
     return [f"{ns}/{key}={value}" for key, value in obj.meta.labels.items()]
+
+
+def services_selecting(mirror: Mirror, pod: MirrorObject) -> list[Request]:
+    """The Services of the pod's namespace whose selector matches its labels (a pod
+    watch's mapper: given the old and the new state, it queues both labels' Services)."""
+    labels = pod.meta.labels
+    return [
+        Request(svc.namespace, svc.name)
+        for svc in mirror.objects(SERVICES, pod.namespace)
+        if selects(svc.object, labels)
+    ]
+
+
+def pod_change_matters(change: Change) -> bool:
+    """Whether a pod change can move endpoints (upstream's GetPodUpdateProjectionKey):
+    additions and deletions, and updates with a new resource version that changed the
+    deletion mark, readiness, IPs, labels, hostname or subdomain."""
+    old = change.old
+    if change.kind is not ChangeKind.MODIFIED or old is None:
+        return True
+    if old.resource_version == change.obj.resource_version:
+        return False
+    pod_changed, labels_changed = endpoints_changed(old.object, change.obj.object)
+    return pod_changed or labels_changed
 
 
 def selected_pods(mirror: Mirror, service: Mapping[str, Any]) -> list[dict[str, Any]]:

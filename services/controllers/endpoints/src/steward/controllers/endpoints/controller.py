@@ -50,6 +50,7 @@ from steward.controllers.endpoints.sync import (
     SERVICES,
     endpoints_for,
 )
+from steward.kube import NAMESPACE_TERMINATING, error_message
 
 log = logging.getLogger(__name__)
 
@@ -61,26 +62,6 @@ MAX_RETRIES = 15
 maxRetries; its backoff is client-go's default, 5 ms doubling to 1000 s)."""
 COMPONENT = "endpoint-controller"
 """The Events' source component, as upstream's."""
-_TERMINATING = "NamespaceTerminating"
-"""The Status cause of the NamespaceLifecycle admission plugin's refusal of a create in a
-namespace being deleted."""
-
-
-def _message(err: ApiError) -> str:
-    return err.message if isinstance(err, ApiStatusError) else str(err)
-
-
-def pod_change_matters(change: steward.Change) -> bool:
-    """Whether a pod change can move endpoints (upstream's GetPodUpdateProjectionKey):
-    additions and deletions, and updates with a new resource version that changed the
-    deletion mark, readiness, IPs, labels, hostname or subdomain."""
-    old = change.old
-    if change.kind is not steward.ChangeKind.MODIFIED or old is None:
-        return True
-    if old.resource_version == change.obj.resource_version:
-        return False
-    pod_changed, labels_changed = steward.endpoints.endpoints_changed(old.object, change.obj.object)
-    return pod_changed or labels_changed
 
 
 class EndpointsReconciler:
@@ -97,12 +78,7 @@ class EndpointsReconciler:
     # Mapping --------------------------------------------------------------------------
     def services_of_pod(self, obj: steward.MirrorObject) -> list[Request]:
         """The Services of the pod's namespace whose selector matches its labels."""
-        labels = obj.meta.labels
-        return [
-            Request(svc.namespace, svc.name)
-            for svc in self.mirror.objects(SERVICES, obj.namespace)
-            if steward.endpoints.selects(svc.object, labels)
-        ]
+        return steward.endpoints.services_selecting(self.mirror, obj)
 
     def service_of_endpoints(self, obj: steward.MirrorObject) -> list[Request]:
         """The Service of the Endpoints' name while it exists; during the initial
@@ -160,14 +136,14 @@ class EndpointsReconciler:
             )
             return
         except ApiError as err:
-            if isinstance(err, ApiStatusError) and err.has_cause(_TERMINATING):
+            if isinstance(err, ApiStatusError) and err.has_cause(NAMESPACE_TERMINATING):
                 log.debug("not creating endpoints %s/%s: %s", ns, name, err.message)
                 return
             self.events.event(
                 body,
                 "Warning",
                 "FailedToCreateEndpoint",
-                f"Failed to create endpoint for service {ns}/{name}: {_message(err)}",
+                f"Failed to create endpoint for service {ns}/{name}: {error_message(err)}",
             )
             raise
 
@@ -179,7 +155,7 @@ class EndpointsReconciler:
                 body,
                 "Warning",
                 "FailedToUpdateEndpoint",
-                f"Failed to update endpoint {ns}/{name}: {_message(err)}",
+                f"Failed to update endpoint {ns}/{name}: {error_message(err)}",
             )
             raise
 
@@ -187,7 +163,7 @@ class EndpointsReconciler:
 CONTROLLER = (
     steward.ControllerBuilder[EndpointsReconciler](NAME)
     .for_(SERVICES, kind="Service")
-    .watches(PODS, EndpointsReconciler.services_of_pod, pod_change_matters)
+    .watches(PODS, EndpointsReconciler.services_of_pod, steward.endpoints.pod_change_matters)
     .watches(ENDPOINTS, EndpointsReconciler.service_of_endpoints)
     .with_index(steward.endpoints.LABEL_INDEX, steward.endpoints.index_pod_labels)
     .with_options(steward.ControllerOptions(max_concurrent_reconciles=5, max_retries=MAX_RETRIES))

@@ -71,6 +71,7 @@ from steward.controllers.endpointslice.sync import (
     owned_by,
     plan,
 )
+from steward.kube import NAMESPACE_TERMINATING, error_message
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +91,6 @@ _SLICES_KEY = ("discovery.k8s.io", "v1", "endpointslices")
 _SERVICES_KEY = ("", "v1", "services")
 UPSTREAM_MANAGED_BY = "endpointslice-controller.k8s.io"
 """The managed-by value of kube-controller-manager's endpointslice-controller."""
-_TERMINATING = "NamespaceTerminating"
-"""The Status cause of the NamespaceLifecycle admission plugin's refusal of a create in a
-namespace being deleted."""
 
 Key = tuple[str, str]
 """(namespace, name) of a Service: the key of its expectations."""
@@ -128,17 +126,6 @@ def _service_index(obj: steward.MirrorObject) -> tuple[str, ...]:
     """Index of slices by ``namespace/service`` (their service-name label)."""
     name = obj.meta.labels.get(SERVICE_NAME_LABEL, "")
     return (f"{obj.namespace}/{name}",) if name else ()
-
-
-def pod_change_matters(change: steward.Change) -> bool:
-    """Whether a pod change can move endpoints (upstream's GetPodUpdateProjectionKey)."""
-    old = change.old
-    if change.kind is not steward.ChangeKind.MODIFIED or old is None:
-        return True
-    if old.resource_version == change.obj.resource_version:
-        return False
-    pod_changed, labels_changed = steward.endpoints.endpoints_changed(old.object, change.obj.object)
-    return pod_changed or labels_changed
 
 
 def node_change_matters(change: steward.Change) -> bool:
@@ -180,10 +167,6 @@ class _OwnWrites:
             self._deleted.discard(uid)
             return True
         return False
-
-
-def _message(err: ApiError) -> str:
-    return err.message if isinstance(err, ApiStatusError) else str(err)
 
 
 class EndpointSliceReconciler:
@@ -232,12 +215,7 @@ class EndpointSliceReconciler:
 
     def services_of_pod(self, obj: steward.MirrorObject) -> list[Request]:
         """The Services of the pod's namespace whose selector matches its labels."""
-        labels = obj.meta.labels
-        return [
-            Request(svc.namespace, svc.name)
-            for svc in self.mirror.objects(SERVICES, obj.namespace)
-            if steward.endpoints.selects(svc.object, labels)
-        ]
+        return steward.endpoints.services_selecting(self.mirror, obj)
 
     def service_of_slice(self, obj: steward.MirrorObject) -> list[Request]:
         """The Service of a slice change that is news (see the module docs, Queueing).
@@ -334,7 +312,7 @@ class EndpointSliceReconciler:
         try:
             await self._write(service, key, decided)
         except ApiError as err:
-            self._failed(service, _message(err))
+            self._failed(service, error_message(err))
             raise
         finally:
             for event in decided.events:
@@ -370,7 +348,7 @@ class EndpointSliceReconciler:
             )
             if outcome.errors:
                 err = outcome.errors[0]
-                if isinstance(err, ApiStatusError) and err.has_cause(_TERMINATING):
+                if isinstance(err, ApiStatusError) and err.has_cause(NAMESPACE_TERMINATING):
                     log.debug("not creating slices in %s: %s", ns, err.message)
                     return
                 raise err
@@ -404,7 +382,7 @@ class EndpointSliceReconciler:
 CONTROLLER = (
     steward.ControllerBuilder[EndpointSliceReconciler](NAME)
     .for_(SERVICES, kind="Service")
-    .watches(PODS, EndpointSliceReconciler.services_of_pod, pod_change_matters)
+    .watches(PODS, EndpointSliceReconciler.services_of_pod, steward.endpoints.pod_change_matters)
     .watches(SLICES, EndpointSliceReconciler.service_of_slice)
     .watches(NODES, EndpointSliceReconciler.services_of_node, node_change_matters)
     .observe(EndpointSliceReconciler.observe)
