@@ -7,6 +7,7 @@ import pytest
 from steward.runtime.mirror import Change, ChangeKind, MirrorObject
 from steward.runtime.reconcile import Request
 from steward.runtime.source import (
+    EnqueueChanged,
     EnqueueMapped,
     EnqueueObject,
     EnqueueOwner,
@@ -94,6 +95,28 @@ def test_mapped_keys_of_old_and_new_state_and_a_failing_mapper() -> None:
         raise RuntimeError("mapper bug")
 
     assert keys(EnqueueMapped(broken), change) == []
+
+
+def test_changed_keys_see_old_and_new_together_and_a_failing_mapper() -> None:
+    def moved(change: Change) -> list[Request]:
+        old = change.old.meta.labels.get("app") if change.old is not None else None
+        new = change.obj.meta.labels.get("app")
+        return [] if old == new else [Request("ns", f"{old}->{new}")]
+
+    source = EnqueueChanged(moved)
+    change = Change(
+        ChangeKind.MODIFIED, pod("p", labels={"app": "b"}), pod("p", labels={"app": "a"}), TRACE
+    )
+    assert keys(source, change) == [(Request("ns", "a->b"), TRACE)]
+    same = Change(
+        ChangeKind.MODIFIED, pod("p", labels={"app": "a"}), pod("p", labels={"app": "a"}), None
+    )
+    assert keys(source, same) == []
+
+    def broken(change: Change) -> list[Request]:
+        raise RuntimeError("mapper bug")
+
+    assert keys(EnqueueChanged(broken), change) == []
 
 
 def test_predicates_filter_updates_only() -> None:

@@ -84,6 +84,7 @@ from steward.runtime.ratelimit import DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY
 from steward.runtime.reconcile import Reconciler, Request, Result
 from steward.runtime.session import ManagerSession, SessionOptions
 from steward.runtime.source import (
+    EnqueueChanged,
     EnqueueMapped,
     EnqueueObject,
     EnqueueOwner,
@@ -236,6 +237,10 @@ Mapper = Callable[[R, MirrorObject], Iterable[Request]]
 """The keys an object of another type maps to, asked of the reconciler (an unbound method
 such as ``MyReconciler.owners_of``, or any function of ``(reconciler, obj)``)."""
 
+ChangeMapper = Callable[[R, Change], Iterable[Request]]
+"""The keys a change of another type maps to, asked of the reconciler with the old and the
+new object together (``change.old`` is None but for updates)."""
+
 Observer = Callable[[R, Change], None]
 """Runs for every change before its keys are queued (an unbound method of the reconciler,
 such as ``MyReconciler.observe``); it must not block."""
@@ -253,9 +258,10 @@ class _FunctionReconciler:
 @dataclass(frozen=True)
 class _SourceSpec(Generic[R]):
     rtype: pb.ResourceType
-    kind: str  # "object", "owner" or "mapped"
+    kind: str  # "object", "owner", "mapped" or "changed"
     predicates: tuple[Predicate, ...]
     mapper: Mapper[R] | None = None
+    change_mapper: ChangeMapper[R] | None = None
 
 
 @dataclass(frozen=True)
@@ -357,6 +363,11 @@ class Controller(Generic[R]):
             elif spec.kind == "owner":
                 source = EnqueueOwner(
                     definition.primary.group, definition.primary_kind, spec.predicates
+                )
+            elif spec.kind == "changed":
+                assert spec.change_mapper is not None
+                source = EnqueueChanged(
+                    functools.partial(spec.change_mapper, reconciler), spec.predicates
                 )
             else:
                 assert spec.mapper is not None
@@ -619,6 +630,15 @@ class ControllerBuilder(Generic[R]):
         concerns (for an update, the old object's keys too). A mapper that raises is
         logged and queues nothing."""
         self._sources.append(_SourceSpec(rtype, "mapped", predicates, mapper))
+        return self
+
+    def watches_changes(
+        self, rtype: pb.ResourceType, mapper: ChangeMapper[R], *predicates: Predicate
+    ) -> ControllerBuilder[R]:
+        """Any other type, mapped by the whole change: ``mapper(reconciler, change)`` says
+        which keys it concerns, seeing the old and the new object at once (for keys that
+        depend on what changed). A mapper that raises is logged and queues nothing."""
+        self._sources.append(_SourceSpec(rtype, "changed", predicates, change_mapper=mapper))
         return self
 
     def observe(self, observer: Observer[R]) -> ControllerBuilder[R]:

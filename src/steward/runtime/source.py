@@ -23,6 +23,9 @@ Predicate = Callable[[Change], bool]
 Mapper = Callable[[MirrorObject], Iterable[Request]]
 """The keys an object of another type maps to."""
 
+ChangeMapper = Callable[[Change], Iterable[Request]]
+"""The keys a change of another type maps to, decided on the old and new object together."""
+
 Enqueue = Callable[[Request, TraceContext | None], None]
 """Where keys go (a work queue's ``add``)."""
 
@@ -126,3 +129,20 @@ class EnqueueMapped(Source):
             log.exception("mapper failed for %r", change.obj)
             return ()
         return keys
+
+
+class EnqueueChanged(Source):
+    """Keys computed by ``mapper`` from the whole change, where the keys depend on what
+    changed between the old and the new object (a node whose fitness for a DaemonSet
+    changed). A mapper that raises is logged and yields no keys."""
+
+    def __init__(self, mapper: ChangeMapper, predicates: Sequence[Predicate] = ()) -> None:
+        super().__init__(predicates)
+        self.mapper = mapper
+
+    def keys(self, change: Change) -> Iterable[Request]:
+        try:
+            return list(self.mapper(change))
+        except Exception:
+            log.exception("change mapper failed for %r", change.obj)
+            return ()

@@ -12,7 +12,7 @@ import pytest
 from steward import format_time, selector_matches
 from steward.controllers.deployment import rollout as ro
 from steward.controllers.deployment.controller import rs_name
-from steward.controllers.deployment.hashing import (
+from steward.runtime.hashing import (
     NotExact,
     go_dump,
     pod_template_hash,

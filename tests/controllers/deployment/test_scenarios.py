@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from steward.controllers.deployment.hashing import pod_template_hash
 from steward.kube import KubeClient
+from steward.runtime.hashing import pod_template_hash
 from tests.controllers.deployment.conftest import (
     APPS,
     Running,

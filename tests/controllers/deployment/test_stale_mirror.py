@@ -32,11 +32,11 @@ from steward import (
     StaleRead,
 )
 from steward.controllers.deployment.controller import DEPLOYMENTS, REPLICASETS, rs_name
-from steward.controllers.deployment.hashing import pod_template_hash
 from steward.controllers.deployment.main import CONTROLLER
 from steward.informer import wire
 from steward.informer.store import EventKind, StoredObject
 from steward.kube import load_access
+from steward.runtime.hashing import pod_template_hash
 from steward.runtime.mirror import guard_reads
 from steward.v1 import informer_pb2 as pb
 from tests.controllers.deployment.conftest import (

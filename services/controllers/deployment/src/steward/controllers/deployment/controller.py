@@ -35,8 +35,8 @@ from typing import Any
 import steward
 from steward import ApiError, ConflictError, MirrorObject, NotFoundError, Request, Result, copy_json
 from steward.controllers.deployment import rollout as ro
-from steward.controllers.deployment.hashing import pod_template_hash
 from steward.controllers.deployment.rollout import Obj, meta, replicas
+from steward.runtime.hashing import pod_template_hash
 
 log = logging.getLogger(__name__)
 

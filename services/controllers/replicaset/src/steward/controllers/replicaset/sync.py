@@ -42,34 +42,12 @@ def pod_from_template(rs: dict[str, Any]) -> dict[str, Any]:
     """A new pod of the ReplicaSet: the template's labels, annotations, finalizers and
     spec, ``generateName`` ``<name>-``, the ReplicaSet as controlling owner."""
     template = (rs.get("spec") or {}).get("template") or {}
-    tmeta = template.get("metadata") or {}
-    name = rs["metadata"]["name"]
-    # As upstream: the dash only while the prefix is a valid generateName.
-    prefix = f"{name}-" if len(name) < 253 else name
-    meta: dict[str, Any] = {
-        "generateName": prefix,
-        "labels": dict(tmeta.get("labels") or {}),
-        "annotations": dict(tmeta.get("annotations") or {}),
-        "ownerReferences": [steward.controller_ref(rs, REPLICASETS, "ReplicaSet")],
-    }
-    if tmeta.get("finalizers"):
-        meta["finalizers"] = list(tmeta["finalizers"])
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": copy_json(template.get("spec") or {}),
-    }
+    return steward.pods.from_template(rs, REPLICASETS, "ReplicaSet", template)
 
 
 def is_available(pod: dict[str, Any], min_ready: int, now: datetime) -> bool:
     """Ready for at least ``min_ready`` seconds (just ready when 0)."""
-    if not steward.pods.is_ready(pod):
-        return False
-    if min_ready == 0:
-        return True
-    since = steward.parse_time(steward.pods.ready_condition(pod).get("lastTransitionTime"))
-    return since is not None and since + timedelta(seconds=min_ready) <= now
+    return steward.pods.is_available(pod, min_ready, now)
 
 
 def template_labels_match(rs: dict[str, Any], labels: dict[str, str]) -> bool:

@@ -4,7 +4,7 @@
 // Steward's Deployment controller reads this layout to compute the pod-template-hash
 // exactly as kube-controller-manager does (it hashes a text dump of the Go value).
 //
-// Regenerate with: go run . > ../../src/steward/controllers/deployment/podtemplate_schema.json
+// Regenerate with: go run . > ../../src/steward/runtime/podtemplate_schema.json
 package main
 
 import (
