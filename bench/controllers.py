@@ -6,11 +6,13 @@ and writes ``bench-results/controllers.json``; progress goes to stderr.
 # What is compared
 Each side gets a local control plane of its own (real kube-apiserver, etcd,
 kube-scheduler and kube-controller-manager; 8 kwok nodes of 250 pods), started for it
-and stopped after it, so that the API server's work under one side is not the other's:
+and stopped after it, so that the API server's work under one side is not the other's
+(the DaemonSet workload gets a second one, of 50 kwok nodes, below):
 
 * **upstream**: kube-controller-manager with every controller on;
 * **steward**: kube-controller-manager without the controllers Steward runs itself
-  (those of its registry: deployment, endpoint, job, replicaset), and Steward's
+  (those of its registry: daemonset, deployment, endpoint, endpointslice, job,
+  replicaset), and Steward's
   informer, manager and those controllers as processes, deployed as ``make up`` runs
   them: each under its own identity (RBAC, and API Priority and Fairness: none is in
   ``system:masters``), registered with the manager (leases, write fencing), over mTLS;
@@ -37,6 +39,12 @@ then the endpoints workload (:mod:`bench.endpoints`: 200 Services of 50 pods eac
 pod's readiness flipped once; how fast the Endpoints objects and the EndpointSlices
 follow, under the Endpoints and EndpointSlice controllers of each side: 5 workers each,
 upstream's ``--concurrent-endpoint-syncs`` and ``--concurrent-service-endpoint-syncs``).
+
+The DaemonSet workload (:mod:`bench.daemonset`: 20 DaemonSets rolled out on every node,
+then a rolling update of all of them) runs in a cluster of its own per side, of 50 kwok
+nodes and no other, started after the first one is stopped; 2 workers on both sides
+(upstream's ``--concurrent-daemonset-syncs`` default and Steward's). Its figures are per
+DaemonSet pod (DaemonSets x nodes), each created once and replaced once in the span.
 
 # Where the cost goes
 For each workload, over its measured span: CPU seconds of every process of the cluster
@@ -66,7 +74,7 @@ from typing import Any
 
 import orjson
 
-from bench import deployment, endpoints, job
+from bench import daemonset, deployment, endpoints, job
 from bench.informer import Api, report
 from steward.cluster import ClusterConfig, LocalCluster
 from steward.cluster.control_plane import STEWARD_CONTROLLERS
@@ -80,6 +88,12 @@ WORKERS = 5
 ``--concurrent-job-syncs``, ``--concurrent-replicaset-syncs``,
 ``--concurrent-deployment-syncs`` and ``--concurrent-endpoint-syncs`` defaults, and
 Steward's controllers' defaults."""
+
+WORKLOADS = ("job", "deployment", "endpoints", "daemonset")
+"""Every workload, in the order they run."""
+SHARED_CLUSTER = ("job", "deployment", "endpoints")
+"""The workloads that share a side's first cluster (:data:`NODES` nodes); the DaemonSet
+workload gets a cluster of its own (``--daemonset-nodes`` nodes)."""
 
 AUDIT_FLUSH_SECONDS = 2.5
 """How long the audit log's batches (at most 1 s old) are given to reach the file."""
@@ -239,13 +253,16 @@ class Meter:
 # ----------------------------------------------------------------------------- running
 
 
-def start_cluster(side: Side, setting: Setting, out: Progress) -> LocalCluster:
-    state = Path(tempfile.mkdtemp(prefix=f"steward-bench-{side.name}-{setting.name}-"))
+def start_cluster(
+    side: Side, setting: Setting, out: Progress, nodes: int = NODES, purpose: str = ""
+) -> LocalCluster:
+    name = "-".join(filter(None, ("steward-bench", side.name, setting.name, purpose)))
+    state = Path(tempfile.mkdtemp(prefix=f"{name}-"))
     return LocalCluster.up(
         ClusterConfig(
-            name=f"steward-bench-{side.name}-{setting.name}",
+            name=name,
             state_dir=state,
-            nodes=NODES,
+            nodes=nodes,
             die_with_parent=True,
             steward=side.steward,
             steward_tracing=side.traced,
@@ -327,6 +344,53 @@ def _where(frame: str) -> str:
 def run_side(
     side: Side, setting: Setting, args: argparse.Namespace, out: Progress
 ) -> dict[str, Any]:
+    """Every workload of ``args`` on one side: those of :data:`SHARED_CLUSTER` in one
+    cluster, then the DaemonSet workload in a cluster of its own."""
+    result: dict[str, Any] = {}
+    if any(w in SHARED_CLUSTER for w in args.workloads):
+        result |= run_shared(side, setting, args, out)
+    if "daemonset" in args.workloads:
+        result |= run_daemonsets(side, setting, args, out)
+    return result
+
+
+def run_daemonsets(
+    side: Side, setting: Setting, args: argparse.Namespace, out: Progress
+) -> dict[str, Any]:
+    """The DaemonSet workload in a cluster of ``args.daemonset_nodes`` kwok nodes."""
+    out.say(
+        f"{setting.name}: {side.name}: starting a cluster of {args.daemonset_nodes} nodes "
+        f"for the DaemonSet workload ({setting.describe()})"
+    )
+    cluster = start_cluster(side, setting, out, args.daemonset_nodes, "daemonset")
+    try:
+        api = Api(cluster)
+        out.say(
+            f"{setting.name}: {side.name}: {args.daemonsets} DaemonSets on "
+            f"{args.daemonset_nodes} nodes, then a rolling update of all"
+        )
+        timing = daemonset.run_phase(
+            api,
+            "bench-daemonsets",
+            args.daemonsets,
+            args.threads,
+            args.timeout,
+            out,
+            Meter(cluster),
+        )
+        out.say(
+            f"  rollout {timing['rollout_seconds']:.2f} s, rolling update "
+            f"{timing['rolling_update_seconds']:.2f} s"
+        )
+        return {"daemonset": timing}
+    finally:
+        cluster.down(progress=Progress(quiet=True))
+
+
+def run_shared(
+    side: Side, setting: Setting, args: argparse.Namespace, out: Progress
+) -> dict[str, Any]:
+    """The workloads of :data:`SHARED_CLUSTER` in one cluster of :data:`NODES` nodes."""
     out.say(f"{setting.name}: {side.name}: starting its cluster ({setting.describe()})")
     cluster = start_cluster(side, setting, out)
     result: dict[str, Any] = {}
@@ -438,10 +502,16 @@ ENDPOINTS_FIGURES = (
 """The endpoints workload's figures, compared Steward / upstream (lower is better)."""
 
 
+DAEMONSET_FIGURES = ("rollout_seconds", "rolling_update_seconds")
+"""The DaemonSet workload's times, compared Steward / upstream (lower is better)."""
+
+
 def units_of(workload: str, measured: dict[str, Any]) -> int:
-    """What a workload's figures are per: a Job, a Deployment, a pod."""
+    """What a workload's figures are per: a Job, a Deployment, a pod, a DaemonSet pod."""
     if workload == "endpoints":
         return int(measured["services"] * measured["pods_per_service"])
+    if workload == "daemonset":
+        return int(measured["daemonsets"] * measured["nodes"])
     return int(measured["jobs" if workload == "job" else "deployments"])
 
 
@@ -472,6 +542,14 @@ def compare(results: dict[str, Any]) -> dict[str, Any]:
         if "endpoints" in up and "endpoints" in st:
             for key in ENDPOINTS_FIGURES:
                 c[f"endpoints_{key}_ratio"] = _ratio(st["endpoints"][key], up["endpoints"][key])
+        if "daemonset" in up and "daemonset" in st:
+            for key in DAEMONSET_FIGURES:
+                c[f"daemonset_{key.removesuffix('_seconds')}_ratio"] = _ratio(
+                    st["daemonset"][key], up["daemonset"][key]
+                )
+            u, s = up["daemonset"]["summary"], st["daemonset"]["summary"]
+            for key in ("controller_cpu_per_unit", "apiserver_cpu_per_unit"):
+                c[f"daemonset_{key.removesuffix('_per_unit')}_ratio"] = _ratio(s[key], u[key])
         traced = sides.get("steward_traced", {})
         if "job" in traced and "job" in st:
             c["tracing_cost"] = round(1 - traced["job"]["jobs_per_s"] / st["job"]["jobs_per_s"], 3)
@@ -537,6 +615,23 @@ def _per_job_table(
         )
     )
     return rows
+
+
+def _daemonset_rows(
+    up: dict[str, Any], st: dict[str, Any], ratios: dict[str, Any]
+) -> list[tuple[str, str, str]]:
+    what = (
+        f"{up['daemonsets']} DaemonSets x {up['nodes']} nodes (own cluster, "
+        f"{up['workers']} workers each side)"
+    )
+    rows = []
+    for key, label in (
+        ("rollout_seconds", "rolled out"),
+        ("rolling_update_seconds", "rolling update of all"),
+    ):
+        r = ratios[f"daemonset_{key.removesuffix('_seconds')}_ratio"]
+        rows.append((f"{what}: {label}", f"{up[key]:.2f} s", f"{st[key]:.2f} s (ratio {r:.2f})"))
+    return rows + _per_job_table(up, st, "DaemonSet pod")
 
 
 def table(results: dict[str, Any]) -> str:
@@ -625,6 +720,8 @@ def table(results: dict[str, Any]) -> str:
                     )
                 )
             rows += _per_job_table(up["endpoints"], st["endpoints"], "pod")
+        if "daemonset" in up and "daemonset" in st:
+            rows += _daemonset_rows(up["daemonset"], st["daemonset"], ratios)
         w0 = max(len(r[0]) for r in rows)
         w1 = max(len(r[1]) for r in rows)
         lines += [f"{a:{w0}}  {b:>{w1}}  {c}".rstrip() for a, b, c in rows]
@@ -657,7 +754,7 @@ def run(args: argparse.Namespace) -> int:
         per_side: dict[str, Any] = {}
         for side in sides:
             measured = run_side(side, setting, args, out)
-            for workload in ("job", "deployment", "endpoints"):
+            for workload in WORKLOADS:
                 if workload in measured:
                     measured[workload]["summary"] = summarize(
                         side, measured[workload], units_of(workload, measured[workload])
@@ -686,8 +783,8 @@ def main() -> int:
     parser.add_argument(
         "--workloads",
         type=lambda s: s.split(","),
-        default=["job", "deployment", "endpoints"],
-        help="comma-separated workloads: job, deployment, endpoints (default: all)",
+        default=list(WORKLOADS),
+        help=f"comma-separated workloads: {', '.join(WORKLOADS)} (default: all)",
     )
     parser.add_argument(
         "--sides",
@@ -712,6 +809,18 @@ def main() -> int:
         help="pods created, and later flipped, per second in the endpoints workload, the "
         "same on both sides (default 100)",
     )
+    parser.add_argument(
+        "--daemonsets",
+        type=int,
+        default=20,
+        help="DaemonSets of the DaemonSet workload (default 20)",
+    )
+    parser.add_argument(
+        "--daemonset-nodes",
+        type=int,
+        default=50,
+        help="kwok nodes of the DaemonSet workload's cluster (default 50)",
+    )
     parser.add_argument("--threads", type=int, default=8, help="requesting threads (default 8)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per phase")
     parser.add_argument(
@@ -724,9 +833,9 @@ def main() -> int:
     unknown = [s for s in args.settings if s not in SETTINGS]
     if unknown:
         parser.error(f"unknown setting {', '.join(unknown)}; known: {', '.join(SETTINGS)}")
-    bad = [w for w in args.workloads if w not in ("job", "deployment", "endpoints")]
+    bad = [w for w in args.workloads if w not in WORKLOADS]
     if bad:
-        parser.error(f"unknown workload {', '.join(bad)}; known: job, deployment, endpoints")
+        parser.error(f"unknown workload {', '.join(bad)}; known: {', '.join(WORKLOADS)}")
     return run(args)
 
 

@@ -243,7 +243,7 @@ def _wait(
     return time.perf_counter()
 
 
-def _wait_for_service_account(api: Api, ns: str, timeout: float) -> None:
+def wait_for_service_account(api: Api, ns: str, timeout: float) -> None:
     """Pods are refused until the namespace's default ServiceAccount exists."""
     deadline = time.monotonic() + timeout
     while True:
@@ -284,7 +284,7 @@ def run_phase(
     """Create the Services and pods, wait until both kinds of object are correct, flip
     every pod not ready and wait again (module docs); times and latencies."""
     api.namespace(ns)
-    _wait_for_service_account(api, ns, timeout)
+    wait_for_service_account(api, ns, timeout)
     node = Node(api)
     total = services * pods_per_service
     managed = f"endpointslice.kubernetes.io/managed-by={slice_manager}"
