@@ -13,8 +13,11 @@ gave), Steward beside upstream. For a spec that failed under Steward the report 
 lines of Steward's controller logs that name the spec's namespace.
 
 The default selection is every ``[Conformance]`` spec of ``[sig-apps] Job``,
-``Deployment`` and ``ReplicaSet`` (:data:`CONFORMANCE`); ``--focus``/``--skip`` choose
-others.
+``Deployment``, ``ReplicaSet`` and ``Daemon set`` (:data:`CONFORMANCE`); ``--focus``/
+``--skip`` choose others. ``[Serial]`` specs are left out by default except those of
+:data:`SERIAL_AREAS` (every DaemonSet spec is one: a daemon pod runs on every node, so
+other specs' pods must not come and go meanwhile); ginkgo runs serial specs one at a time
+in its first process once the parallel ones are done.
 """
 
 from __future__ import annotations
@@ -30,20 +33,52 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from steward.cluster import ClusterConfig, LocalCluster, binaries
 from steward.cluster.errors import ClusterError
 from steward.cluster.progress import Progress
 
-AREAS = ("Job", "Deployment", "ReplicaSet")
+AREAS = ("Job", "Deployment", "ReplicaSet", "Daemon set")
 """The controllers Steward runs, as e2e names their areas (``[sig-apps] <area> ...``)."""
 
-CONFORMANCE = r"\[sig-apps\] (Job|Deployment|ReplicaSet) .*\[Conformance\]"
+SERIAL_AREAS = ("Daemon set",)
+"""Areas of :data:`AREAS` whose specs are all ``[Serial]`` and run by default all the same
+(one at a time)."""
+
+CONFORMANCE = r"\[sig-apps\] (Job|Deployment|ReplicaSet|Daemon set) .*\[Conformance\]"
 """Every conformance spec of those areas."""
 
-SKIP = r"\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:[^\]]+\]|\[FeatureGate:[^\]]+\]"
-"""Specs left out by default: they need the whole cluster, break it, are known flaky, or
-need a feature gate."""
+
+def _not_starting_with(prefixes: Sequence[str]) -> str:
+    """An RE2 regexp (Go's regexp has no lookahead) for the start of a text that begins
+    with none of ``prefixes``: at each character shared by a prefix, either a character
+    that continues none of them or that character followed by the same for the rest."""
+    trie: dict[str, Any] = {}
+    for prefix in prefixes:
+        node = trie
+        for char in prefix:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def branches(node: dict[str, Any]) -> str:
+        chars = sorted(c for c in node if c)
+        out = ["[^" + "".join(re.escape(c) for c in chars) + "]"]
+        out += [re.escape(c) + "(?:" + branches(node[c]) + ")" for c in chars if "" not in node[c]]
+        return "|".join(out)
+
+    return "^(?:" + branches(trie) + ")"
+
+
+SERIAL_ELSEWHERE = (
+    _not_starting_with([f"[sig-apps] {area} " for area in SERIAL_AREAS]) + r".*\[Serial\]"
+)
+"""The ``[Serial]`` specs outside :data:`SERIAL_AREAS` (e2e's spec names begin with
+``[sig-<group>] <area> ``)."""
+
+SKIP = r"\[Disruptive\]|\[Flaky\]|\[Feature:[^\]]+\]|\[FeatureGate:[^\]]+\]|" + SERIAL_ELSEWHERE
+"""Specs left out by default: they break the cluster, are known flaky, need a feature
+gate, or need the whole cluster (``[Serial]``) outside :data:`SERIAL_AREAS`."""
 
 SIDES = ("steward", "upstream")
 
@@ -75,6 +110,11 @@ class Side:
 
 
 def area_of(name: str) -> str:
+    """The area of a spec: one of :data:`AREAS` (some are more than one word), else the
+    first word after ``[sig-apps]``."""
+    for area in AREAS:
+        if name.startswith(f"[sig-apps] {area} "):
+            return area
     match = re.search(r"\[sig-apps\] (\w+)", name)
     return match.group(1) if match else "other"
 
@@ -142,8 +182,10 @@ def run_side(
     state_dir: Path,
     timeout: float,
     out: Progress,
+    real_nodes: int = 1,
 ) -> Side:
-    """Start a cluster for ``side``, run the specs, stop it; the outcome."""
+    """Start a cluster for ``side`` with ``real_nodes`` real nodes, run the specs, stop
+    it; the outcome."""
     from steward import images  # beside the cluster tools, built on first use
 
     paths = binaries.resolve(TOOLS, out=out)
@@ -154,7 +196,7 @@ def run_side(
         name=f"steward-e2e-{side}",
         state_dir=state_dir,
         nodes=0,
-        real_nodes=1,
+        real_nodes=real_nodes,
         real_node_taint=False,
         steward=side == "steward",
         node_images=(archive,),
@@ -267,7 +309,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--focus", default=CONFORMANCE, help="ginkgo focus regexp (default: %(default)s)"
     )
-    parser.add_argument("--skip", default=SKIP, help="ginkgo skip regexp (default: %(default)s)")
+    parser.add_argument(
+        "--skip",
+        default=SKIP,
+        help=(
+            "ginkgo skip regexp (default: [Disruptive], [Flaky], [Feature:...], "
+            "[FeatureGate:...] and [Serial] outside " + ", ".join(SERIAL_AREAS) + ")"
+        ),
+    )
+    parser.add_argument(
+        "--real-nodes",
+        type=int,
+        default=1,
+        help="real nodes of each side's cluster (default: %(default)s)",
+    )
     parser.add_argument(
         "--procs", type=int, default=3, help="parallel ginkgo processes (default: %(default)s)"
     )
@@ -301,6 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     state_dir=state,
                     timeout=args.timeout,
                     out=out,
+                    real_nodes=args.real_nodes,
                 )
             )
     except ClusterError as err:

@@ -1,0 +1,85 @@
+"""Which of e2e's specs ``make e2e`` selects by default, and the area each is counted in:
+upstream's own spec names (``[sig-apps] <area> ...`` as ginkgo reports them), matched with
+the regexps the runner hands ginkgo (RE2: Python's ``re`` reads the same syntax used here).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from steward import e2e
+
+DAEMON_SET_CONFORMANCE = [
+    "[sig-apps] Daemon set [Serial] should run and stop simple daemon [Conformance]",
+    "[sig-apps] Daemon set [Serial] should run and stop complex daemon [Conformance]",
+    "[sig-apps] Daemon set [Serial] should retry creating failed daemon pods [Conformance]",
+    "[sig-apps] Daemon set [Serial] should update pod when spec was updated and update "
+    "strategy is RollingUpdate [Conformance]",
+    "[sig-apps] Daemon set [Serial] should rollback without unnecessary restarts [Conformance]",
+    "[sig-apps] Daemon set [Serial] should list and delete a collection of DaemonSets "
+    "[Conformance]",
+    "[sig-apps] Daemon set [Serial] should verify changes to a daemon set status [Conformance]",
+]
+
+OTHER_CONFORMANCE = [
+    "[sig-apps] Job should delete a job [Conformance]",
+    "[sig-apps] Deployment deployment should support rollover [Conformance]",
+    "[sig-apps] ReplicaSet should serve a basic image on each replica with a public image "
+    "[Conformance]",
+]
+
+
+def selected(name: str, focus: str = e2e.CONFORMANCE, skip: str = e2e.SKIP) -> bool:
+    return bool(re.search(focus, name)) and not re.search(skip, name)
+
+
+@pytest.mark.parametrize("name", DAEMON_SET_CONFORMANCE + OTHER_CONFORMANCE)
+def test_every_conformance_spec_of_the_areas_is_selected(name: str) -> None:
+    assert selected(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        # [Serial] outside the DaemonSet area stays out, whatever the focus.
+        "[sig-apps] Job should run a job to completion with CPU requests [Serial]",
+        "[sig-apps] ControllerRevision [Serial] should manage the lifecycle of a "
+        "ControllerRevision [Conformance]",
+        "[sig-node] Daemon set [Serial] imagined elsewhere",
+        "[sig-apps] DaemonRestart [Disruptive] Kube-proxy should recover after being killed",
+        "[sig-apps] Daemon set [Serial] [Flaky] imagined flaky",
+        "[sig-apps] Daemon set [Serial] [Feature:Something] imagined gated",
+    ],
+)
+def test_serial_disruptive_flaky_and_gated_specs_stay_out(name: str) -> None:
+    assert not selected(name, focus=r"\[sig-")
+
+
+def test_daemon_set_specs_that_are_not_conformance_run_when_focused() -> None:
+    name = (
+        "[sig-apps] Daemon set [Serial] should surge pods onto nodes when spec was updated "
+        "and update strategy is RollingUpdate"
+    )
+    assert not selected(name)
+    assert selected(name, focus=r"\[sig-apps\] Daemon set")
+
+
+def test_each_spec_is_counted_in_its_area() -> None:
+    assert {e2e.area_of(n) for n in DAEMON_SET_CONFORMANCE} == {"Daemon set"}
+    assert [e2e.area_of(n) for n in OTHER_CONFORMANCE] == ["Job", "Deployment", "ReplicaSet"]
+    assert e2e.area_of("[sig-apps] DaemonRestart [Disruptive] x") == "DaemonRestart"
+    assert e2e.area_of("[sig-apps] ControllerRevision [Serial] x") == "ControllerRevision"
+    assert e2e.area_of("[sig-node] Pods should x") == "other"
+
+
+def test_the_table_lists_the_areas_in_order() -> None:
+    specs = [
+        e2e.Spec(DAEMON_SET_CONFORMANCE[0], "Daemon set", "passed", 1.0),
+        e2e.Spec(DAEMON_SET_CONFORMANCE[1], "Daemon set", "failed", 1.0),
+        e2e.Spec(OTHER_CONFORMANCE[0], "Job", "passed", 1.0),
+    ]
+    lines = e2e.table([e2e.Side("steward", specs, 2.0, "junit.xml", 1.0)]).splitlines()
+    assert lines[2] == "| Job | 1 passed / 0 failed / 0 not runnable |"
+    assert lines[3] == "| Daemon set | 1 passed / 1 failed / 0 not runnable |"
