@@ -45,6 +45,22 @@ def test_every_controller_of_the_workspace_is_declared() -> None:
     assert declared["replicaset"].beside_upstream is None
     assert packages["endpoint"] == "endpoints"
     assert declared["endpoint"].beside_upstream is None
+    # DaemonSets have no spec.managedBy either: Steward's runs only where upstream's is off.
+    assert declared["daemonset"].beside_upstream is None
+    assert declared["daemonset"].alone == ()
+
+
+def test_the_metadata_alone_names_each_controllers_module_and_distribution() -> None:
+    """What the image builder reads (nothing imported): the same controllers and modules
+    as the loaded registry, each from the workspace package of its directory."""
+    loaded = {c.name: c.module for c in registry.steward_controllers()}
+    declared = registry.declared_controllers()
+    assert {c.name: c.module for c in declared} == loaded
+    assert tuple(c.name for c in declared) == STEWARD_CONTROLLERS
+    for controller in declared:
+        package = controller.module.split(".")[2]
+        project = (ROOT / "services" / "controllers" / package / "pyproject.toml").read_text()
+        assert f'name = "{controller.distribution}"' in project, controller
 
 
 def test_upstreams_controllers_of_those_names_are_switched_off() -> None:
@@ -54,6 +70,9 @@ def test_upstreams_controllers_of_those_names_are_switched_off() -> None:
     # Steward's own Services must not depend on Steward's slices alone.
     pods = ClusterConfig(steward_pods=True).kcm_controllers()
     assert "-endpointslice" not in pods.split(",")
+    # Every other one is handed over, the DaemonSet controller too: no DaemonSet takes part
+    # in Steward's boot (its services are Deployments).
+    assert "-daemonset" in pods.split(",")
     assert pods == "*," + ",".join(f"-{n}" for n in STEWARD_CONTROLLERS if n != "endpointslice")
 
 

@@ -106,11 +106,7 @@ def test_the_base_deploys_the_roles_of_deploy_rbac_unchanged() -> None:
     assert {
         "steward:informer",
         "steward:manager",
-        "steward:controller:job",
-        "steward:controller:replicaset",
-        "steward:controller:deployment",
-        "steward:controller:endpoint",
-        "steward:controller:endpointslice",
+        *(f"steward:controller:{name}" for name in STEWARD_CONTROLLERS),
     } <= set(rendered)
 
 
@@ -379,8 +375,11 @@ def test_render_command_line(capsys: pytest.CaptureFixture[str]) -> None:
         parser.parse_args(["deploy", "render", "--help"])
     help_text = capsys.readouterr().out
     assert "--overlay {local,production}" in help_text and "--with-jaeger" in help_text
-    assert "Job, ReplicaSet, Deployment, Endpoints and EndpointSlice controllers" in help_text
-    assert "--controllers=*,-replicaset,-deployment,-endpoint" in help_text
+    assert (
+        "Job, ReplicaSet, Deployment, Endpoints, EndpointSlice and DaemonSet controllers"
+        in help_text
+    )
+    assert "--controllers=*,-replicaset,-deployment,-endpoint,-daemonset" in help_text
     with pytest.raises(SystemExit):
         parser.parse_args(["deploy", "render", "--overlay", "staging"])
 

@@ -14,6 +14,7 @@ docker.io/library/steward-manager:TAG   python -m steward.manager
 …/steward-controller-deployment:TAG     python -m steward.controllers.deployment.main
 …/steward-controller-endpoint:TAG       python -m steward.controllers.endpoints.main
 …/steward-controller-endpointslice:TAG  python -m steward.controllers.endpointslice.main
+…/steward-controller-daemonset:TAG      python -m steward.controllers.daemonset.main
 registry.k8s.io/pause:3.10.2            /pause (only with ``pause_binary``)
 ======================================  ===============================================
 
@@ -62,7 +63,7 @@ registry.k8s.io/pause:3.10.2                      Steward's pause, as build_paus
 
 The images follow ``deploy/images/Dockerfile``'s targets, built another way:
 
-- **Base layer** (shared by the seven service images): Debian bookworm's own ``python3.11``
+- **Base layer** (shared by the eight service images): Debian bookworm's own ``python3.11``
   (the project venv's minor, so the locked wheels fit) and the libraries it and the wheels
   link (``libstdc++6``), from ``mmdebstrap --variant=extract``: the packages' files
   without maintainer scripts, so no shell, apt, dpkg or perl (measured: 50 MB of files
@@ -151,6 +152,7 @@ from pathlib import Path
 from steward.cluster import binaries, packages
 from steward.cluster.errors import ClusterError
 from steward.cluster.progress import Progress
+from steward.cluster.registry import declared_controllers
 
 RECIPE_VERSION = "2"
 """Bumped when what the builder produces changes in a way its inputs do not show."""
@@ -268,30 +270,18 @@ class ImageSpec:
         return [f"{VENV}/bin/python", "-m", self.module]
 
 
+CONTROLLERS = declared_controllers()
+"""Steward's controllers, one image each (``controller-<name>``, its venv of the same name
+holding its distribution alone): those declared in the registry
+(:mod:`steward.cluster.registry`), as the local control plane runs them."""
 VENVS = (
     Venv("services", ("steward-informer", "steward-manager")),
-    Venv("controller-job", ("steward-job-controller",)),
-    Venv("controller-replicaset", ("steward-replicaset-controller",)),
-    Venv("controller-deployment", ("steward-deployment-controller",)),
-    Venv("controller-endpoint", ("steward-endpoints-controller",)),
-    Venv("controller-endpointslice", ("steward-endpointslice-controller",)),
+    *(Venv(f"controller-{c.name}", (c.distribution,)) for c in CONTROLLERS),
 )
 IMAGES = (
     ImageSpec("informer", "services", "steward.informer"),
     ImageSpec("manager", "services", "steward.manager"),
-    ImageSpec("controller-job", "controller-job", "steward.controllers.job.main"),
-    ImageSpec(
-        "controller-replicaset", "controller-replicaset", "steward.controllers.replicaset.main"
-    ),
-    ImageSpec(
-        "controller-deployment", "controller-deployment", "steward.controllers.deployment.main"
-    ),
-    ImageSpec("controller-endpoint", "controller-endpoint", "steward.controllers.endpoints.main"),
-    ImageSpec(
-        "controller-endpointslice",
-        "controller-endpointslice",
-        "steward.controllers.endpointslice.main",
-    ),
+    *(ImageSpec(f"controller-{c.name}", f"controller-{c.name}", c.module) for c in CONTROLLERS),
 )
 
 
@@ -1774,7 +1764,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Build Steward's container images without a daemon: one OCI image-layout "
             "archive for `ctr -n k8s.io images import`, images "
             "steward-{informer,manager,controller-job,controller-replicaset,"
-            "controller-deployment,controller-endpoint,controller-endpointslice}:TAG "
+            "controller-deployment,controller-endpoint,controller-endpointslice,"
+            "controller-daemonset}:TAG "
             "(and registry.k8s.io/pause:3.10.2 with --pause). "
             "Needs root, mmdebstrap and umoci. With --e2e, the images upstream's "
             "[sig-apps] Job, Deployment and ReplicaSet conformance specs run instead "

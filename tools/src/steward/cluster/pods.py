@@ -40,6 +40,11 @@ Steward's EndpointSlice controller had written it there, and that controller may
 only while it holds its lease at the manager: losing the leader would cut Steward off
 for good. Upstream's slices keep the path to the manager independent of Steward.
 
+The DaemonSet controller is handed over like the others and runs one replica. No
+DaemonSet takes part in the boot (Steward's services are Deployments; kube-proxy and
+CoreDNS run as processes of the node), so nothing of it waits on that controller; once
+handed over, a DaemonSet's pod for the real node runs there as any pod does.
+
 The TLS Secrets the manifests name (``steward-informer-tls``, ``steward-manager-tls``,
 ``steward-controller-<name>-tls``) are ``kubernetes.io/tls`` Secrets with ``ca.crt``, as
 cert-manager writes them, issued by the cluster CA: serving certificates for the

@@ -55,6 +55,33 @@ def upstream_runs(controllers: str, name: str) -> bool:
     return name in entries or "*" in entries
 
 
+@dataclass(frozen=True)
+class DeclaredController:
+    """One declared controller as its distribution's metadata states it (nothing of it is
+    imported): what the image builder needs to give it an image of its own."""
+
+    name: str
+    """The controller's name (as in kube-controller-manager's ``--controllers``)."""
+    module: str
+    """The module to run with ``python -m``."""
+    distribution: str
+    """The distribution that declares it (the workspace package its image installs)."""
+
+
+def declared_controllers() -> tuple[DeclaredController, ...]:
+    """Every declared controller, sorted by name, from metadata alone.
+
+    Raises:
+        RegistryError: a declaration belongs to no installed distribution.
+    """
+    found: dict[str, DeclaredController] = {}
+    for ep in entry_points(group=GROUP):
+        if ep.dist is None:
+            raise RegistryError(f"controller {ep.name!r} ({ep.value}) has no distribution")
+        found[ep.name] = DeclaredController(ep.name, ep.module, ep.dist.name)
+    return tuple(found[name] for name in sorted(found))
+
+
 def controller_names() -> tuple[str, ...]:
     """The names of the declared controllers, sorted (reads metadata only)."""
     return tuple(sorted({ep.name for ep in entry_points(group=GROUP)}))
