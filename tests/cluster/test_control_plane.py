@@ -4,6 +4,7 @@ nodes, upstream's Job controller, Jaeger receiving the API server's spans, clean
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import urllib.parse
@@ -32,7 +33,8 @@ pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent
 WITHOUT_STEWARDS = ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
 """kube-controller-manager's ``--controllers`` under ``make up``: every controller but
-those Steward runs itself (``*,-deployment,-endpoint,-job,-replicaset``)."""
+those Steward runs itself (``*,-daemonset,-deployment,-endpoint,-endpointslice,-job,
+-replicaset``)."""
 
 
 def test_apiserver_reports_pinned_version(api_client: client.ApiClient) -> None:
@@ -284,6 +286,48 @@ def test_steward_job_controller_completes_a_plain_job(tmp_path: Path) -> None:
         pods = client.CoreV1Api(api).list_namespaced_pod("default", label_selector="app=plain-rs")
         assert len(pods.items) == 2
         assert all("traceparent" in (p.metadata.annotations or {}) for p in pods.items)
+
+        # kube-controller-manager takes -daemonset as its DaemonSet controller (an alias of
+        # daemonset-controller) and leaves it off; Steward's puts a DaemonSet's pod on the
+        # node and says so in its Events.
+        kcm_log = (running.directory / "logs" / "kube-controller-manager.log").read_text()
+        assert re.search(r'controller is disabled" controller="daemonset-controller"', kcm_log)
+        daemons = {"app": "plain-ds"}
+        apps.create_namespaced_daemon_set(
+            "default",
+            client.V1DaemonSet(
+                metadata=client.V1ObjectMeta(name="plain-ds"),
+                spec=client.V1DaemonSetSpec(
+                    selector=client.V1LabelSelector(match_labels=daemons),
+                    template=client.V1PodTemplateSpec(
+                        metadata=client.V1ObjectMeta(labels=daemons),
+                        spec=client.V1PodSpec(
+                            containers=[client.V1Container(name="agent", image="busybox:1.36")]
+                        ),
+                    ),
+                ),
+            ),
+        )
+
+        def scheduled() -> client.V1DaemonSetStatus | None:
+            status = apps.read_namespaced_daemon_set_status("plain-ds", "default").status
+            return status if status.number_ready == 1 else None
+
+        status = wait_for(scheduled, "DaemonSet 'plain-ds' to have its pod ready")
+        assert status.desired_number_scheduled == 1
+        pods = client.CoreV1Api(api).list_namespaced_pod("default", label_selector="app=plain-ds")
+        assert [p.spec.node_name for p in pods.items] == ["kwok-node-0"]
+
+        def created_by() -> set[str]:
+            events = client.CoreV1Api(api).list_namespaced_event(
+                "default", field_selector="involvedObject.name=plain-ds"
+            )
+            found = {str(e.reporting_component) for e in events.items}
+            return found if any(e.reason == "SuccessfulCreate" for e in events.items) else set()
+
+        assert wait_for(created_by, "the SuccessfulCreate Event") == {
+            "steward.io/daemonset-controller"
+        }
         api.close()
     finally:
         running.down(progress=Progress(quiet=True))

@@ -83,7 +83,7 @@ def test_kubectl_whoami_names_the_component_in_system_monitoring(
 
 def test_unknown_component_has_no_kubeconfig(cluster: LocalCluster) -> None:
     known = (
-        "informer, manager, controller-deployment, controller-endpoint, "
+        "informer, manager, controller-daemonset, controller-deployment, controller-endpoint, "
         "controller-endpointslice, controller-job, controller-replicaset"
     )
     with pytest.raises(ValueError, match=f"known: {known}"):
@@ -131,6 +131,22 @@ ALLOWED = [
     ("controller-endpointslice", "list", "", "pods", "", ""),
     ("controller-endpointslice", "watch", "", "nodes", "", ""),
     ("controller-endpointslice", "list", "discovery.k8s.io", "endpointslices", "", ""),
+    ("controller-daemonset", "get", "apps", "daemonsets", "", "default"),
+    ("controller-daemonset", "update", "apps", "daemonsets", "status", "default"),
+    ("controller-daemonset", "update", "apps", "daemonsets", "finalizers", "default"),
+    ("controller-daemonset", "create", "", "pods", "", "default"),
+    ("controller-daemonset", "patch", "", "pods", "", "default"),
+    ("controller-daemonset", "delete", "", "pods", "", "default"),
+    ("controller-daemonset", "get", "apps", "controllerrevisions", "", "default"),
+    ("controller-daemonset", "create", "apps", "controllerrevisions", "", "default"),
+    ("controller-daemonset", "update", "apps", "controllerrevisions", "", "default"),
+    ("controller-daemonset", "patch", "apps", "controllerrevisions", "", "default"),
+    ("controller-daemonset", "delete", "apps", "controllerrevisions", "", "default"),
+    ("controller-daemonset", "create", "", "events", "", "default"),
+    ("controller-daemonset", "watch", "apps", "daemonsets", "", ""),
+    ("controller-daemonset", "list", "apps", "controllerrevisions", "", ""),
+    ("controller-daemonset", "list", "", "pods", "", ""),
+    ("controller-daemonset", "watch", "", "nodes", "", ""),
 ]
 
 REFUSED = [
@@ -179,6 +195,19 @@ REFUSED = [
     ("controller-endpointslice", "create", "", "pods", "", "default"),
     ("controller-endpointslice", "list", "", "secrets", "", ""),
     ("controller-endpointslice", "patch", "", "events", "", "default"),
+    # The DaemonSet controller reads through the informer, writes a DaemonSet's status
+    # alone, and never touches nodes (the scheduler binds its pods).
+    ("controller-daemonset", "update", "apps", "daemonsets", "", "default"),
+    ("controller-daemonset", "patch", "apps", "daemonsets", "status", "default"),
+    ("controller-daemonset", "delete", "apps", "daemonsets", "", "default"),
+    ("controller-daemonset", "get", "", "pods", "", "default"),
+    ("controller-daemonset", "update", "", "pods", "", "default"),
+    ("controller-daemonset", "create", "", "pods", "binding", "default"),
+    ("controller-daemonset", "get", "", "nodes", "", ""),
+    ("controller-daemonset", "patch", "", "nodes", "", ""),
+    ("controller-daemonset", "deletecollection", "apps", "controllerrevisions", "", "default"),
+    ("controller-daemonset", "list", "", "secrets", "", ""),
+    ("controller-daemonset", "patch", "", "events", "", "default"),
 ]
 
 
@@ -279,6 +308,18 @@ EXPECTED_WRITES = {
         ("", "services/finalizers", "update"),
         ("", "events", "create"),
     },
+    "controller-daemonset": {
+        ("apps", "daemonsets/status", "update"),
+        ("apps", "daemonsets/finalizers", "update"),
+        ("", "pods", "create"),
+        ("", "pods", "patch"),
+        ("", "pods", "delete"),
+        ("apps", "controllerrevisions", "create"),
+        ("apps", "controllerrevisions", "update"),
+        ("apps", "controllerrevisions", "patch"),
+        ("apps", "controllerrevisions", "delete"),
+        ("", "events", "create"),
+    },
 }
 
 
@@ -334,6 +375,7 @@ def test_identity_writes_exactly_what_its_service_writes(
             "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes",
             None,
         ),
+        ("controller-daemonset", "GET", "/api/v1/namespaces/default/pods", None),
     ],
 )
 def test_api_server_answers_forbidden(

@@ -39,7 +39,8 @@ GiveUp = Callable[[], bool]
 
 class Run(Protocol):
     """An exercise of a controller in ``namespace``: :func:`run_job`,
-    :func:`run_replicaset`, :func:`run_endpoints`, :func:`run_endpointslices`."""
+    :func:`run_replicaset`, :func:`run_endpoints`, :func:`run_endpointslices`,
+    :func:`run_daemonset`."""
 
     def __call__(
         self, cluster: LocalCluster, namespace: str, *, give_up: GiveUp = ...
@@ -652,3 +653,210 @@ def _slices_missing(
 def _upstream_slices_missing(cluster: LocalCluster, slices: str, service: str) -> str:
     found = _slices_of(cluster, slices, service, UPSTREAM_SLICES_MANAGED_BY)
     return "" if found else "none (Steward's controller must leave them alone)"
+
+
+REVISION_HASH = "controller-revision-hash"
+"""The label of a DaemonSet's pods and ControllerRevisions naming the revision's hash."""
+
+
+def run_daemonset(
+    cluster: LocalCluster,
+    namespace: str,
+    *,
+    deadline: float = 180.0,
+    give_up: GiveUp = _never,
+) -> str | None:
+    """A DaemonSet (revisionHistoryLimit 0) adopts an orphan pod of its selector on one
+    node and an orphan ControllerRevision of its selector, and ends with one pod of its
+    template on every node, reported in its status; the orphan pod (not of its template)
+    is replaced and the orphan revision (beyond the history limit) deleted. Its template
+    changed, every pod is replaced and the first revision goes. A revision planted under
+    the first revision's name (not of the DaemonSet's selector), the template rolled back
+    to the first: the name is taken by another template, so the status's collisionCount
+    becomes 1 and the pods roll to a revision of a third name, the planted one untouched.
+
+    That uses every permission of the DaemonSet controller's role that this cluster
+    checks: the DaemonSet is read fresh before adopting and on the collision (daemonsets
+    get), the orphans are adopted (pods patch, controllerrevisions patch), the orphan
+    revision gets its hash label (controllerrevisions update) and is deleted
+    (controllerrevisions delete), revisions are created (controllerrevisions create), the
+    planted one is read after its name was refused (controllerrevisions get), pods are
+    created and deleted (pods create, delete), the status and the collision count are
+    written (daemonsets/status update), Events are posted (events create); DaemonSets,
+    pods, revisions and nodes come through the informer (their list and watch). The pods
+    and revisions name their DaemonSet as owner with blockOwnerDeletion, which needs
+    daemonsets/finalizers update only under the OwnerReferencesPermissionEnforcement
+    admission plugin.
+    """
+    uid = uuid.uuid4().hex[:6]
+    labels = {"steward-deploy-test": uid}
+    name = f"ds-{uid}"
+    base = f"/api/v1/namespaces/{namespace}"
+    apps = f"/apis/apps/v1/namespaces/{namespace}"
+    nodes = _schedulable_nodes(cluster)
+    if not nodes:
+        return "the cluster has no node without taints"
+    orphan = _pod(f"orphan-{uid}", labels, restart="Always")
+    orphan["spec"]["nodeName"] = nodes[0]
+    cluster.api("POST", f"{base}/pods", orphan, ok=(201,))
+    first = _daemon_template(labels, "first")
+    history = _revision(f"history-{uid}", labels, _daemon_template(labels, "older"))
+    cluster.api("POST", f"{apps}/controllerrevisions", history, ok=(201,))
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": first,
+            "revisionHistoryLimit": 0,
+        },
+    }
+    created = cluster.api("POST", f"{apps}/daemonsets", body, ok=(201,))
+    ds_uid = created["metadata"]["uid"]
+    end = time.monotonic() + deadline
+    rolled = partial(_daemon_missing, cluster, namespace, name, ds_uid, nodes)
+    missing = _poll(rolled, end, give_up)
+    if missing:
+        return f"DaemonSet {namespace}/{name} on {len(nodes)} nodes: {missing}"
+    for what, path in (
+        ("the orphan pod", f"{base}/pods/orphan-{uid}"),
+        ("the orphan revision", f"{apps}/controllerrevisions/history-{uid}"),
+    ):
+        missing = _poll(partial(_gone, cluster, path), end, give_up)
+        if missing:
+            return f"DaemonSet {namespace}/{name}: {what} adopted and not deleted: {missing}"
+    event = partial(_event_missing, cluster, base, name, "SuccessfulCreate")
+    missing = _poll(event, end, give_up)
+    if missing:
+        return f"DaemonSet {namespace}/{name}: {missing}"
+    hashes = _revision_hashes(cluster, apps, ds_uid)
+    if len(hashes) != 1:
+        return f"DaemonSet {namespace}/{name}: revisions {hashes}, expected its current one"
+    (first_hash,) = hashes
+    second = _daemon_template(labels, "second")
+    cluster.api("PATCH", f"{apps}/daemonsets/{name}", {"spec": {"template": second}})
+    missing = _poll(partial(rolled, avoid={first_hash}), end, give_up)
+    if missing:
+        return f"DaemonSet {namespace}/{name} after its template changed: {missing}"
+    first_revision = f"{apps}/controllerrevisions/{name}-{first_hash}"
+    missing = _poll(partial(_gone, cluster, first_revision), end, give_up)
+    if missing:
+        return f"DaemonSet {namespace}/{name}: its first revision beyond the limit: {missing}"
+    hashes = _revision_hashes(cluster, apps, ds_uid)
+    if len(hashes) != 1:
+        return f"DaemonSet {namespace}/{name}: revisions {hashes}, expected its current one"
+    (second_hash,) = hashes
+    planted = _revision(f"{name}-{first_hash}", {"steward-deploy-test-planted": uid}, second)
+    made = cluster.api("POST", f"{apps}/controllerrevisions", planted, ok=(201,))
+    planted_uid = made["metadata"]["uid"]
+    cluster.api("PATCH", f"{apps}/daemonsets/{name}", {"spec": {"template": first}})
+    missing = _poll(partial(rolled, avoid={first_hash, second_hash}, collisions=1), end, give_up)
+    if missing:
+        return f"DaemonSet {namespace}/{name} rolled back onto a taken name: {missing}"
+    kept = cluster.api("GET", first_revision, ok=(200, 404))
+    untouched = (kept.get("metadata") or {}).get("uid") == planted_uid
+    if not untouched or kept.get("data") != planted["data"]:
+        return f"the revision planted as {name}-{first_hash} was changed or deleted: {kept}"
+    return None
+
+
+def _schedulable_nodes(cluster: LocalCluster) -> list[str]:
+    """The nodes a DaemonSet without tolerations or a node selector runs on: those
+    without taints (kwok's; the real nodes carry theirs)."""
+    found = cluster.api("GET", "/api/v1/nodes")
+    return sorted(
+        n["metadata"]["name"] for n in found.get("items") or [] if not n["spec"].get("taints")
+    )
+
+
+def _daemon_template(labels: dict[str, str], variant: str) -> dict[str, Any]:
+    """A DaemonSet's pod template; ``variant`` tells templates apart."""
+    return {
+        "metadata": {"labels": labels, "annotations": {"steward-deploy-test/variant": variant}},
+        "spec": {
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": "busybox:1.36", "command": ["sleep", "1d"]}],
+        },
+    }
+
+
+def _revision(name: str, labels: dict[str, str], template: dict[str, Any]) -> dict[str, Any]:
+    """An orphan ControllerRevision recording ``template`` (without a hash label)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ControllerRevision",
+        "metadata": {"name": name, "labels": labels},
+        "data": {"spec": {"template": {**template, "$patch": "replace"}}},
+        "revision": 1,
+    }
+
+
+def _gone(cluster: LocalCluster, path: str) -> str:
+    found = cluster.api("GET", path, ok=(200, 404))
+    return "still there" if found.get("metadata") else ""
+
+
+def _revision_hashes(cluster: LocalCluster, apps: str, ds_uid: str) -> list[str]:
+    """The hash labels of the ControllerRevisions the DaemonSet ``ds_uid`` controls."""
+    found = cluster.api("GET", f"{apps}/controllerrevisions")
+    return sorted(
+        (r["metadata"].get("labels") or {}).get(REVISION_HASH, "")
+        for r in found.get("items") or []
+        if _controlled_by(r, ds_uid) and not r["metadata"].get("deletionTimestamp")
+    )
+
+
+def _controlled_by(obj: dict[str, Any], uid: str) -> bool:
+    refs = obj["metadata"].get("ownerReferences") or []
+    return any(r.get("uid") == uid and r.get("controller") for r in refs)
+
+
+def _daemon_missing(
+    cluster: LocalCluster,
+    namespace: str,
+    name: str,
+    ds_uid: str,
+    nodes: list[str],
+    *,
+    avoid: set[str] | None = None,
+    collisions: int | None = None,
+) -> str:
+    """'' once the DaemonSet runs exactly one pod on each of ``nodes``, all of its current
+    revision (whose hash is none of ``avoid``) and its status says so for this generation
+    (with ``collisions`` as collisionCount, when given)."""
+    apps = f"/apis/apps/v1/namespaces/{namespace}"
+    ds = cluster.api("GET", f"{apps}/daemonsets/{name}")
+    status = ds.get("status") or {}
+    want = len(nodes)
+    counts = {
+        k: status.get(k, 0)
+        for k in (
+            "desiredNumberScheduled",
+            "currentNumberScheduled",
+            "numberReady",
+            "numberAvailable",
+            "updatedNumberScheduled",
+        )
+    }
+    if (
+        status.get("observedGeneration", 0) < ds["metadata"].get("generation", 0)
+        or set(counts.values()) != {want}
+        or status.get("numberMisscheduled", 0)
+        or (collisions is not None and status.get("collisionCount") != collisions)
+    ):
+        return f"status {status} (generation {ds['metadata'].get('generation')})"
+    hashes = _revision_hashes(cluster, apps, ds_uid)
+    if len(hashes) != 1 or hashes[0] in (avoid or set()):
+        return f"revisions of hashes {hashes} (not {sorted(avoid or ())})"
+    selector = ",".join(f"{k}={v}" for k, v in ds["spec"]["selector"]["matchLabels"].items())
+    pods = cluster.api("GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector={selector}")
+    placed = sorted(
+        (p["spec"].get("nodeName", ""), (p["metadata"].get("labels") or {}).get(REVISION_HASH))
+        for p in pods.get("items") or []
+        if not p["metadata"].get("deletionTimestamp")
+    )
+    if placed != [(node, hashes[0]) for node in nodes]:
+        return f"pods (node, revision) {placed}, expected one of {hashes[0]} on each of {nodes}"
+    return ""

@@ -12,10 +12,13 @@ ReplicaSet's pods as it scales (adoption, creation, deletion, status, Events), t
 Endpoints controller keeps a Service's Endpoints (creation, update, deletion, and the
 Event of a refused creation), the EndpointSlice controller keeps a Service's
 EndpointSlices (creation, update in place, deletion, and the Event of a refused
-creation); each controller dials the informer and the manager with its own projected
-token, so their list/watch and register rules are checked there. It all runs in
-``apps_cluster`` (tests/deploy/conftest.py), where upstream's ReplicaSet and Endpoints
-controllers are off (its endpointslice-controller runs beside Steward's). The exercise
+creation), the DaemonSet controller keeps a DaemonSet's pods and history (adoption of a
+pod and a revision, a pod per node, a rolling update, revisions beyond the limit deleted,
+a revision name taken by another template); each controller dials the informer and the
+manager with its own projected token, so their list/watch and register rules are checked
+there. It all runs in ``apps_cluster`` (tests/deploy/conftest.py), where upstream's
+ReplicaSet, Endpoints and DaemonSet controllers are off (its endpointslice-controller runs
+beside Steward's). The exercise
 must then fail: it did not finish, or the service was refused (403, or the informer's
 or the manager's PERMISSION_DENIED). A rule whose removal changes nothing fails the
 test, named, unless this cluster is known to make it redundant, which is checked, not
@@ -69,6 +72,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 INFORMER, MANAGER = "steward-informer", "steward-manager"
 JOB, REPLICASET = "steward-controller-job", "steward-controller-replicaset"
 ENDPOINT, ENDPOINTSLICE = "steward-controller-endpoint", "steward-controller-endpointslice"
+DAEMONSET = "steward-controller-daemonset"
 
 
 @dataclass
@@ -288,6 +292,10 @@ def exercise_endpointslice(bench: Bench, ident: Identity) -> tuple[str | None, P
     )
 
 
+def exercise_daemonset(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
+    return _exercise_controller(bench, ident, DAEMONSET, "daemonset", exercises.run_daemonset)
+
+
 def _until(check: Callable[[], bool], process: Process, timeout: float = 60.0) -> str | None:
     try:
         wait_for(lambda: check() or process.forbidden(), "readiness", process, timeout)
@@ -303,6 +311,7 @@ EXERCISES: dict[str, Callable[[Bench, Identity], tuple[str | None, Process]]] = 
     REPLICASET: exercise_replicaset,
     ENDPOINT: exercise_endpoint,
     ENDPOINTSLICE: exercise_endpointslice,
+    DAEMONSET: exercise_daemonset,
 }
 
 
@@ -355,7 +364,7 @@ def _owner_references_not_enforced(
     spec: dict[str, Any],
     child: Callable[[dict[str, Any]], Doc] = _owned_pod,
 ) -> Callable[[Bench, Identity, dict[str, Any]], bool]:
-    """<owners>/finalizers (jobs, replicasets, services): only the
+    """<owners>/finalizers (jobs, replicasets, services, daemonsets): only the
     OwnerReferencesPermissionEnforcement admission plugin (off in the local control plane)
     checks it, when a child says blockOwnerDeletion. The check creates an owner of ``kind``
     with ``spec`` (one that no controller acts on) and has the identity create, as a dry
@@ -415,6 +424,14 @@ _RS_OWNER = {
 }
 # A Service without a selector: the EndpointSlice controller leaves it alone.
 _SERVICE_OWNER = {"ports": [{"port": 80}]}
+# A DaemonSet for no node (its node selector matches none).
+_DS_OWNER = {
+    "selector": {"matchLabels": {"owner": "none"}},
+    "template": {
+        **_template("Always"),
+        "spec": {**_template("Always")["spec"], "nodeSelector": {"steward-test/node": "none"}},
+    },
+}
 
 
 REDUNDANT_HERE: dict[tuple[str, str], Callable[[Bench, Identity, dict[str, Any]], bool]] = {
@@ -427,6 +444,9 @@ REDUNDANT_HERE: dict[tuple[str, str], Callable[[Bench, Identity, dict[str, Any]]
     ),
     ("steward:controller:endpointslice", "services/finalizers"): _owner_references_not_enforced(
         "v1", "Service", _SERVICE_OWNER, _owned_slice
+    ),
+    ("steward:controller:daemonset", "daemonsets/finalizers"): _owner_references_not_enforced(
+        "apps/v1", "DaemonSet", _DS_OWNER
     ),
 }
 

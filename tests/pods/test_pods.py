@@ -5,7 +5,8 @@ kubelet; kube-proxy and CoreDNS), Steward's images built without a daemon and im
 into the node, and the ``local`` overlay deployed (``steward cluster up --real-nodes 1
 --steward-pods``, what ``make up PODS=1`` runs). The checks are the process mode's, on
 pods: Ready through the kubelet's own probes, Service names and mTLS with projected
-tokens, Jobs and Deployments driven to completion on kwok's nodes, a deleted controller
+tokens, a DaemonSet's pod run on the real node by Steward's DaemonSet controller, Jobs and
+Deployments driven to completion on kwok's nodes, a deleted controller
 and a deleted informer survived without a miscounted Job, a rolling update of the Job
 controller without two active instances, a Job's trace in Jaeger; and, last, ``down``
 leaves the machine as it found it.
@@ -243,6 +244,7 @@ READY = {
     "steward-controller-deployment": 1,
     "steward-controller-endpoint": 1,
     "steward-controller-endpointslice": 1,
+    "steward-controller-daemonset": 1,
 }
 """Ready pods of each Deployment (see steward.cluster.pods.SELF_HEALING)."""
 
@@ -415,6 +417,110 @@ def test_stewards_endpointslice_controller_keeps_stewards_own_slices(
         return got if got == want and sorted(want.values()) == [False, True] else None
 
     wait("the manager's slice to show its leader ready and its standby not", manager_readiness)
+
+
+def test_a_daemonsets_pod_runs_on_the_real_node(pods_cluster: LocalCluster) -> None:
+    """Where the local control plane has a real node, a DaemonSet's pod runs there for
+    real: upstream's DaemonSet controller handed over, Steward's (active in its pod)
+    creates the pod for the real node and none for kwok's, which its node selector leaves
+    out; the scheduler binds it there, the node's containerd runs its container (a Python
+    HTTP server from one of Steward's imported images), and the node's kubelet probes it
+    and reports it Ready."""
+    assert "-daemonset" in pods_cluster.state.controllers.split(","), pods_cluster.state
+    assert_active_in_its_pod(pods_cluster, "daemonset")
+    kubectl(pods_cluster, "create", "namespace", "daemons")
+    wait(
+        "the default ServiceAccount of daemons",
+        lambda: pods_cluster.api(
+            "GET", "/api/v1/namespaces/daemons/serviceaccounts/default", ok=(200, 404)
+        ).get("kind"),
+    )
+    labels = {"app": "node-agent"}
+    daemonset = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "node-agent"},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": {nodes.REAL_NODE_LABEL: "true"},
+                    "tolerations": [
+                        {"key": nodes.REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+                    ],
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {
+                            "name": "agent",
+                            "image": "steward-controller-daemonset:dev",
+                            "imagePullPolicy": "Never",
+                            "command": ["python", "-m", "http.server", "8080"],
+                            "ports": [{"name": "http", "containerPort": 8080}],
+                            "readinessProbe": {
+                                "httpGet": {"path": "/", "port": "http"},
+                                "periodSeconds": 2,
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    kubectl(pods_cluster, "-n", "daemons", "apply", "-f", "-", stdin=json.dumps(daemonset))
+
+    def running() -> dict[str, Any] | None:
+        ds = pods_cluster.api("GET", "/apis/apps/v1/namespaces/daemons/daemonsets/node-agent")
+        status = ds.get("status") or {}
+        if status.get("numberReady") != 1 or status.get("observedGeneration") != ds["metadata"].get(
+            "generation"
+        ):
+            return None
+        found = pods_cluster.api(
+            "GET", "/api/v1/namespaces/daemons/pods?labelSelector=app%3Dnode-agent"
+        )
+        items = found.get("items") or []
+        return items[0] if len(items) == 1 and ready(items[0]) else None
+
+    pod = wait("the DaemonSet's pod Ready on the real node", running)
+    ds = pods_cluster.api("GET", "/apis/apps/v1/namespaces/daemons/daemonsets/node-agent")
+    assert ds["status"]["desiredNumberScheduled"] == 1, ds["status"]
+    assert ds["status"].get("numberMisscheduled", 0) == 0, ds["status"]
+    assert pod["spec"]["nodeName"] == NODE
+    (owner,) = pod["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"]) == ("DaemonSet", ds["metadata"]["uid"])
+    (container,) = pod["status"]["containerStatuses"]
+    assert container["ready"] and "running" in container["state"], container
+    assert container["containerID"].startswith("containerd://"), container
+    name = pod["metadata"]["name"]
+
+    # The kubelet itself probed the container, and the server in it answered.
+    def probed() -> int | None:
+        metrics = get_raw(pods_cluster, f"/api/v1/nodes/{NODE}/proxy/metrics/probes")
+        pattern = (
+            rf'prober_probe_total{{[^}}]*pod="{re.escape(name)}"[^}}]*'
+            rf'probe_type="Readiness"[^}}]*result="successful"[^}}]*}} (\d+)'
+        )
+        return max((int(m) for m in re.findall(pattern, metrics)), default=0) or None
+
+    wait("a successful readiness probe of the DaemonSet's pod", probed, timeout=60)
+    logs = kubectl(pods_cluster, "-n", "daemons", "logs", name)
+    assert '"GET / HTTP/1.1" 200' in logs, logs
+
+    def created_by() -> set[str] | None:
+        events = pods_cluster.api(
+            "GET", "/api/v1/namespaces/daemons/events?fieldSelector=involvedObject.name=node-agent"
+        )
+        items = events.get("items") or []
+        found = {
+            e.get("reportingComponent") for e in items if e.get("reason") == "SuccessfulCreate"
+        }
+        return found or None
+
+    assert wait("the DaemonSet's SuccessfulCreate Event", created_by) == {
+        "steward.io/daemonset-controller"
+    }
+    kubectl(pods_cluster, "delete", "namespace", "daemons", "--wait=false")
 
 
 def test_a_job_and_a_deployment_complete_on_kwok_nodes(pods_cluster: LocalCluster) -> None:
