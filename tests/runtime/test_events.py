@@ -157,3 +157,21 @@ async def test_events_past_the_queue_are_dropped_not_queued_forever(
     items = admin.request("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
     assert sorted(i["involvedObject"]["name"] for i in items) == ["c0", "c1", "c2"]
     assert events.discarded == 2
+
+
+async def test_close_sends_what_is_queued_then_stops_the_sender(
+    admin: KubeClient, namespace: str
+) -> None:
+    events = recorder(admin)
+    events.event(subject(namespace), "Normal", "SuccessfulCreate", "Created pod: pi-x")
+    sender = events._sender
+    assert sender is not None and not sender.done()
+    await events.close()
+    assert sender.cancelled()
+    items = admin.request("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+    assert [i["message"] for i in items] == ["Created pod: pi-x"]
+    # A later Event starts a sender again.
+    events.event(subject(namespace), "Normal", "SuccessfulDelete", "Deleted pod: pi-x")
+    await events.close()
+    items = admin.request("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+    assert sorted(i["message"] for i in items) == ["Created pod: pi-x", "Deleted pod: pi-x"]

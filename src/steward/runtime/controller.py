@@ -222,9 +222,10 @@ class Context:
             (fresh.get("metadata") or {}).get("resourceVersion") == meta.get("resourceVersion")
         )
 
-    async def drain_events(self) -> None:
+    async def close_events(self) -> None:
+        """Send every recorder's queued Events, then stop its sender."""
         for recorder in self._recorders:
-            await recorder.drain()
+            await recorder.close()
 
 
 ReconcileFunction = Callable[[Context, Request], Awaitable[Result]]
@@ -478,7 +479,7 @@ class Controller(Generic[R]):
                 task.result()  # the mirror's or the session's error, if any
         finally:
             await self._stop_workers(graceful=True)
-            await self.context.drain_events()
+            await self.context.close_events()
             if self.session is not None:
                 with contextlib.suppress(Exception):
                     await self.session.close()

@@ -17,6 +17,7 @@ expected and logged at debug level only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -148,6 +149,16 @@ class EventRecorder:
         """Wait for the Events still queued to be sent."""
         if self._queue is not None and self._sender is not None and not self._sender.done():
             await self._queue.join()
+
+    async def close(self) -> None:
+        """Send the Events still queued, then stop the sender (a later :meth:`event`
+        starts a new one)."""
+        await self.drain()
+        sender, self._sender, self._queue = self._sender, None, None
+        if sender is not None and not sender.done():
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
 
     async def _send(self, body: dict[str, Any]) -> None:
         namespace = body["metadata"]["namespace"]
