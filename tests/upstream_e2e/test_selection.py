@@ -1,6 +1,9 @@
 """Which of e2e's specs ``make e2e`` selects by default, and the area each is counted in:
-upstream's own spec names (``[sig-apps] <area> ...`` as ginkgo reports them), matched with
-the regexps the runner hands ginkgo (RE2: Python's ``re`` reads the same syntax used here).
+upstream's own spec names (as ``e2e.test --ginkgo.dry-run`` lists them: the containers'
+tags such as ``[Serial]`` at the end), matched as ginkgo matches its focus and skip (the
+suite's description, a space, the name) with the regexps the runner hands it (RE2: Python's
+``re`` reads the same syntax used here), and the JUnit report's names (``[It] <name>
+[<labels>]``) counted by area.
 """
 
 from __future__ import annotations
@@ -12,15 +15,15 @@ import pytest
 from steward import e2e
 
 DAEMON_SET_CONFORMANCE = [
-    "[sig-apps] Daemon set [Serial] should run and stop simple daemon [Conformance]",
-    "[sig-apps] Daemon set [Serial] should run and stop complex daemon [Conformance]",
-    "[sig-apps] Daemon set [Serial] should retry creating failed daemon pods [Conformance]",
-    "[sig-apps] Daemon set [Serial] should update pod when spec was updated and update "
-    "strategy is RollingUpdate [Conformance]",
-    "[sig-apps] Daemon set [Serial] should rollback without unnecessary restarts [Conformance]",
-    "[sig-apps] Daemon set [Serial] should list and delete a collection of DaemonSets "
-    "[Conformance]",
-    "[sig-apps] Daemon set [Serial] should verify changes to a daemon set status [Conformance]",
+    "[sig-apps] Daemon set should run and stop simple daemon [Conformance] [Serial]",
+    "[sig-apps] Daemon set should run and stop complex daemon [Conformance] [Serial]",
+    "[sig-apps] Daemon set should retry creating failed daemon pods [Conformance] [Serial]",
+    "[sig-apps] Daemon set should update pod when spec was updated and update strategy is "
+    "RollingUpdate [Conformance] [Serial]",
+    "[sig-apps] Daemon set should rollback without unnecessary restarts [Conformance] [Serial]",
+    "[sig-apps] Daemon set should list and delete a collection of DaemonSets [Conformance] "
+    "[Serial]",
+    "[sig-apps] Daemon set should verify changes to a daemon set status [Conformance] [Serial]",
 ]
 
 OTHER_CONFORMANCE = [
@@ -31,8 +34,12 @@ OTHER_CONFORMANCE = [
 ]
 
 
+SUITE = "Kubernetes e2e suite"
+
+
 def selected(name: str, focus: str = e2e.CONFORMANCE, skip: str = e2e.SKIP) -> bool:
-    return bool(re.search(focus, name)) and not re.search(skip, name)
+    text = f"{SUITE} {name}"
+    return bool(re.search(focus, text)) and not re.search(skip, text)
 
 
 @pytest.mark.parametrize("name", DAEMON_SET_CONFORMANCE + OTHER_CONFORMANCE)
@@ -45,12 +52,15 @@ def test_every_conformance_spec_of_the_areas_is_selected(name: str) -> None:
     [
         # [Serial] outside the DaemonSet area stays out, whatever the focus.
         "[sig-apps] Job should run a job to completion with CPU requests [Serial]",
-        "[sig-apps] ControllerRevision [Serial] should manage the lifecycle of a "
-        "ControllerRevision [Conformance]",
-        "[sig-node] Daemon set [Serial] imagined elsewhere",
-        "[sig-apps] DaemonRestart [Disruptive] Kube-proxy should recover after being killed",
-        "[sig-apps] Daemon set [Serial] [Flaky] imagined flaky",
-        "[sig-apps] Daemon set [Serial] [Feature:Something] imagined gated",
+        "[sig-apps] ControllerRevision should manage the lifecycle of a ControllerRevision "
+        "[Conformance] [Serial]",
+        "[sig-apps] DisruptionController evictions: too few pods, replicaSet, percentage => "
+        "should not allow an eviction [Serial]",
+        "[sig-node] Daemon set imagined elsewhere [Serial]",
+        "[sig-apps] DaemonRestart [Provider:gce,aws,local,azure] Kube-proxy should recover "
+        "after being killed accidentally [Disruptive]",
+        "[sig-apps] Daemon set imagined flaky [Flaky] [Serial]",
+        "[sig-apps] Daemon set imagined gated [Feature:Something] [Serial]",
     ],
 )
 def test_serial_disruptive_flaky_and_gated_specs_stay_out(name: str) -> None:
@@ -59,19 +69,28 @@ def test_serial_disruptive_flaky_and_gated_specs_stay_out(name: str) -> None:
 
 def test_daemon_set_specs_that_are_not_conformance_run_when_focused() -> None:
     name = (
-        "[sig-apps] Daemon set [Serial] should surge pods onto nodes when spec was updated "
-        "and update strategy is RollingUpdate"
+        "[sig-apps] Daemon set should surge pods onto nodes when spec was updated and update "
+        "strategy is RollingUpdate [Serial]"
     )
     assert not selected(name)
     assert selected(name, focus=r"\[sig-apps\] Daemon set")
 
 
+def junit_name(name: str) -> str:
+    labels = ", ".join(re.findall(r"\[(sig-\w+|Serial|Conformance)\]", name))
+    return f"[It] {name} [{labels}]"
+
+
 def test_each_spec_is_counted_in_its_area() -> None:
-    assert {e2e.area_of(n) for n in DAEMON_SET_CONFORMANCE} == {"Daemon set"}
-    assert [e2e.area_of(n) for n in OTHER_CONFORMANCE] == ["Job", "Deployment", "ReplicaSet"]
-    assert e2e.area_of("[sig-apps] DaemonRestart [Disruptive] x") == "DaemonRestart"
-    assert e2e.area_of("[sig-apps] ControllerRevision [Serial] x") == "ControllerRevision"
-    assert e2e.area_of("[sig-node] Pods should x") == "other"
+    assert {e2e.area_of(junit_name(n)) for n in DAEMON_SET_CONFORMANCE} == {"Daemon set"}
+    assert [e2e.area_of(junit_name(n)) for n in OTHER_CONFORMANCE] == [
+        "Job",
+        "Deployment",
+        "ReplicaSet",
+    ]
+    assert e2e.area_of("[It] [sig-apps] DaemonRestart x [Disruptive]") == "DaemonRestart"
+    assert e2e.area_of("[It] [sig-apps] ControllerRevision x [Serial]") == "ControllerRevision"
+    assert e2e.area_of("[It] [sig-node] Pods should x [sig-node]") == "other"
 
 
 def test_the_table_lists_the_areas_in_order() -> None:
