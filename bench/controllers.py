@@ -506,6 +506,23 @@ DAEMONSET_FIGURES = ("rollout_seconds", "rolling_update_seconds")
 """The DaemonSet workload's times, compared Steward / upstream (lower is better)."""
 
 
+DAEMONSET_IDENTITIES = {
+    False: "system:serviceaccount:kube-system:daemon-set-controller",
+    True: "steward:controller:daemonset",
+}
+"""The DaemonSet controller's identity on each side (Steward's side: True). At upstream's
+default limits its token bucket is what bounds the workload's times."""
+
+
+def identity_requests(measured: dict[str, Any], user: str, units: int) -> dict[str, float]:
+    """One identity's API requests per unit, by verb and resource, and their total."""
+    mine: Counter[str] = Counter()
+    for per_user in measured["requests"].values():
+        mine.update(per_user.get(user, {}))
+    found = {k: round(n / units, 3) for k, n in sorted(mine.items(), key=lambda kv: -kv[1])}
+    return found | {"total": round(sum(mine.values()) / units, 3)}
+
+
 def units_of(workload: str, measured: dict[str, Any]) -> int:
     """What a workload's figures are per: a Job, a Deployment, a pod, a DaemonSet pod."""
     if workload == "endpoints":
@@ -513,6 +530,18 @@ def units_of(workload: str, measured: dict[str, Any]) -> int:
     if workload == "daemonset":
         return int(measured["daemonsets"] * measured["nodes"])
     return int(measured["jobs" if workload == "job" else "deployments"])
+
+
+def summarize_workload(side: Side, workload: str, measured: dict[str, Any]) -> dict[str, Any]:
+    """:func:`summarize` per unit of the workload; for the DaemonSet workload also the
+    requests of the DaemonSet controller's own identity."""
+    units = units_of(workload, measured)
+    summary = summarize(side, measured, units)
+    if workload == "daemonset":
+        summary["daemonset_controller_requests_per_unit"] = identity_requests(
+            measured, DAEMONSET_IDENTITIES[side.steward], units
+        )
+    return summary
 
 
 def _ratio(a: float, b: float) -> float:
@@ -620,10 +649,7 @@ def _per_job_table(
 def _daemonset_rows(
     up: dict[str, Any], st: dict[str, Any], ratios: dict[str, Any]
 ) -> list[tuple[str, str, str]]:
-    what = (
-        f"{up['daemonsets']} DaemonSets x {up['nodes']} nodes (own cluster, "
-        f"{up['workers']} workers each side)"
-    )
+    what = f"{up['daemonsets']} DaemonSets x {up['nodes']} nodes"
     rows = []
     for key, label in (
         ("rollout_seconds", "rolled out"),
@@ -631,7 +657,21 @@ def _daemonset_rows(
     ):
         r = ratios[f"daemonset_{key.removesuffix('_seconds')}_ratio"]
         rows.append((f"{what}: {label}", f"{up[key]:.2f} s", f"{st[key]:.2f} s (ratio {r:.2f})"))
-    return rows + _per_job_table(up, st, "DaemonSet pod")
+    rows += _per_job_table(up, st, "DaemonSet pod")
+    u = up["summary"].get("daemonset_controller_requests_per_unit")
+    s = st["summary"].get("daemonset_controller_requests_per_unit")
+    if u is not None and s is not None:
+        rows.append(
+            (
+                "API requests per DaemonSet pod of the DaemonSet controller's identity",
+                f"{u['total']:.2f}",
+                f"{s['total']:.2f}",
+            )
+        )
+        for key in dict.fromkeys([*u, *s]):
+            if key != "total":
+                rows.append((f"  {key}", f"{u.get(key, 0.0):.2f}", f"{s.get(key, 0.0):.2f}"))
+    return rows
 
 
 def table(results: dict[str, Any]) -> str:
@@ -641,10 +681,18 @@ def table(results: dict[str, Any]) -> str:
         up, st = sides.get("upstream", {}), sides.get("steward", {})
         ratios = results["ratios"].get(name, {})
         lines.append("")
+        clusters = []
+        if any(w in up for w in SHARED_CLUSTER):
+            clusters.append(f"{WORKERS} workers per controller and {NODES} kwok nodes")
+        if "daemonset" in up:
+            d = up["daemonset"]
+            clusters.append(
+                f"{d['workers']} DaemonSet workers and {d['nodes']} kwok nodes in a cluster of "
+                "the DaemonSet workload's own"
+            )
         lines.append(
-            f"== setting '{name}': {setting.describe()}; {WORKERS} workers per controller; "
-            f"{NODES} kwok nodes; Steward as deployed (own identities, manager, mTLS), "
-            "tracing off unless said"
+            f"== setting '{name}': {setting.describe()}; {'; '.join(clusters)}; Steward as "
+            "deployed (own identities, manager, mTLS), tracing off unless said"
         )
         rows: list[tuple[str, str, str]] = [("", "upstream", "Steward")]
         if "job" in up and "job" in st:
@@ -756,8 +804,8 @@ def run(args: argparse.Namespace) -> int:
             measured = run_side(side, setting, args, out)
             for workload in WORKLOADS:
                 if workload in measured:
-                    measured[workload]["summary"] = summarize(
-                        side, measured[workload], units_of(workload, measured[workload])
+                    measured[workload]["summary"] = summarize_workload(
+                        side, workload, measured[workload]
                     )
             per_side[side.name] = measured
         results["settings"][name] = per_side | {

@@ -97,7 +97,7 @@ def test_daemonset_figures_are_compared_per_daemonset_pod() -> None:
     for side in (controllers.UPSTREAM, controllers.STEWARD):
         measured = per_side[side.name]["daemonset"]
         assert controllers.units_of("daemonset", measured) == 10
-        measured["summary"] = controllers.summarize(side, measured, 10)
+        measured["summary"] = controllers.summarize_workload(side, "daemonset", measured)
     results: dict[str, Any] = {"settings": {"defaults": per_side}}
     results["ratios"] = controllers.compare(results)
     ratios = results["ratios"]["defaults"]
@@ -107,7 +107,17 @@ def test_daemonset_figures_are_compared_per_daemonset_pod() -> None:
     assert ratios["daemonset_apiserver_cpu_ratio"] == 1.0
     steward = per_side["steward"]["daemonset"]["summary"]
     assert steward["requests_per_unit"] == {"create pods": 1.0, "delete pods": 0.5}
+    assert steward["daemonset_controller_requests_per_unit"] == {
+        "create pods": 1.0,
+        "delete pods": 0.5,
+        "total": 1.5,
+    }
+    upstream = per_side["upstream"]["daemonset"]["summary"]
+    assert upstream["daemonset_controller_requests_per_unit"]["total"] == 1.0
     shown = controllers.table(results)
-    assert "2 DaemonSets x 5 nodes (own cluster, 2 workers each side): rolled out" in shown
+    assert "API requests per DaemonSet pod of the DaemonSet controller's identity" in shown
+    assert "2 DaemonSet workers and 5 kwok nodes in a cluster of the DaemonSet" in shown
+    assert "5 workers per controller" not in shown  # no workload of the shared cluster ran
+    assert "2 DaemonSets x 5 nodes: rolled out" in shown
     assert "8.00 s (ratio 0.80)" in shown
     assert "controller-side CPU s per DaemonSet pod" in shown
