@@ -375,7 +375,7 @@ def test_identity_writes_exactly_what_its_service_writes(
             "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes",
             None,
         ),
-        ("controller-daemonset", "GET", "/api/v1/namespaces/default/pods", None),
+        ("controller-daemonset", "GET", "/api/v1/nodes/kwok-node-0", None),
     ],
 )
 def test_api_server_answers_forbidden(

@@ -10,6 +10,7 @@ the caller's token if it has one).
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 import uuid
@@ -23,6 +24,7 @@ import grpc
 from steward.cluster import LocalCluster
 from steward.security import ClientSecurity
 from steward.v1 import informer_pb2, informer_pb2_grpc, manager_pb2, manager_pb2_grpc
+from tests.deploy.harness import KUBECTL
 
 MANAGED_BY = "steward.io/job-controller"
 """spec.managedBy of the Jobs Steward's Job controller runs (upstream's leaves them)."""
@@ -701,7 +703,7 @@ def run_daemonset(
     cluster.api("POST", f"{base}/pods", orphan, ok=(201,))
     first = _daemon_template(labels, "first")
     history = _revision(f"history-{uid}", labels, _daemon_template(labels, "older"))
-    cluster.api("POST", f"{apps}/controllerrevisions", history, ok=(201,))
+    _create_as_go_client(cluster, namespace, history)
     body = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -748,8 +750,7 @@ def run_daemonset(
         return f"DaemonSet {namespace}/{name}: revisions {hashes}, expected its current one"
     (second_hash,) = hashes
     planted = _revision(f"{name}-{first_hash}", {"steward-deploy-test-planted": uid}, second)
-    made = cluster.api("POST", f"{apps}/controllerrevisions", planted, ok=(201,))
-    planted_uid = made["metadata"]["uid"]
+    planted_uid = _create_as_go_client(cluster, namespace, planted)["metadata"]["uid"]
     cluster.api("PATCH", f"{apps}/daemonsets/{name}", {"spec": {"template": first}})
     missing = _poll(partial(rolled, avoid={first_hash, second_hash}, collisions=1), end, give_up)
     if missing:
@@ -791,6 +792,26 @@ def _revision(name: str, labels: dict[str, str], template: dict[str, Any]) -> di
         "data": {"spec": {"template": {**template, "$patch": "replace"}}},
         "revision": 1,
     }
+
+
+def _create_as_go_client(cluster: LocalCluster, namespace: str, doc: dict[str, Any]) -> Any:
+    """Create ``doc`` in ``namespace`` with kubectl, as a Go client writes it (JSON with
+    sorted keys, compact); the created object.
+
+    A ControllerRevision's data is kept as the bytes it was sent in, and a strategic merge
+    patch of the revision (an adoption, as upstream's and Steward's claim it) writes it
+    back re-encoded that way: data sent otherwise would then differ, and the API server
+    refuses the patch (data is immutable)."""
+    kubeconfig = f"--kubeconfig={cluster.kubeconfig}"
+    done = subprocess.run(
+        [KUBECTL, kubeconfig, "-n", namespace, "create", "-o", "json", "-f", "-"],
+        input=json.dumps(doc),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return json.loads(done.stdout)
 
 
 def _gone(cluster: LocalCluster, path: str) -> str:
