@@ -110,6 +110,12 @@ def _on_node(obj: MirrorObject) -> Iterable[str]:
     return (target,) if target else ()
 
 
+def _not_created(change: steward.Change) -> bool:
+    """A controlled revision's creation queues nothing (upstream's ``addHistory``): the
+    DaemonSet's own sync made it, or, made by someone else, the next sync finds it."""
+    return change.kind is not steward.ChangeKind.ADDED
+
+
 def _is_ds_ref(ref: Any) -> bool:
     return bool(ref.kind == "DaemonSet" and ref.api_version.startswith("apps/"))
 
@@ -551,7 +557,7 @@ CONTROLLER = (
     steward.ControllerBuilder[DaemonSetReconciler](NAME)
     .for_(DAEMONSETS, kind="DaemonSet")
     .owns(PODS, steward.resource_version_changed)
-    .owns(CONTROLLER_REVISIONS, steward.resource_version_changed)
+    .owns(CONTROLLER_REVISIONS, _not_created, steward.resource_version_changed)
     .watches(PODS, DaemonSetReconciler.matching, steward.labels_changed)
     .watches(CONTROLLER_REVISIONS, DaemonSetReconciler.matching, steward.labels_changed)
     .watches_changes(NODES, DaemonSetReconciler.node_changed)
@@ -570,8 +576,9 @@ CONTROLLER = (
     )
     .complete(DaemonSetReconciler)
 )
-"""The DaemonSet controller: DaemonSets are the primary type; a pod or revision change
-queues its controlling DaemonSet (old and new on a change of controller), an orphan's
+"""The DaemonSet controller: DaemonSets are the primary type; a pod change, or a revision's
+update or deletion, queues its controlling DaemonSet (old and new on a change of
+controller; a controlled revision's creation queues nothing, as upstream), an orphan's
 change every DaemonSet whose selector matches it, and a node change the DaemonSets whose
 placement it changes. Pods and revisions are indexed by controller UID and, as orphans,
 by namespace; pods by the node they are for."""

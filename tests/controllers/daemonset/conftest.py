@@ -1,0 +1,326 @@
+"""Fixtures of the DaemonSet controller's tests: two control planes of the package's own,
+one per side, set up as upstream's integration tests set up theirs.
+
+- ``steward_plane``: kube-controller-manager without its daemonset controller; Steward's
+  runs in this process (an informer and the controller on a loop of their own, as the
+  identities ``informer`` and ``steward:controller:daemonset`` with only the RBAC of
+  ``deploy/rbac/``), two workers, watching the test's namespace.
+- ``upstream_plane``: kube-controller-manager with its daemonset controller (two workers,
+  its default ``--concurrent-daemonset-syncs``).
+
+Both have no kwok node and run kube-scheduler, which binds the daemon pods. As in
+upstream's tests, the nodes are plain Node objects the test creates (Ready, room for 100
+pods) that nothing else manages: kube-controller-manager runs without its node lifecycle
+controller (upstream's tests run none), and the ``node.kubernetes.io/not-ready`` taint
+that the TaintNodesByCondition admission puts on every new node (upstream's tests turn
+that plugin off) is taken off right after the create. Pods on those nodes stay Pending
+until the test writes their status, as upstream's ``validateDaemonSetPodsAndMarkReady``.
+
+Nodes are cluster-wide: every test deletes the nodes it made, and the tests of a side run
+one after the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+import pytest
+
+from steward.cluster import LocalCluster
+from steward.controllers.daemonset.main import CONTROLLER
+from steward.informer import InformerOptions, InformerServer
+from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
+from steward.runtime.controller import ControllerOptions
+from steward.serving.security import DEVELOPMENT
+from tests.conftest import local_cluster
+
+_T = TypeVar("_T")
+
+IDENTITY = "controller-daemonset"
+WORKERS = 2
+"""Workers on both sides (upstream's tests and kube-controller-manager's default)."""
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
+@pytest.fixture(scope="package")
+def steward_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    yield from local_cluster(
+        tmp_path_factory, "ds", nodes=0, controllers="*,-daemonset,-nodelifecycle"
+    )
+
+
+@pytest.fixture(scope="package")
+def upstream_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    yield from local_cluster(tmp_path_factory, "dsup", nodes=0, controllers="*,-nodelifecycle")
+
+
+class Host:
+    """Steward's informer, and the DaemonSet controller while a test runs, on an event
+    loop of their own in a background thread."""
+
+    def __init__(self, plane: LocalCluster) -> None:
+        self.plane = plane
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="ds-host")
+        self._thread.start()
+        self.server = InformerServer(
+            InformerOptions(
+                security=DEVELOPMENT,
+                listen="127.0.0.1:0",
+                kubeconfig=str(plane.component_kubeconfig("informer")),
+            )
+        )
+        self._task: asyncio.Task[None] | None = None
+        self._channel: grpc.aio.Channel | None = None
+        self._api: KubeClient | None = None
+        try:
+            self.address = f"127.0.0.1:{self.call(self.server.start())}"
+        except BaseException:
+            self._close_loop()
+            raise
+
+    def call(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60.0)
+
+    def start(self, namespace: str) -> None:
+        """Start the controller for ``namespace`` (one at a time)."""
+
+        async def run() -> None:
+            self._api = KubeClient(
+                load_access(str(self.plane.component_kubeconfig(IDENTITY))),
+                user_agent="steward-daemonset",
+                workers=8,
+            )
+            self._channel = grpc.aio.insecure_channel(self.address)
+            controller = CONTROLLER.new(
+                self._channel,
+                self._api,
+                ControllerOptions(max_concurrent_reconciles=WORKERS, namespace=namespace),
+            )
+            self._task = asyncio.create_task(controller.run())
+
+        self.call(run())
+
+    def stop_controller(self) -> None:
+        async def stop() -> None:
+            if self._task is not None:
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+                if self._task.done() and not self._task.cancelled():
+                    # A controller that died on its own fails the test that ran it.
+                    err = self._task.exception()
+                    if err is not None:
+                        raise err
+            if self._channel is not None:
+                await self._channel.close()
+            self._task = self._channel = None
+
+        try:
+            self.call(stop())
+        finally:
+            if self._api is not None:
+                self._api.close()
+                self._api = None
+
+    def _close_loop(self) -> None:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self.loop.shutdown_asyncgens(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=30)
+        self.loop.close()
+
+    def close(self) -> None:
+        try:
+            self.stop_controller()
+            self.call(self.server.stop(grace=1.0))
+        finally:
+            self._close_loop()
+
+
+@pytest.fixture(scope="package")
+def steward_host(steward_plane: LocalCluster) -> Iterator[Host]:
+    host = Host(steward_plane)
+    try:
+        yield host
+    finally:
+        host.close()
+
+
+# A side: one control plane, its admin client and the test's namespace -----------------
+@dataclass
+class Side:
+    """One side of a scenario: its control plane's admin client, the test's namespace,
+    and the nodes the test made there."""
+
+    name: str
+    kube: KubeClient
+    ns: str
+    nodes: list[str] = field(default_factory=list)
+
+    # Paths
+    @property
+    def daemonsets(self) -> str:
+        return f"/apis/apps/v1/namespaces/{self.ns}/daemonsets"
+
+    @property
+    def pods_path(self) -> str:
+        return f"/api/v1/namespaces/{self.ns}/pods"
+
+    @property
+    def revisions_path(self) -> str:
+        return f"/apis/apps/v1/namespaces/{self.ns}/controllerrevisions"
+
+    # Reads
+    def ds(self, name: str) -> dict[str, Any]:
+        return self.kube.request("GET", f"{self.daemonsets}/{name}")
+
+    def pods(self) -> list[dict[str, Any]]:
+        return list(self.kube.request("GET", self.pods_path).get("items") or ())
+
+    def revisions(self) -> list[dict[str, Any]]:
+        return list(self.kube.request("GET", self.revisions_path).get("items") or ())
+
+    # Writes
+    def create_ds(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.kube.request("POST", self.daemonsets, body)
+
+    def update_ds(self, name: str, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """Read, change and PUT the DaemonSet, again on a conflict (``updateDS``)."""
+        for _ in range(20):
+            ds = self.ds(name)
+            change(ds)
+            try:
+                return self.kube.request("PUT", f"{self.daemonsets}/{name}", ds)
+            except ConflictError:
+                continue
+        raise AssertionError(f"{self.name}: could not update DaemonSet {name}")
+
+    def add_node(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        *,
+        taints: list[dict[str, Any]] | None = None,
+        unschedulable: bool = False,
+        conditions: list[dict[str, Any]] | None = None,
+        allocatable: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Upstream's ``newNode``: Ready, room for 100 pods; then the taints the test
+        asked for and no other (the admission's not-ready taint taken off)."""
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": dict(labels or {})},
+            "spec": {"unschedulable": unschedulable} if unschedulable else {},
+            "status": {
+                "conditions": conditions or [{"type": "Ready", "status": "True"}],
+                "allocatable": allocatable or {"pods": "100"},
+                "capacity": allocatable or {"pods": "100"},
+            },
+        }
+        if taints:
+            body["spec"]["taints"] = taints
+        self.kube.request("POST", "/api/v1/nodes", body)
+        self.nodes.append(name)
+        return self.set_taints(name, taints or [])
+
+    def set_taints(self, name: str, taints: list[dict[str, Any]]) -> dict[str, Any]:
+        for _ in range(20):
+            node = self.kube.request("GET", f"/api/v1/nodes/{name}")
+            node["spec"]["taints"] = taints or None
+            try:
+                return self.kube.request("PUT", f"/api/v1/nodes/{name}", node)
+            except ConflictError:
+                continue
+        raise AssertionError(f"{self.name}: could not set the taints of node {name}")
+
+    def set_pod_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        """Replace the pod's status (``UpdateStatus``); a pod gone or changed meanwhile
+        is left alone (the caller polls again)."""
+        body = {**pod, "status": status}
+        meta = pod["metadata"]
+        with contextlib.suppress(NotFoundError, ConflictError):
+            self.kube.request("PUT", f"{self.pods_path}/{meta['name']}/status", body)
+
+    def cleanup(self) -> None:
+        """Delete the nodes the test made (the namespace goes with its fixture)."""
+        for name in self.nodes:
+            with contextlib.suppress(NotFoundError):
+                self.kube.request("DELETE", f"/api/v1/nodes/{name}")
+
+
+def _new_namespace(kube: KubeClient, request: pytest.FixtureRequest) -> str:
+    base = request.node.name.lower().replace("_", "-")
+    name = "".join(c for c in base if c.isalnum() or c == "-")[:40].strip("-")
+    name = f"{name}-{uuid.uuid4().hex[:6]}"
+    kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    deadline = time.monotonic() + 120
+    while True:  # pods are refused until the default ServiceAccount exists
+        try:
+            kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
+            return name
+        except NotFoundError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _drop_namespace(kube: KubeClient, ns: str) -> None:
+    """Delete the namespace, first clearing finalizers a test left on its pods."""
+    with contextlib.suppress(NotFoundError):
+        for pod in kube.request("GET", f"/api/v1/namespaces/{ns}/pods").get("items") or ():
+            if pod["metadata"].get("finalizers"):
+                with contextlib.suppress(NotFoundError, ConflictError):
+                    kube.request(
+                        "PATCH",
+                        f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}",
+                        {"metadata": {"finalizers": None}},
+                        content_type="application/merge-patch+json",
+                    )
+        with contextlib.suppress(ConflictError):
+            kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+
+
+@contextlib.contextmanager
+def _side(name: str, plane: LocalCluster, request: pytest.FixtureRequest) -> Iterator[Side]:
+    kube = KubeClient(load_access(str(plane.kubeconfig)), user_agent=f"daemonset-test-{name}")
+    ns = _new_namespace(kube, request)
+    side = Side(name, kube, ns)
+    try:
+        yield side
+    finally:
+        try:
+            side.cleanup()
+            _drop_namespace(kube, ns)
+        finally:
+            kube.close()
+
+
+@pytest.fixture
+def steward(
+    steward_plane: LocalCluster, steward_host: Host, request: pytest.FixtureRequest
+) -> Iterator[Side]:
+    """The Steward side: a fresh namespace, Steward's controller watching it."""
+    with _side("steward", steward_plane, request) as side:
+        steward_host.start(side.ns)
+        try:
+            yield side
+        finally:
+            steward_host.stop_controller()
+
+
+@pytest.fixture
+def upstream(upstream_plane: LocalCluster, request: pytest.FixtureRequest) -> Iterator[Side]:
+    """The upstream side: a fresh namespace of the plane where kube-controller-manager's
+    daemonset controller runs."""
+    with _side("upstream", upstream_plane, request) as side:
+        yield side
