@@ -1,6 +1,7 @@
-"""Kubernetes' own conformance specs of ``[sig-apps] Job``, ``Deployment`` and
-``ReplicaSet`` (``e2e.test`` from the pinned module), run under Steward's controllers on a
-real node, with upstream's switched off. ``make e2e`` runs the same under upstream's
+"""Kubernetes' own conformance specs of ``[sig-apps] Job``, ``Deployment``, ``ReplicaSet``
+and ``Daemon set`` (``e2e.test`` from the pinned module), run under Steward's controllers
+on two real nodes, with upstream's switched off; the DaemonSet specs are ``[Serial]`` and
+run one at a time after the others. ``make e2e`` runs the same under upstream's
 controllers as the baseline, and any other selection.
 
 Needs root and the real nodes' packages (``make node-packages``); without them it skips,
@@ -31,6 +32,7 @@ def test_conformance_specs_pass_under_stewards_controllers(tmp_path: Path) -> No
         state_dir=tmp_path / "cluster",
         timeout=1800,
         out=Progress(interval=30.0),
+        real_nodes=e2e.REAL_NODES,
     )
     print("\n" + e2e.table([result]))
     assert {s.area for s in result.specs} == set(e2e.AREAS), [s.name for s in result.specs]

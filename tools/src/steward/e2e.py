@@ -3,9 +3,10 @@
 For each side — ``steward`` (kube-controller-manager without the controllers Steward
 replaces, Steward's informer, manager and controllers in their place) and ``upstream``
 (kube-controller-manager with all of its own, the baseline) — a local control plane is
-started with one real node and no simulated ones (the specs' pods must really run: kwok
-would complete every Job pod), untainted, with the test images e2e names imported into
-its containerd (:func:`steward.images.build_e2e_archive`). ``e2e.test``, built from the
+started with two real nodes (:data:`REAL_NODES`; conformance needs two) and no simulated
+ones (the specs' pods must really run: kwok would complete every Job pod), untainted,
+with the test images e2e names imported into their containerd
+(:func:`steward.images.build_e2e_archive`). ``e2e.test``, built from the
 same pinned ``k8s.io/kubernetes`` module as the control plane, runs the chosen specs
 under ginkgo with ``--provider=local``; the JUnit report of each side is kept, and a
 table per area says what passed, failed or could not run here (with the reason e2e
@@ -80,6 +81,10 @@ tags of the containers at the end), so this anchors on ``[sig-``."""
 SKIP = r"\[Disruptive\]|\[Flaky\]|\[Feature:[^\]]+\]|\[FeatureGate:[^\]]+\]|" + SERIAL_ELSEWHERE
 """Specs left out by default: they break the cluster, are known flaky, need a feature
 gate, or need the whole cluster (``[Serial]``) outside :data:`SERIAL_AREAS`."""
+
+REAL_NODES = 2
+"""Real nodes of each side's cluster: the conformance suite needs at least two (the
+DaemonSet rollback spec checks, and fails on one)."""
 
 SIDES = ("steward", "upstream")
 
@@ -183,7 +188,7 @@ def run_side(
     state_dir: Path,
     timeout: float,
     out: Progress,
-    real_nodes: int = 1,
+    real_nodes: int = REAL_NODES,
 ) -> Side:
     """Start a cluster for ``side`` with ``real_nodes`` real nodes, run the specs, stop
     it; the outcome."""
@@ -297,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m steward.e2e",
         description=(
             "Run Kubernetes' e2e specs (e2e.test from the pinned k8s.io/kubernetes module) "
-            "against a local control plane with one real node: under Steward's controllers, "
+            "against a local control plane with real nodes: under Steward's controllers, "
             "and under upstream's as the baseline. Needs root and the real nodes' packages "
             "(make node-packages). Prints a table per area and writes the JUnit reports."
         ),
@@ -321,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--real-nodes",
         type=int,
-        default=1,
+        default=REAL_NODES,
         help="real nodes of each side's cluster (default: %(default)s)",
     )
     parser.add_argument(
