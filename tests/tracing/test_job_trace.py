@@ -200,3 +200,73 @@ def _check_rollout(tree: jaeger.Tree) -> str:
     if not all(any(tree.service(s) == "apiserver" for s in tree.below(p)) for p in post_pods):
         return "kube-apiserver spans beneath each pod's POST"
     return ""
+
+
+def test_a_daemonset_reads_as_one_trace(steward_cluster: LocalCluster) -> None:
+    """DaemonSet created → its reconcile → the ControllerRevision's and every node's pod's
+    POST, kube-apiserver's spans beneath each: one trace."""
+    api = config.new_client_from_config(config_file=str(steward_cluster.kubeconfig))
+    nodes = [n.metadata.name for n in client.CoreV1Api(api).list_node().items]
+    labels = {"app": "traced-daemon"}
+    client.AppsV1Api(api).create_namespaced_daemon_set(
+        "default",
+        client.V1DaemonSet(
+            metadata=client.V1ObjectMeta(name="traced-daemon"),
+            spec=client.V1DaemonSetSpec(
+                selector=client.V1LabelSelector(match_labels=labels),
+                template=client.V1PodTemplateSpec(
+                    metadata=client.V1ObjectMeta(labels=labels),
+                    spec=client.V1PodSpec(
+                        containers=[client.V1Container(name="agent", image="agent:1")],
+                        tolerations=[client.V1Toleration(operator="Exists")],
+                    ),
+                ),
+            ),
+        ),
+    )
+    api.close()
+    tags = json.dumps({"k8s.object.name": "traced-daemon", "k8s.resource": "daemonsets.v1.apps"})
+    deadline = time.monotonic() + 90
+    missing = "no trace yet"
+    while time.monotonic() < deadline:
+        found = jaeger.query(
+            steward_cluster,
+            "/api/traces",
+            service="steward-informer",
+            tags=tags,
+            lookback="1h",
+            limit="50",
+        )["data"]
+        for trace in found or []:
+            missing = _check_daemonset(jaeger.Tree(trace), len(nodes))
+            if not missing:
+                return
+        time.sleep(1)
+    pytest.fail(f"no trace tells the DaemonSet's whole story ({len(nodes)} nodes): {missing}")
+
+
+def _check_daemonset(tree: jaeger.Tree, nodes: int) -> str:
+    """What the trace lacks of the DaemonSet's story (empty when it is all there)."""
+    events = tree.find("informer ADDED daemonsets.v1.apps")
+    if not events:
+        return "the informer's ADDED span of the DaemonSet"
+    reconciles = [
+        s
+        for s in tree.find("reconcile daemonset")
+        if tree.parent(s) is events[0] and tree.service(s) == "steward-controller-daemonset"
+    ]
+    if not reconciles:
+        return "the daemonset controller's reconcile span under the event"
+    revisions = tree.find(
+        "POST /apis/apps/v1/namespaces/{namespace}/controllerrevisions", under=reconciles[0]
+    )
+    if not revisions:
+        return "the POST of the ControllerRevision under the reconcile"
+    pods = tree.find("POST /api/v1/namespaces/{namespace}/pods", under=reconciles[0])
+    if len(pods) < nodes:
+        return f"a pod's POST per node under the reconcile ({len(pods)} of {nodes})"
+    if not all(
+        any(tree.service(s) == "apiserver" for s in tree.below(p)) for p in [*revisions, *pods]
+    ):
+        return "kube-apiserver spans beneath each POST"
+    return ""
