@@ -228,11 +228,12 @@ class DaemonSetReconciler:
             return []
         keys = []
         for ds in self.mirror.objects(DAEMONSETS):
-            now = nd.should_run(ds.object, node)
+            placement = nd.Placement.of(ds.object)
+            now = placement(node)
             if old is None:
                 if now[0]:
                     keys.append(Request(ds.namespace, ds.name))
-            elif nd.should_run(ds.object, old) != now:
+            elif placement(old) != now:
                 keys.append(Request(ds.namespace, ds.name))
         return keys
 
@@ -262,19 +263,20 @@ class DaemonSetReconciler:
         digest = (current["metadata"].get("labels") or {}).get(hist.HASH_LABEL, "")
         generation = hist.template_generation(ds)
         by_node = pods_by_node(pods)
+        fits = nd.fits(ds, nodes)
         now = self.clock()
         if not self.expectations.satisfied(key):
-            counts = calculate_status(ds, nodes, by_node, digest, generation, now)
+            counts = calculate_status(ds, nodes, by_node, digest, generation, now, fits)
             await self._write_status(ds, counts, observe=False)
             return self._after(ds, by_node, now, None)
         error: ApiError | None = None
         holds: list[float] = []
         try:
-            plan = manage(ds, nodes, by_node, digest, now)
+            plan = manage(ds, nodes, by_node, digest, now, fits)
             error = await self._sync_nodes(ds, key, plan, digest, holds)
             if error is None and self.expectations.satisfied(key) and is_rolling_update(ds):
                 try:
-                    plan = rolling_update(ds, nodes, by_node, digest, generation, now)
+                    plan = rolling_update(ds, nodes, by_node, digest, generation, now, fits)
                 except ValueError as err:
                     raise steward.TerminalError(str(err)) from err
                 error = await self._sync_nodes(ds, key, plan, digest, holds)
@@ -282,7 +284,7 @@ class DaemonSetReconciler:
                 await self._cleanup_history(ds, old, pods)
         except ApiError as err:
             error = err
-        counts = calculate_status(ds, nodes, by_node, digest, generation, now)
+        counts = calculate_status(ds, nodes, by_node, digest, generation, now, fits)
         try:
             await self._write_status(ds, counts, observe=True)
         except ApiError:

@@ -165,36 +165,93 @@ def term_matches(term: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     return all(_field_matches(field, name) is True for field in fields)
 
 
-def required_affinity_matches(spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    """The pod spec's nodeSelector (every label equal) and required node affinity (any
-    term) against the node."""
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    for key, value in (spec.get("nodeSelector") or {}).items():
-        if labels.get(key) != value:
-            return False
+def _required_terms(spec: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+    """The required node affinity's terms; None when the pod has none."""
     required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or None
-    if required is None:
-        return True
-    return any(term_matches(t, node) for t in required.get("nodeSelectorTerms") or ())
+    return None if required is None else list(required.get("nodeSelectorTerms") or ())
+
+
+def required_affinity_matches(spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """The pod spec's nodeSelector (every label equal) and required node affinity (any
+    term) against the node."""
+    return Placement.of_spec(spec).affinity_matches(node)
+
+
+class Placement:
+    """Where one DaemonSet's pods belong: its template's nodeName, nodeSelector, required
+    node affinity and tolerations (with the daemon defaults), read once and then asked
+    of each node (upstream builds the tolerations and the parsed affinity once a sync,
+    too)."""
+
+    __slots__ = ("node_name", "selector", "terms", "tolerations")
+
+    def __init__(
+        self,
+        node_name: str,
+        selector: Mapping[str, str],
+        terms: list[Mapping[str, Any]] | None,
+        tolerations: list[Obj],
+    ) -> None:
+        self.node_name = node_name
+        self.selector = selector
+        self.terms = terms
+        self.tolerations = tolerations
+
+    @classmethod
+    def of_spec(cls, spec: Mapping[str, Any]) -> Placement:
+        return cls(
+            str(spec.get("nodeName") or ""),
+            dict(spec.get("nodeSelector") or {}),
+            _required_terms(spec),
+            with_daemon_tolerations(spec),
+        )
+
+    @classmethod
+    def of(cls, ds: Mapping[str, Any]) -> Placement:
+        return cls.of_spec(((ds.get("spec") or {}).get("template") or {}).get("spec") or {})
+
+    def affinity_matches(self, node: Mapping[str, Any]) -> bool:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        for key, value in self.selector.items():
+            if labels.get(key) != value:
+                return False
+        if self.terms is None:
+            return True
+        return any(term_matches(t, node) for t in self.terms)
+
+    def __call__(self, node: Mapping[str, Any]) -> tuple[bool, bool]:
+        """``(should_run, should_continue_running)`` on the node (see :func:`should_run`)."""
+        name = (node.get("metadata") or {}).get("name") or ""
+        if (self.node_name or name) != name:
+            return False, False
+        if not self.affinity_matches(node):
+            return False, False
+        taints = (node.get("spec") or {}).get("taints") or ()
+        if not taints:
+            return True, True
+        if untolerated(taints, self.tolerations, (NO_SCHEDULE, NO_EXECUTE)) is None:
+            return True, True
+        return False, untolerated(taints, self.tolerations, (NO_EXECUTE,)) is None
+
+
+Fits = Mapping[str, tuple[bool, bool]]
+"""``(should_run, should_continue_running)`` by node name, for one DaemonSet."""
+
+
+def fits(ds: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]]) -> dict[str, tuple[bool, bool]]:
+    """:func:`should_run` of the DaemonSet on each node, by node name (one sync's answers,
+    asked once)."""
+    placement = Placement.of(ds)
+    return {str((n.get("metadata") or {}).get("name") or ""): placement(n) for n in nodes}
 
 
 def should_run(ds: Mapping[str, Any], node: Mapping[str, Any]) -> tuple[bool, bool]:
     """``(should_run, should_continue_running)`` of the DaemonSet's pod on the node:
     whether a new pod belongs there, and whether one already there may stay (it may where
     only NoSchedule taints are untolerated)."""
-    spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
-    name = (node.get("metadata") or {}).get("name") or ""
-    if (spec.get("nodeName") or name) != name:
-        return False, False
-    if not required_affinity_matches(spec, node):
-        return False, False
-    taints = (node.get("spec") or {}).get("taints") or ()
-    tolerations = with_daemon_tolerations(spec)
-    if untolerated(taints, tolerations, (NO_SCHEDULE, NO_EXECUTE)) is None:
-        return True, True
-    return False, untolerated(taints, tolerations, (NO_EXECUTE,)) is None
+    return Placement.of(ds)(node)
 
 
 def pin_to_node(affinity: Mapping[str, Any] | None, node_name: str) -> Obj:

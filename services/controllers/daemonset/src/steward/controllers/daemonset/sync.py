@@ -160,13 +160,14 @@ def plan_node(
     digest: str,
     now: datetime,
     plan: Plan,
+    fit: tuple[bool, bool] | None = None,
 ) -> None:
     """Add to ``plan`` what one node needs (upstream's ``podsShouldBeOnNode``): a pod where
     one belongs and there is none (a pod being deleted still counts as one); finished pods
     deleted; where surge is off, all but the oldest running pod deleted; with surge, at
     most the oldest new and the oldest old pod kept, the old one only until the new one is
     available or the old one is no longer ready; every pod deleted where none may stay."""
-    run, stay = nd.should_run(ds, node)
+    run, stay = nd.should_run(ds, node) if fit is None else fit
     name = node_name(node)
     if run and not pods:
         plan.create_on.append(name)
@@ -218,14 +219,18 @@ def manage(
     by_node: Mapping[str, Sequence[Obj]],
     digest: str,
     now: datetime,
+    fits: nd.Fits | None = None,
 ) -> Plan:
     """The core loop over every node, plus the pods for nodes that no longer exist and
-    were never bound (no one else would ever delete them)."""
+    were never bound (no one else would ever delete them). ``fits``: the DaemonSet's
+    answers for the nodes (:func:`.nodes.fits`), else asked here."""
+    fits = nd.fits(ds, nodes) if fits is None else fits
     plan = Plan()
     names = set()
     for node in nodes:
-        names.add(node_name(node))
-        plan_node(ds, node, by_node.get(node_name(node)), digest, now, plan)
+        name = node_name(node)
+        names.add(name)
+        plan_node(ds, node, by_node.get(name), digest, now, plan, fits[name])
     for target, pods in by_node.items():
         if target in names:
             continue
@@ -262,16 +267,17 @@ def rolling_update(
     digest: str,
     generation: int | None,
     now: datetime,
+    fits: nd.Fits | None = None,
 ) -> Plan:
     """The pods a RollingUpdate deletes and the nodes it surges onto (upstream's
     ``rollingUpdate``). Raises ValueError for a maxSurge or maxUnavailable the API server
     should not have taken."""
+    fits = nd.fits(ds, nodes) if fits is None else fits
     min_ready = min_ready_seconds(ds)
-    node_of = {node_name(n): n for n in nodes}
     groups: dict[str, Sequence[Obj]] = dict(by_node)
     desired = 0
     for node in nodes:
-        if nd.should_run(ds, node)[0]:
+        if fits[node_name(node)][0]:
             desired += 1
             groups.setdefault(node_name(node), ())
     max_surge = surge_count(ds, desired)
@@ -283,8 +289,7 @@ def rolling_update(
         return steward.pods.is_available(pod, min_ready, now)
 
     def runs_there(name: str) -> bool:
-        node = node_of.get(name)
-        return node is not None and nd.should_run(ds, node)[0]
+        return name in fits and fits[name][0]
 
     plan = Plan()
     order = sorted(groups)
@@ -390,12 +395,14 @@ def calculate_status(
     digest: str,
     generation: int | None,
     now: datetime,
+    fits: nd.Fits | None = None,
 ) -> dict[str, int]:
     """The counts of the status, each node's oldest pod standing for the node."""
+    fits = nd.fits(ds, nodes) if fits is None else fits
     min_ready = min_ready_seconds(ds)
     counts = dict.fromkeys(_COUNTS, 0)
     for node in nodes:
-        run = nd.should_run(ds, node)[0]
+        run = fits[node_name(node)][0]
         pods = by_node.get(node_name(node)) or ()
         if not run:
             if pods:
