@@ -9,6 +9,7 @@ suite's description, a space, the name) with the regexps the runner hands it (RE
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +103,27 @@ def test_the_table_lists_the_areas_in_order() -> None:
     lines = e2e.table([e2e.Side("steward", specs, 2.0, "junit.xml", 1.0)]).splitlines()
     assert lines[2] == "| Job | 1 passed / 0 failed / 0 not runnable |"
     assert lines[3] == "| Daemon set | 1 passed / 1 failed / 0 not runnable |"
+
+
+def test_a_failure_names_the_namespace_e2e_destroyed_for_it(tmp_path: Path) -> None:
+    """A timeout's message names no namespace; the spec's output does, and Steward's log
+    lines are looked up by it. A passed spec's namespace is not collected."""
+    failed, passed = DAEMON_SET_CONFORMANCE[0], DAEMON_SET_CONFORMANCE[1]
+    report = tmp_path / "junit.xml"
+    report.write_text(
+        '<?xml version="1.0" encoding="UTF-8"?>\n<testsuites><testsuite>'
+        f'<testcase name="[It] {failed} [sig-apps, Serial, Conformance]" time="300.1">'
+        '<failure message="error waiting for daemon pod to start: context deadline exceeded"'
+        ' type="failed">[FAILED]</failure>'
+        "<system-err>STEP: Destroying namespace &quot;daemonsets-2297&quot; for this suite."
+        "</system-err></testcase>"
+        f'<testcase name="[It] {passed} [sig-apps, Serial, Conformance]" time="4.0">'
+        "<system-err>STEP: Destroying namespace &quot;daemonsets-1234&quot; for this suite."
+        "</system-err></testcase>"
+        "</testsuite></testsuites>\n"
+    )
+    specs = e2e.parse_junit(report, e2e.CONFORMANCE)
+    assert [(s.state, s.namespaces) for s in specs] == [
+        ("failed", ["daemonsets-2297"]),
+        ("passed", []),
+    ]

@@ -101,6 +101,9 @@ class Spec:
     """``passed``, ``failed`` or ``not runnable`` (skipped by e2e itself, with why)."""
     seconds: float
     message: str = ""
+    namespaces: list[str] = field(default_factory=list)
+    """A failed spec's namespaces: those its message names and those e2e destroyed for it
+    (a timeout's message names none)."""
     logs: list[str] = field(default_factory=list)
 
 
@@ -143,7 +146,11 @@ def parse_junit(path: Path, focus: str) -> list[Spec]:
             node = failure if failure is not None else error
             assert node is not None
             message = (node.get("message") or node.text or "").strip()
-            specs.append(Spec(name, area_of(name), "failed", seconds, message[:2000]))
+            output = "".join(e.text or "" for e in case if e.tag in ("system-out", "system-err"))
+            names = _namespaces(message) | set(re.findall(_DESTROYED, output))
+            specs.append(
+                Spec(name, area_of(name), "failed", seconds, message[:2000], sorted(names))
+            )
         elif skipped is not None:
             message = (skipped.get("message") or "").strip()
             if "filtered out" in message.lower() or (seconds == 0 and not message):
@@ -154,14 +161,17 @@ def parse_junit(path: Path, focus: str) -> list[Spec]:
     return specs
 
 
+_DESTROYED = r'Destroying namespace "([a-z0-9-]+)"'
+"""How e2e's output names the namespace it made for a spec, when it deletes it."""
+
+
 def _namespaces(message: str) -> set[str]:
     """The e2e namespaces a failure message names (``<base>-<digits>``)."""
     return set(re.findall(r"\b([a-z][a-z0-9-]*-\d{3,5})\b", message))
 
 
-def steward_log_lines(cluster: LocalCluster, message: str, limit: int = 40) -> list[str]:
-    """Lines of Steward's controller logs that name a namespace of the failure."""
-    names = _namespaces(message)
+def steward_log_lines(cluster: LocalCluster, names: Sequence[str], limit: int = 40) -> list[str]:
+    """Lines of Steward's controller logs that name one of the namespaces."""
     if not names:
         return []
     lines = []
@@ -247,7 +257,7 @@ def run_side(
         specs = parse_junit(junit, focus)
         for spec in specs:
             if spec.state == "failed" and side == "steward":
-                spec.logs = steward_log_lines(cluster, spec.message)
+                spec.logs = steward_log_lines(cluster, spec.namespaces)
         out.say(
             f"{side}: {sum(s.state == 'passed' for s in specs)} passed, "
             f"{sum(s.state == 'failed' for s in specs)} failed, "
