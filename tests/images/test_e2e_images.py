@@ -244,6 +244,7 @@ def test_layers(built: images.BuiltE2E, layout: _build.Layout) -> None:
     assert agnhost["agnhost"].isfile() and agnhost["agnhost"].mode == 0o755
     assert agnhost["agnhost-2"].issym() and agnhost["agnhost-2"].linkname == "agnhost"
     assert agnhost["uploads"].isdir()
+    assert agnhost["var/tmp"].isdir() and agnhost["var/tmp"].mode == 0o1777
     assert "user-defined-in-image:x:1000:1000:" in _file(layout, agnhost_digest, "etc/passwd")
     group = _file(layout, agnhost_digest, "etc/group")
     assert "group-defined-in-image:x:50000:user-defined-in-image" in group

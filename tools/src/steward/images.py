@@ -47,8 +47,9 @@ registry.k8s.io/pause:3.10.2                      Steward's pause, as build_paus
   ``k8s.io/kubernetes`` module) adds: ``/agnhost`` (a static build, CGO off, of the
   pinned v1.37.2 module's ``test/images/agnhost``, whose VERSION is 2.66.1), the
   ``/agnhost-2`` link, ``/uploads``, and the users ``user-defined-in-image`` (1000) in
-  ``group-defined-in-image`` (50000); ``Entrypoint ["/agnhost"]``, ``Cmd ["pause"]`` and
-  upstream's exposed ports (80, 8080, 8081, 9376, 5000). **Both agnhost names carry
+  ``group-defined-in-image`` (50000), plus Alpine's ``/var/tmp`` (1777);
+  ``Entrypoint ["/agnhost"]``, ``Cmd ["pause"]`` and upstream's exposed ports (80, 8080,
+  8081, 9376, 5000). **Both agnhost names carry
   this one build**: the Deployment specs roll from 2.55 to 2.66.1, and only need the two
   to be different names that run. Not included from upstream's Alpine image: its
   packages (bind-tools, curl, iproute2, iperf, bash, socat …), CoreDNS 1.6.2, porter's
@@ -1321,7 +1322,7 @@ def build_pause_archive(pause_binary: Path, *, out: Progress, output: Path | Non
 
 # --------------------------------------------------------------------------- e2e images
 
-E2E_RECIPE_VERSION = "1"
+E2E_RECIPE_VERSION = "2"
 """Bumped when what :func:`build_e2e` makes changes in a way its inputs do not show (the
 images' trees, configurations or names)."""
 
@@ -1465,12 +1466,16 @@ def _busybox_tree(root: Path, busybox: Path, applets: Sequence[str]) -> None:
 def _agnhost_tree(root: Path, agnhost: Path) -> None:
     """agnhost's layer over busybox's, as upstream's Dockerfile adds: /agnhost, the
     /agnhost-2 link (entrypoint-tester), /uploads (netexec) and the users
-    user-defined-in-image (1000) in group-defined-in-image (50000)."""
+    user-defined-in-image (1000) in group-defined-in-image (50000); and /var/tmp 1777,
+    which upstream's Alpine base has (the DaemonSet surge spec's readiness probe touches
+    a file there)."""
     root.mkdir()
     shutil.copyfile(agnhost, root / "agnhost")
     (root / "agnhost").chmod(0o755)
     (root / "agnhost-2").symlink_to("agnhost")
     (root / "uploads").mkdir()
+    (root / "var" / "tmp").mkdir(parents=True)
+    (root / "var" / "tmp").chmod(0o1777)
     (root / "home" / "user-defined-in-image").mkdir(parents=True)
     (root / "etc").mkdir()
     (root / "etc" / "passwd").write_text(_AGNHOST_USERS)
