@@ -60,7 +60,9 @@ from steward.runtime.ownership import (
     controller_of,
     controller_ref,
     create_child,
+    index_by_controller,
     is_controlled_by,
+    orphan_index,
 )
 from steward.runtime.reconcile import Reconciler, Request, Result, TerminalError
 from steward.runtime.selectors import selector_matches
@@ -107,8 +109,10 @@ __all__ = [
     "endpoints",
     "format_time",
     "generation_changed",
+    "index_by_controller",
     "is_controlled_by",
     "labels_changed",
+    "orphan_index",
     "parse_time",
     "pods",
     "resource_type",

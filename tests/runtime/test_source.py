@@ -131,3 +131,19 @@ def test_predicates_filter_updates_only() -> None:
     )
     assert len(keys(EnqueueObject([labels_changed]), relabelled)) == 1
     assert keys(EnqueueObject([labels_changed]), status_only) == []
+
+
+def test_indexes_by_controller_and_of_orphans() -> None:
+    from steward.runtime.ownership import index_by_controller, orphan_index
+
+    owned = pod("a", owner=("apps/v1", "ReplicaSet", "rs"))
+    merely_owned = pod("b", owner=("apps/v1", "ReplicaSet", "rs"), controller=False)
+    orphan = pod("c")
+    assert list(index_by_controller(owned)) == ["uid-rs"]
+    assert list(index_by_controller(merely_owned)) == []
+    pods_only = orphan_index(pb.ResourceType(group="", version="v1", resource="pods"))
+    assert list(pods_only(orphan)) == ["ns"]
+    assert list(pods_only(merely_owned)) == ["ns"]  # no controlling owner: adoptable
+    assert list(pods_only(owned)) == []
+    others = orphan_index(pb.ResourceType(group="apps", version="v1", resource="replicasets"))
+    assert list(others(orphan)) == []

@@ -30,11 +30,11 @@ first error at the end — so the sync is retried with backoff, as upstream.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from steward.kube import ApiError, ApiStatusError, ConflictError, KubeClient, NotFoundError
-from steward.runtime.mirror import api_path
+from steward.runtime.mirror import MirrorObject, api_path, type_key
 from steward.runtime.selectors import selector_matches
 from steward.runtime.tracing import stamp_trace_context
 from steward.v1 import informer_pb2 as pb
@@ -76,6 +76,26 @@ def is_controlled_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
     """Whether ``obj``'s controller reference names ``owner`` by UID."""
     ref = controller_of(obj)
     return ref is not None and ref.get("uid") == (owner.get("metadata") or {}).get("uid")
+
+
+def index_by_controller(obj: MirrorObject) -> Iterable[str]:
+    """A mirror index (``with_index``) of objects by the UID of their controlling owner:
+    a workload's children, looked up by the owner's UID."""
+    ref = obj.controller_owner()
+    return (ref.uid,) if ref is not None else ()
+
+
+def orphan_index(*rtypes: pb.ResourceType) -> Callable[[MirrorObject], Iterable[str]]:
+    """A mirror index of the objects of ``rtypes`` that have no controlling owner, by
+    namespace: the adoption candidates of an owner's namespace."""
+    keys = frozenset(type_key(t) for t in rtypes)
+
+    def index(obj: MirrorObject) -> Iterable[str]:
+        if obj.type not in keys or obj.controller_owner() is not None:
+            return ()
+        return (obj.namespace,)
+
+    return index
 
 
 def _deleting(obj: Mapping[str, Any]) -> bool:

@@ -80,26 +80,12 @@ COMPONENT = "daemonset-controller"
 """The Events' source component, as upstream's."""
 _DS_KEY = ("apps", "v1", "daemonsets")
 _PODS_KEY = ("", "v1", "pods")
-_REVISIONS_KEY = ("apps", "v1", "controllerrevisions")
 _MERGE = "application/merge-patch+json"
 BACKOFF_INITIAL = 1.0
 BACKOFF_MAX = 15 * 60.0
 
 Key = tuple[str, str]
 """(namespace, name) of a DaemonSet: the key of its expectations."""
-
-
-def _controlled_by(obj: MirrorObject) -> Iterable[str]:
-    """Index of pods and revisions by the UID of their controlling owner."""
-    ref = obj.controller_owner()
-    return (ref.uid,) if ref is not None else ()
-
-
-def _orphans(obj: MirrorObject) -> Iterable[str]:
-    """Index of pods and revisions without a controlling owner, by namespace."""
-    if obj.type not in (_PODS_KEY, _REVISIONS_KEY) or obj.controller_owner() is not None:
-        return ()
-    return (obj.namespace,)
 
 
 def _on_node(obj: MirrorObject) -> Iterable[str]:
@@ -564,8 +550,8 @@ CONTROLLER = (
     .watches(CONTROLLER_REVISIONS, DaemonSetReconciler.matching, steward.labels_changed)
     .watches_changes(NODES, DaemonSetReconciler.node_changed)
     .observe(DaemonSetReconciler.observe)
-    .with_index("controller", _controlled_by)
-    .with_index("orphan", _orphans)
+    .with_index("controller", steward.index_by_controller)
+    .with_index("orphan", steward.orphan_index(PODS, CONTROLLER_REVISIONS))
     .with_index("node", _on_node)
     .with_options(steward.ControllerOptions(max_concurrent_reconciles=2))
     .beside_upstream(None)

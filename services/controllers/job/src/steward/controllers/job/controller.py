@@ -90,13 +90,6 @@ def _by_job(obj: MirrorObject) -> Iterable[str]:
     return (f"{obj.namespace}/{owner}",) if owner else ()
 
 
-def _orphans(obj: MirrorObject) -> Iterable[str]:
-    """Index of pods without a controlling owner, by namespace (adoption candidates)."""
-    if obj.type != _PODS_KEY or obj.controller_owner() is not None:
-        return ()
-    return (obj.namespace,)
-
-
 class JobReconciler:
     """Reconciles one Job by key; see the module docs.
 
@@ -345,7 +338,7 @@ CONTROLLER = (
     .beside_upstream(["--no-take-unmanaged"], alone=["--take-unmanaged"])
     .observe(JobReconciler.observe)
     .with_index("job", _by_job)
-    .with_index("orphan", _orphans)
+    .with_index("orphan", steward.orphan_index(PODS))
     .with_options(ControllerOptions(max_concurrent_reconciles=5))
     .describe(
         "Steward's Job controller: runs each batch/v1 Job's pods to completion, tracking "

@@ -23,7 +23,7 @@ Events are best effort: a failure to record one is logged, never retried.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import steward
@@ -52,19 +52,6 @@ _RS_KEY = ("apps", "v1", "replicasets")
 
 Key = tuple[str, str]
 """(namespace, name) of a ReplicaSet: the key of its expectations."""
-
-
-def _orphans(obj: steward.MirrorObject) -> Iterable[str]:
-    """Index of pods without a controlling owner, by namespace (adoption candidates)."""
-    if obj.type != _PODS_KEY or obj.controller_owner() is not None:
-        return ()
-    return (obj.namespace,)
-
-
-def _controlled_by(obj: steward.MirrorObject) -> Iterable[str]:
-    """Index of objects by the UID of their controlling owner."""
-    ref = obj.controller_owner()
-    return (ref.uid,) if ref is not None else ()
 
 
 def _pod_key(pod: dict[str, Any]) -> str:
@@ -267,8 +254,8 @@ CONTROLLER = (
     .owns(PODS)
     .watches(PODS, ReplicaSetReconciler.matching)
     .observe(ReplicaSetReconciler.observe)
-    .with_index("controller", _controlled_by)
-    .with_index("orphan", _orphans)
+    .with_index("controller", steward.index_by_controller)
+    .with_index("orphan", steward.orphan_index(PODS))
     .with_options(steward.ControllerOptions(max_concurrent_reconciles=5))
     .beside_upstream(None)
     .describe(
