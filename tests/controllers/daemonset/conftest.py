@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
@@ -36,11 +35,11 @@ import pytest
 
 from steward.cluster import LocalCluster
 from steward.controllers.daemonset.main import CONTROLLER
-from steward.informer import InformerOptions, InformerServer
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
 from steward.runtime.controller import ControllerOptions
 from steward.serving.security import DEVELOPMENT
 from tests.conftest import local_cluster
+from tests.services import RunningInformer
 
 _T = TypeVar("_T")
 
@@ -62,33 +61,19 @@ def upstream_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
     yield from local_cluster(tmp_path_factory, "dsup", nodes=0, controllers="*,-nodelifecycle")
 
 
-class Host:
+class Host(RunningInformer):
     """Steward's informer, and the DaemonSet controller while a test runs, on an event
     loop of their own in a background thread."""
 
     def __init__(self, plane: LocalCluster) -> None:
+        super().__init__(str(plane.component_kubeconfig("informer")), DEVELOPMENT)
         self.plane = plane
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="ds-host")
-        self._thread.start()
-        self.server = InformerServer(
-            InformerOptions(
-                security=DEVELOPMENT,
-                listen="127.0.0.1:0",
-                kubeconfig=str(plane.component_kubeconfig("informer")),
-            )
-        )
         self._task: asyncio.Task[None] | None = None
         self._channel: grpc.aio.Channel | None = None
         self._api: KubeClient | None = None
-        try:
-            self.address = f"127.0.0.1:{self.call(self.server.start())}"
-        except BaseException:
-            self._close_loop()
-            raise
 
     def call(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60.0)
+        return self._call(coro)
 
     def start(self, namespace: str) -> None:
         """Start the controller for ``namespace`` (one at a time)."""
@@ -131,19 +116,11 @@ class Host:
                 self._api.close()
                 self._api = None
 
-    def _close_loop(self) -> None:
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self.loop.shutdown_asyncgens(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=30)
-        self.loop.close()
-
     def close(self) -> None:
         try:
             self.stop_controller()
-            self.call(self.server.stop(grace=1.0))
         finally:
-            self._close_loop()
+            self.stop()
 
 
 @pytest.fixture(scope="package")

@@ -628,9 +628,8 @@ def test_status_updated_despite_pod_creation_failure(
             side.add_node(f"node-{i}")
         pods_marked_ready(side, 2)
         ready_status(side, "foo", 2)
-        st = side.ds("foo")["status"]
-        assert st["desiredNumberScheduled"] == 5, st
-        assert st["currentNumberScheduled"] == 2, st
+        status_equals(side, "foo", "desiredNumberScheduled", 5)
+        status_equals(side, "foo", "currentNumberScheduled", 2)
 
     # Which two nodes get the pods the quota allows depends on the order creations are
     # tried in, which upstream takes from a Go map.
