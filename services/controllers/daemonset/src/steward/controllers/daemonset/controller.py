@@ -70,7 +70,7 @@ from steward.controllers.daemonset.sync import (
     rolling_update,
     status_current,
 )
-from steward.kube import NAMESPACE_TERMINATING
+from steward.kube import NAMESPACE_TERMINATING, error_message
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +104,6 @@ def _not_created(change: steward.Change) -> bool:
 
 def _is_ds_ref(ref: Any) -> bool:
     return bool(ref.kind == "DaemonSet" and ref.api_version.startswith("apps/"))
-
-
-def _message(err: ApiError) -> str:
-    return err.message if isinstance(err, ApiStatusError) else str(err)
 
 
 class Collision(ApiError):
@@ -375,7 +371,9 @@ class DaemonSetReconciler:
                 # The namespace is going away: every creation would fail (as upstream).
                 self.expectations.creation_observed(key)
                 return
-            self.events.event(ds, "Warning", "FailedCreate", f"Error creating: {_message(err)}")
+            self.events.event(
+                ds, "Warning", "FailedCreate", f"Error creating: {error_message(err)}"
+            )
             raise
         name = (pod.get("metadata") or {}).get("name", "")
         self.events.event(ds, "Normal", "SuccessfulCreate", f"Created pod: {name}")
@@ -395,7 +393,9 @@ class DaemonSetReconciler:
             # Another pod under the same name: this one is gone already.
             raise NotFoundError(err.status, err.message) from err
         except ApiError as err:
-            self.events.event(ds, "Warning", "FailedDelete", f"Error deleting: {_message(err)}")
+            self.events.event(
+                ds, "Warning", "FailedDelete", f"Error deleting: {error_message(err)}"
+            )
             raise
         self.events.event(ds, "Normal", "SuccessfulDelete", f"Deleted pod: {meta['name']}")
 
