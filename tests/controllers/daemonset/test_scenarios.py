@@ -148,12 +148,16 @@ def pods_active(side: Side, number: int) -> None:
 
 
 def status_equals(side: Side, name: str, field: str, number: int) -> None:
-    """``validateDaemonSetStatus`` (numberReady) and ``validateUpdatedNumberScheduled``."""
-    wait_for(
-        side,
-        lambda: (side.ds(name).get("status") or {}).get(field, 0) == number,
-        f"status.{field} == {number}",
-    )
+    """``validateDaemonSetStatus`` (numberReady) and ``validateUpdatedNumberScheduled``.
+    As in :func:`ready_status`, pods bound meanwhile are marked ready: a rolling update
+    with surge may have started its next pod after the last count of ready pods held,
+    and only a kubelet's part played throughout lets it finish."""
+
+    def check() -> bool:
+        mark_bound_ready(side)
+        return bool((side.ds(name).get("status") or {}).get(field, 0) == number)
+
+    wait_for(side, check, f"status.{field} == {number}")
 
 
 def tolerations_with_prefix(side: Side, expected: list[dict[str, Any]], prefix: str) -> None:
