@@ -1,0 +1,1 @@
+"""Steward's HorizontalPodAutoscaler controller (autoscaling/v2)."""
