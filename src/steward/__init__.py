@@ -65,7 +65,12 @@ from steward.runtime.ownership import (
     orphan_index,
 )
 from steward.runtime.reconcile import Reconciler, Request, Result, TerminalError
-from steward.runtime.selectors import selector_matches
+from steward.runtime.selectors import (
+    SelectorSyntaxError,
+    format_selector,
+    parse_selector,
+    selector_matches,
+)
 from steward.runtime.source import (
     generation_changed,
     labels_changed,
@@ -98,6 +103,7 @@ __all__ = [
     "Reconciler",
     "Request",
     "Result",
+    "SelectorSyntaxError",
     "StaleRead",
     "TerminalError",
     "TraceContext",
@@ -107,12 +113,14 @@ __all__ = [
     "copy_json",
     "create_child",
     "endpoints",
+    "format_selector",
     "format_time",
     "generation_changed",
     "index_by_controller",
     "is_controlled_by",
     "labels_changed",
     "orphan_index",
+    "parse_selector",
     "parse_time",
     "pods",
     "resource_type",

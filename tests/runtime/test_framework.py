@@ -52,6 +52,28 @@ def test_an_unknown_operator_matches_nothing() -> None:
     assert not steward.selector_matches(selector, {"app": "web"})
 
 
+def test_selector_text_parses_as_kubernetes_reads_it() -> None:
+    parsed = steward.parse_selector("app==web, tier in (front,back),!canary,zone,env!=prod")
+    labels = {"app": "web", "tier": "back", "zone": "a"}
+    assert steward.selector_matches(parsed, labels)
+    assert not steward.selector_matches(parsed, {**labels, "canary": "yes"})
+    assert not steward.selector_matches(parsed, {**labels, "env": "prod"})
+    assert not steward.selector_matches(parsed, {"app": "web", "tier": "back"})
+    assert steward.parse_selector("") == {}
+    assert steward.format_selector(parsed) == (
+        "app in (web),!canary,env notin (prod),tier in (back,front),zone"
+    )
+    text = steward.format_selector(parsed)
+    assert steward.format_selector(steward.parse_selector(text)) == text
+    assert steward.format_selector({"matchLabels": {"b": "2", "a": "1"}}) == "a=1,b=2"
+
+
+@pytest.mark.parametrize("text", ["a=(b", "a in ()", "=b", "a b", "a=b,", "a)"])
+def test_malformed_selector_text_is_refused(text: str) -> None:
+    with pytest.raises(steward.SelectorSyntaxError):
+        steward.parse_selector(text)
+
+
 # Times ------------------------------------------------------------------------------------
 def test_times_round_trip_as_the_api_server_writes_them() -> None:
     when = datetime(2026, 12, 1, 20, 54, 25, tzinfo=UTC)

@@ -259,7 +259,7 @@ class _FunctionReconciler:
 @dataclass(frozen=True)
 class _SourceSpec(Generic[R]):
     rtype: pb.ResourceType
-    kind: str  # "object", "owner", "mapped" or "changed"
+    kind: str  # "object", "owner", "mapped", "changed" or "read"
     predicates: tuple[Predicate, ...]
     mapper: Mapper[R] | None = None
     change_mapper: ChangeMapper[R] | None = None
@@ -359,6 +359,8 @@ class Controller(Generic[R]):
         self._routes: dict[TypeKey, list[Source]] = {}
         for spec in definition.sources:
             source: Source
+            if spec.kind == "read":
+                continue
             if spec.kind == "object":
                 source = EnqueueObject(spec.predicates)
             elif spec.kind == "owner":
@@ -640,6 +642,13 @@ class ControllerBuilder(Generic[R]):
         which keys it concerns, seeing the old and the new object at once (for keys that
         depend on what changed). A mapper that raises is logged and queues nothing."""
         self._sources.append(_SourceSpec(rtype, "changed", predicates, change_mapper=mapper))
+        return self
+
+    def reads(self, rtype: pb.ResourceType) -> ControllerBuilder[R]:
+        """A type the reconciler reads from the mirror but whose changes queue nothing
+        (upstream's listers without event handlers: the HPA controller's pods, read at
+        each periodic sync)."""
+        self._sources.append(_SourceSpec(rtype, "read", ()))
         return self
 
     def observe(self, observer: Observer[R]) -> ControllerBuilder[R]:
