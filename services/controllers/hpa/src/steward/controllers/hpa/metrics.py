@@ -1,0 +1,276 @@
+"""What the HPA controller reads besides the mirror: the target's ``/scale`` subresource
+and the three metrics APIs, as upstream's scale client and REST metrics client read them.
+
+# Kinds to resources
+A scale target or a described object names an ``apiVersion`` and a ``kind``; the resource
+is found through the API server's discovery (``/api/v1``, ``/apis/<group>/<version>``),
+kept per group version and read again once when a kind is not in it (a custom resource
+defined since). For the scale target every served version of the group is tried, the
+preferred one first, as upstream's REST mapper offers them; the first that answers wins.
+
+# Metrics
+- **Resource** (``metrics.k8s.io/v1beta1``): the PodMetrics of the selected pods; a pod's
+  value is the sum over its containers, and a pod with a container that lacks the
+  resource has none. For a container metric, the named container's value; a pod whose
+  metrics do not list that container is an error, as upstream.
+- **Pods** (``custom.metrics.k8s.io/v1beta2``, ``pods/*/<metric>``): one value per pod.
+- **Object**: the described object's value.
+- **External** (``external.metrics.k8s.io/v1beta1``): the values of the series the
+  selector picks.
+Every value is in milli-units (:func:`~.replicas.parse_quantity_milli`). No items at all is
+an error naming the API, as upstream's texts; so is an API that is not served.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import steward
+from steward import ApiError, KubeClient, NotFoundError
+from steward.controllers.hpa.replicas import PodMetric, PodMetrics, parse_quantity_milli
+
+RESOURCE_METRICS = "/apis/metrics.k8s.io/v1beta1"
+CUSTOM_METRICS = "/apis/custom.metrics.k8s.io/v1beta2"
+EXTERNAL_METRICS = "/apis/external.metrics.k8s.io/v1beta1"
+DEFAULT_WINDOW = timedelta(minutes=1)
+"""A custom metric's window when the adapter gives none (upstream's)."""
+
+
+class MetricsError(Exception):
+    """A metric that could not be read; the text says why, as upstream's."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a kind's objects are served: group, version and plural resource."""
+
+    group: str
+    version: str
+    resource: str
+
+    def path(self, namespace: str, name: str, sub: str = "") -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        tail = f"/{sub}" if sub else ""
+        if namespace:
+            return f"{base}/namespaces/{namespace}/{self.resource}/{name}{tail}"
+        return f"{base}/{self.resource}/{name}{tail}"
+
+
+def split_api_version(api_version: str) -> tuple[str, str]:
+    """(group, version) of ``apiVersion``; ValueError when it is malformed."""
+    parts = api_version.split("/")
+    if len(parts) == 1 and parts[0]:
+        return "", parts[0]
+    if len(parts) == 2 and all(parts):
+        return parts[0], parts[1]
+    raise ValueError(f"unexpected GroupVersion string: {api_version}")
+
+
+def _query(**params: str) -> str:
+    kept = {k: v for k, v in params.items() if v}
+    return f"?{urllib.parse.urlencode(kept)}" if kept else ""
+
+
+def _time(text: Any) -> datetime:
+    parsed = steward.parse_time(text) if text else None
+    return parsed if parsed is not None else steward.utc_now()
+
+
+class Discovery:
+    """Kinds to resources, from the API server's discovery documents (see the module)."""
+
+    def __init__(self, api: KubeClient) -> None:
+        self.api = api
+        self._lists: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._versions: dict[str, list[str]] = {}
+
+    async def _resources(self, group: str, version: str, fresh: bool) -> list[dict[str, Any]]:
+        key = (group, version)
+        if fresh or key not in self._lists:
+            path = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+            try:
+                found = await self.api.arequest("GET", path)
+            except NotFoundError:
+                found = {}
+            self._lists[key] = list(found.get("resources") or ())
+        return self._lists[key]
+
+    async def _group_versions(self, group: str, fresh: bool) -> list[str]:
+        if not group:
+            return ["v1"]
+        if fresh or group not in self._versions:
+            try:
+                found = await self.api.arequest("GET", f"/apis/{group}")
+            except NotFoundError:
+                found = {}
+            preferred = (found.get("preferredVersion") or {}).get("version")
+            versions = [v.get("version") for v in found.get("versions") or () if v.get("version")]
+            ordered = [preferred] if preferred else []
+            self._versions[group] = ordered + [v for v in versions if v != preferred]
+        return self._versions[group]
+
+    async def find(self, group: str, version: str, kind: str) -> Target | None:
+        """The resource of ``kind`` in ``group/version`` (None when it is not served)."""
+        for fresh in (False, True):
+            for res in await self._resources(group, version, fresh):
+                if res.get("kind") == kind and "/" not in str(res.get("name", "")):
+                    return Target(group, version, str(res["name"]))
+        return None
+
+    async def targets(self, group: str, kind: str) -> list[Target]:
+        """The resource of ``kind`` in every served version of ``group``, preferred first
+        (upstream's REST mappings of a group and kind)."""
+        for fresh in (False, True):
+            found = []
+            for version in await self._group_versions(group, fresh):
+                target = await self.find(group, version, kind)
+                if target is not None:
+                    found.append(target)
+            if found:
+                return found
+        return []
+
+
+class MetricsClient:
+    """Upstream's REST metrics client over the three aggregated APIs (see the module)."""
+
+    def __init__(self, api: KubeClient, discovery: Discovery) -> None:
+        self.api = api
+        self.discovery = discovery
+
+    async def _get(self, path: str, what: str) -> dict[str, Any]:
+        try:
+            return await self.api.arequest("GET", path)
+        except ApiError as err:
+            raise MetricsError(f"unable to fetch metrics from {what} API: {err}") from err
+
+    async def resource(
+        self, resource: str, namespace: str, selector: str, container: str
+    ) -> tuple[PodMetrics, datetime]:
+        """Per pod, the usage of ``resource`` (the pod's sum, or ``container``'s)."""
+        found = await self._get(
+            f"{RESOURCE_METRICS}/namespaces/{namespace}/pods{_query(labelSelector=selector)}",
+            "resource metrics",
+        )
+        items = list(found.get("items") or ())
+        if not items:
+            raise MetricsError("no metrics returned from resource metrics API")
+        metrics: PodMetrics = {}
+        for item in items:
+            meta = item.get("metadata") or {}
+            name = str(meta.get("name", ""))
+            window = _window(item.get("window"))
+            stamp = _time(item.get("timestamp"))
+            containers = list(item.get("containers") or ())
+            if container:
+                entry = next((c for c in containers if c.get("name") == container), None)
+                if entry is None:
+                    raise MetricsError(
+                        f"failed to get container metrics: container {container} not present "
+                        f"in metrics for pod {meta.get('namespace', namespace)}/{name}"
+                    )
+                usage = (entry.get("usage") or {}).get(resource)
+                if usage is not None:
+                    metrics[name] = PodMetric(stamp, window, parse_quantity_milli(usage))
+                continue
+            total, missing = 0, not containers
+            for entry in containers:
+                usage = (entry.get("usage") or {}).get(resource)
+                if usage is None:
+                    missing = True
+                    break
+                total += parse_quantity_milli(usage)
+            if not missing:
+                metrics[name] = PodMetric(stamp, window, total)
+        return metrics, _time(items[0].get("timestamp"))
+
+    async def pods_metric(
+        self, metric: str, namespace: str, selector: str, metric_selector: str
+    ) -> tuple[PodMetrics, datetime]:
+        """Per pod, the custom metric ``metric`` of the selected pods."""
+        path = (
+            f"{CUSTOM_METRICS}/namespaces/{namespace}/pods/*/{urllib.parse.quote(metric)}"
+            f"{_query(labelSelector=selector, metricLabelSelector=metric_selector)}"
+        )
+        found = await self._get(path, "custom metrics")
+        items = list(found.get("items") or ())
+        if not items:
+            raise MetricsError("no metrics returned from custom metrics API")
+        metrics: PodMetrics = {}
+        for item in items:
+            name = str((item.get("describedObject") or {}).get("name", ""))
+            window = (
+                timedelta(seconds=int(item["windowSeconds"]))
+                if item.get("windowSeconds")
+                else DEFAULT_WINDOW
+            )
+            metrics[name] = PodMetric(
+                _time(item.get("timestamp")), window, parse_quantity_milli(item.get("value", 0))
+            )
+        return metrics, _time(items[0].get("timestamp"))
+
+    async def object_metric(
+        self, metric: str, namespace: str, described: dict[str, Any], metric_selector: str
+    ) -> tuple[int, datetime]:
+        """The custom metric ``metric`` of the described object."""
+        kind, name = str(described.get("kind", "")), str(described.get("name", ""))
+        try:
+            group, version = split_api_version(str(described.get("apiVersion", "")))
+        except ValueError as err:
+            raise MetricsError(str(err)) from err
+        target = await self.discovery.find(group, version, kind)
+        if target is None:
+            raise MetricsError(
+                f"unable to map kind {kind}.{group or 'core'} to a resource: no matches for kind"
+            )
+        scope = "" if kind == "Namespace" else f"/namespaces/{namespace}"
+        gr = target.resource if not group else f"{target.resource}.{group}"
+        path = (
+            f"{CUSTOM_METRICS}{scope}/{gr}/{name}/{urllib.parse.quote(metric)}"
+            f"{_query(metricLabelSelector=metric_selector)}"
+        )
+        found = await self._get(path, "custom metrics")
+        items = list(found.get("items") or ())
+        if not items:
+            raise MetricsError("no metrics returned from custom metrics API")
+        return parse_quantity_milli(items[0].get("value", 0)), _time(items[0].get("timestamp"))
+
+    async def external_metric(
+        self, metric: str, namespace: str, metric_selector: str
+    ) -> tuple[list[int], datetime]:
+        """The values of the external metric's series that the selector picks."""
+        path = (
+            f"{EXTERNAL_METRICS}/namespaces/{namespace}/{urllib.parse.quote(metric)}"
+            f"{_query(labelSelector=metric_selector)}"
+        )
+        found = await self._get(path, "external metrics")
+        items = list(found.get("items") or ())
+        if not items:
+            raise MetricsError("no metrics returned from external metrics API")
+        values = [parse_quantity_milli(item.get("value", 0)) for item in items]
+        return values, _time(items[0].get("timestamp"))
+
+
+def _window(text: Any) -> timedelta:
+    """A Go duration as metrics-server writes it (``"10.5s"``, ``"1m0s"``)."""
+    if not text:
+        return DEFAULT_WINDOW
+    total, number = 0.0, ""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+    rest = str(text)
+    while rest:
+        i = 0
+        while i < len(rest) and (rest[i].isdigit() or rest[i] == "."):
+            i += 1
+        number, rest = rest[:i], rest[i:]
+        j = 0
+        while j < len(rest) and not (rest[j].isdigit() or rest[j] == "."):
+            j += 1
+        unit, rest = rest[:j], rest[j:]
+        if not number or unit not in units:
+            return DEFAULT_WINDOW
+        total += float(number) * units[unit]
+    return timedelta(seconds=total)
