@@ -43,7 +43,7 @@ build: venv ## build the pinned Go binaries that are not cached yet
 # PODS=1: Steward as pods on one real node (containerd, runc, kubelet; needs root) instead
 # of local processes; its images are built without a daemon and imported into the node.
 up: build $(if $(PODS),node-packages) ## start the local control plane with Steward (PODS=1: as pods on a real node)
-	$(STEWARD) cluster up $(if $(PODS),--real-nodes 1 --steward-pods,--steward) $(UP_FLAGS)
+	$(STEWARD) cluster up $(if $(PODS),--real-nodes 1 --steward-pods,--steward --metrics) $(UP_FLAGS)
 
 .PHONY: down
 down: venv ## stop the local control plane and remove its state

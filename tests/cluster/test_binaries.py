@@ -19,6 +19,7 @@ from steward.cluster.binaries import (
     DEFAULT_TOOLS,
     E2E_TOOLS,
     KUBE_VERSION,
+    METRICS_SERVER_VERSION,
     NODE_TOOLS,
     PAUSE_VERSION,
     TOOLS,
@@ -39,6 +40,13 @@ def test_node_tools_are_pinned_tools() -> None:
     assert TOOLS["kubelet"].ldflags == TOOLS["kube-apiserver"].ldflags
     assert TOOLS["coredns"].version().startswith("v1.")
     assert TOOLS["pause"].version() == PAUSE_VERSION
+
+
+def test_metrics_server_is_pinned_and_built_by_default() -> None:
+    tool = TOOLS["metrics-server"]
+    assert tool.version() == METRICS_SERVER_VERSION
+    assert f"-X k8s.io/client-go/pkg/version.gitVersion={METRICS_SERVER_VERSION}" in tool.ldflags
+    assert "metrics-server" in DEFAULT_TOOLS
 
 
 def test_pause_cache_follows_its_source() -> None:

@@ -61,8 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="build the pinned Go binaries of the local control plane (cached)",
         description=(
             "Build kube-apiserver, kube-controller-manager, kube-scheduler (v1.37.2), etcd, "
-            "kwok and Jaeger, and the real nodes' kubelet, kube-proxy, CoreDNS and pause, "
-            "from the Go modules under deploy/tools/ into the per-version cache. Kubernetes' "
+            "kwok, metrics-server and Jaeger, and the real nodes' kubelet, kube-proxy, "
+            "CoreDNS and pause, from the Go modules under deploy/tools/ into the per-version "
+            "cache. Kubernetes' "
             "e2e suite (e2e.test, ginkgo, agnhost) is built only when named (make e2e does). "
             "Binaries already cached are not rebuilt. Shows progress and duration."
         ),
@@ -123,6 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=(
             "kube-controller-manager --controllers, e.g. '*,-job' to leave the Job "
             "controller to Steward (default: %(default)s)"
+        ),
+    )
+    up.add_argument(
+        "--metrics",
+        action="store_true",
+        help=(
+            "also run the resource metrics pipeline: kwok simulates pod and node usage, "
+            "metrics-server serves it as metrics.k8s.io through the aggregation layer "
+            "(make up does)"
         ),
     )
     up.add_argument(
@@ -339,6 +349,7 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
             apiserver_port=args.apiserver_port,
             start_timeout=args.timeout,
             steward=args.steward,
+            metrics=args.metrics,
         )
         cluster = LocalCluster.up(config)
         kubectl = Path(sys.executable).parent / "kubectl"

@@ -1,7 +1,7 @@
 """Pinned Go binaries of the local control plane: where they come from, how they are built.
 
 :data:`TOOLS` holds every binary: the control plane's (etcd, kube-apiserver,
-kube-controller-manager, kube-scheduler, kwok, Jaeger) and the real nodes'
+kube-controller-manager, kube-scheduler, kwok, metrics-server, Jaeger) and the real nodes'
 (:data:`NODE_TOOLS`: kubelet, kube-proxy, CoreDNS and Steward's own pause program),
 and those of Kubernetes' own end-to-end suite (:data:`E2E_TOOLS`: ``e2e.test``,
 ``ginkgo`` and ``agnhost``), which ``steward build`` leaves out unless named.
@@ -50,6 +50,11 @@ and kube-proxy."""
 
 PAUSE_VERSION = "v0.1.0"
 """Version of Steward's own pause program (``deploy/tools/pause/main.go``)."""
+
+
+METRICS_SERVER_VERSION = "v0.8.0"
+"""Release of metrics-server (``deploy/tools/metrics-server/go.mod`` pins the same), stamped
+into the binary's version."""
 
 
 def repo_root() -> Path:
@@ -234,6 +239,14 @@ TOOLS: dict[str, Tool] = {
             "sigs.k8s.io/kwok/cmd/kwok",
             "sigs.k8s.io/kwok",
             ("-X sigs.k8s.io/kwok/pkg/consts.Version=v0.8.0",),
+        ),
+        Tool(
+            "metrics-server",
+            "metrics-server",
+            "sigs.k8s.io/metrics-server/cmd/metrics-server",
+            "sigs.k8s.io/metrics-server",
+            # As upstream's Makefile links it (its version is client-go's).
+            ("-w", f"-X k8s.io/client-go/pkg/version.gitVersion={METRICS_SERVER_VERSION}"),
         ),
         Tool(
             "jaeger",

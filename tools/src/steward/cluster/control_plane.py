@@ -84,6 +84,24 @@ ClusterRole ``system:kubelet-api-admin``."""
 COREDNS_USER = "steward:coredns"
 """CoreDNS's identity; a ClusterRole of the same name lets it read what it answers from."""
 
+METRICS_SERVER_USER = "steward:metrics-server"
+"""metrics-server's identity: the upstream ``system:metrics-server`` ClusterRole, token and
+access reviews (``system:auth-delegator``) and the front proxy's client CA
+(``extension-apiserver-authentication-reader`` in kube-system)."""
+
+FRONT_PROXY_USER = "front-proxy-client"
+"""kube-apiserver's client certificate towards aggregated API servers (the front proxy),
+issued by a CA of its own: an aggregated server believes the ``X-Remote-User`` headers of
+a caller only when it presents a certificate of that CA with this name."""
+
+RESOURCE_METRICS_PATH = "metrics.k8s.io/resource-metrics-path"
+"""Node annotation that tells metrics-server where the node's kubelet serves its resource
+metrics; kwok serves every simulated node's at ``/metrics/nodes/<node>/metrics/resource``."""
+
+METRIC_RESOLUTION = "10s"
+"""metrics-server's ``--metric-resolution``: how often it scrapes every node, the shortest
+v0.8.0 allows. A new usage shows in the metrics API after one or two scrapes."""
+
 NODE_LEASE_SECONDS = 40
 """Duration of the simulated nodes' Leases in kube-node-lease (kubelet's default); kwok
 renews them well within it."""
@@ -97,6 +115,10 @@ COMPONENTS = (
     "kwok",
 )
 """Every component, in start order (stopped in reverse); Steward's own services follow."""
+
+METRICS_COMPONENTS = ("metrics-server",)
+"""The metrics pipeline's components (:attr:`ClusterConfig.metrics`), started once the
+simulated nodes are Ready."""
 
 STEWARD_CONTROLLERS = controller_names()
 """Steward's controllers that ``make up`` runs, each in place of upstream's controller of
@@ -150,6 +172,7 @@ _PORTS = (
     "kube_proxy_metrics",
     "coredns_health",
     "coredns_ready",
+    "metrics_server",
 )
 
 
@@ -217,6 +240,13 @@ class ClusterConfig:
     node_images: tuple[Path, ...] = ()
     """OCI image archives imported into every real node's containerd before its kubelet
     starts (the pause image is always imported)."""
+    metrics: bool = False
+    """Run the resource metrics pipeline, as ``make up`` does: kwok simulates each pod's
+    and node's usage (``deploy/kwok/metrics.yaml``; tests set it with
+    :mod:`steward.cluster.usage`) and serves it as each node's kubelet would, and
+    metrics-server scrapes it every :data:`METRIC_RESOLUTION` and serves
+    ``metrics.k8s.io/v1beta1`` through kube-apiserver's aggregation layer. Defaults to
+    False (other tests' clusters stay lean)."""
     audit_log: bool = False
     """Have kube-apiserver write an audit log (``<state dir>/audit.log``, JSON lines, at
     level Metadata) of the requests of the controllers' identities: upstream's
@@ -523,7 +553,11 @@ class LocalCluster:
             host = packages.host_ip()
         if config.steward_pods and not config.real_nodes:
             raise ClusterError("Steward's pods need a real node: give real_nodes (--real-nodes)")
-        wanted = COMPONENTS + (binaries.NODE_TOOLS if config.real_nodes else ())
+        wanted = (
+            COMPONENTS
+            + (binaries.NODE_TOOLS if config.real_nodes else ())
+            + (METRICS_COMPONENTS if config.metrics else ())
+        )
         paths = binaries.resolve(wanted, out=out)
         if config.steward_pods:
             from steward import images
@@ -610,6 +644,7 @@ class LocalCluster:
         # kube-apiserver's identity towards the kubelets (logs, exec, port-forward).
         kubelet_client = ca.issue("apiserver-kubelet-client", KUBELET_CLIENT_USER, client=True)
         sa = pki.service_account_keys(d / "pki")
+        front_proxy_ca, front_proxy = pki.front_proxy(d / "pki" / "front-proxy", FRONT_PROXY_USER)
         admin = ca.issue("admin", "steward-admin", orgs=("system:masters",), client=True)
         kcm = ca.issue("kube-controller-manager", "system:kube-controller-manager", client=True)
         kcm_serving = ca.issue(
@@ -745,6 +780,15 @@ class LocalCluster:
                 f"--service-account-key-file={sa.cert}",
                 f"--service-account-signing-key-file={sa.key}",
                 f"--tracing-config-file={tracing}",
+                # The aggregation layer: kube-apiserver proxies an APIService's group to
+                # its server as the front proxy, naming the caller in these headers.
+                f"--requestheader-client-ca-file={front_proxy_ca.pair.cert}",
+                f"--requestheader-allowed-names={FRONT_PROXY_USER}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={front_proxy.cert}",
+                f"--proxy-client-key-file={front_proxy.key}",
                 *(self._audit_args() if config.audit_log else ()),
                 "--profiling=false",
                 "--v=1",
@@ -846,6 +890,7 @@ class LocalCluster:
                 str(paths["kwok"]),
                 f"--kubeconfig={kubeconfigs['kwok']}",
                 f"--config={stages}",
+                *([f"--config={stages.with_name('metrics.yaml')}"] if config.metrics else []),
                 # Only its own nodes: a real node's kubelet reports for itself.
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
@@ -869,6 +914,8 @@ class LocalCluster:
         self._create_nodes(config.nodes, out, timeout)
         if st.real_nodes:
             self._start_real_nodes(config, paths, ca, out, timeout)
+        if config.metrics:
+            self._start_metrics(config, paths, ca, out, timeout)
         if config.steward_pods:
             pods.deploy_pods(
                 self,
@@ -990,6 +1037,189 @@ class LocalCluster:
         self._wait(
             "coredns", f"http://127.0.0.1:{p['coredns_ready']}/ready", None, _any, timeout, out
         )
+
+    # Metrics -------------------------------------------------------------------------
+    def _start_metrics(
+        self,
+        config: ClusterConfig,
+        paths: dict[str, Path],
+        ca: pki.CertificateAuthority,
+        out: Progress,
+        timeout: float,
+    ) -> None:
+        """metrics-server as its own identity (:data:`METRICS_SERVER_USER`), scraping
+        kwok's simulated kubelets (whose serving certificate the cluster CA signed),
+        registered as the APIService ``v1beta1.metrics.k8s.io`` and waited on until the
+        API answers through kube-apiserver."""
+        st = self.state
+        d = st.directory
+        port = st.ports["metrics_server"]
+        identity = ca.issue("metrics-server", METRICS_SERVER_USER, client=True)
+        kubeconfig = self._write_kubeconfig(
+            d / "metrics-server.kubeconfig", ca.pair.cert, identity, METRICS_SERVER_USER
+        )
+        serving = ca.issue(
+            "metrics-server-serving",
+            "metrics-server",
+            dns=("localhost", *_service_names("metrics-server")),
+            ips=(LOOPBACK,),
+            server=True,
+        )
+        self._bind_metrics_server()
+        self._launch(
+            "metrics-server",
+            [
+                str(paths["metrics-server"]),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={port}",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                # kwok serves every simulated kubelet on its own port at the node's
+                # InternalIP (loopback), with a serving certificate of the cluster CA.
+                "--kubelet-preferred-address-types=InternalIP",
+                "--kubelet-use-node-status-port",
+                f"--kubelet-certificate-authority={ca.pair.cert}",
+                f"--metric-resolution={METRIC_RESOLUTION}",
+                # Must stay under 90% of the resolution.
+                "--kubelet-request-timeout=5s",
+                "--v=1",
+            ],
+            config,
+        )
+        self._register_api_service("metrics-server", port, "metrics.k8s.io", "v1beta1")
+        self._wait_api("metrics-server", "/apis/metrics.k8s.io/v1beta1/nodes", timeout, out)
+
+    def _bind_metrics_server(self) -> None:
+        """metrics-server's RBAC, as upstream's manifests give it (to its user here, not a
+        service account): ``system:metrics-server`` (nodes, pods, nodes/metrics),
+        ``system:auth-delegator``, ``extension-apiserver-authentication-reader`` in
+        kube-system, and ``system:aggregated-metrics-reader``, which the bootstrap view,
+        edit and admin roles take in."""
+        api = "/apis/rbac.authorization.k8s.io/v1"
+        roles: list[dict[str, Any]] = [
+            {
+                "metadata": {"name": "system:metrics-server"},
+                "rules": [
+                    {"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]},
+                    {
+                        "apiGroups": [""],
+                        "resources": ["pods", "nodes"],
+                        "verbs": ["get", "list", "watch"],
+                    },
+                ],
+            },
+            {
+                "metadata": {
+                    "name": "system:aggregated-metrics-reader",
+                    "labels": {
+                        f"rbac.authorization.k8s.io/aggregate-to-{role}": "true"
+                        for role in ("view", "edit", "admin")
+                    },
+                },
+                "rules": [
+                    {
+                        "apiGroups": ["metrics.k8s.io"],
+                        "resources": ["pods", "nodes"],
+                        "verbs": ["get", "list", "watch"],
+                    }
+                ],
+            },
+        ]
+        for role in roles:
+            doc = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", **role}
+            self.api("POST", f"{api}/clusterroles", doc, ok=(201, 409))
+        user = METRICS_SERVER_USER
+        self._bind_user(name="system:metrics-server", role="system:metrics-server", user=user)
+        self._bind_user(name=f"{user}:auth-delegator", role="system:auth-delegator", user=user)
+        self.api(
+            "POST",
+            f"{api}/namespaces/kube-system/rolebindings",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": f"{user}:auth-reader", "namespace": "kube-system"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": "extension-apiserver-authentication-reader",
+                },
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+                ],
+            },
+            ok=(201, 409),
+        )
+
+    def _register_api_service(self, service: str, port: int, group: str, version: str) -> None:
+        """APIService ``<version>.<group>`` served by the process listening on loopback
+        ``port``, behind a Service ``<service>`` in kube-system of type ExternalName.
+
+        kube-apiserver reaches an APIService's server through its Service: a ClusterIP
+        Service would need endpoints, and endpoints may not hold a loopback address; an
+        ExternalName Service is dialled at its name and the APIService's port as they
+        are. The server's certificate must name ``<service>.kube-system.svc`` (the name
+        the aggregator verifies) and be signed by the cluster CA (the ``caBundle``)."""
+        self.api(
+            "POST",
+            "/api/v1/namespaces/kube-system/services",
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": service, "namespace": "kube-system"},
+                "spec": {
+                    "type": "ExternalName",
+                    "externalName": LOOPBACK,
+                    "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+                },
+            },
+            ok=(201, 409),
+        )
+        ca_bundle = base64.b64encode(self.state.pki_file("ca.crt").read_bytes()).decode()
+        self.api(
+            "POST",
+            "/apis/apiregistration.k8s.io/v1/apiservices",
+            {
+                "apiVersion": "apiregistration.k8s.io/v1",
+                "kind": "APIService",
+                "metadata": {"name": f"{version}.{group}"},
+                "spec": {
+                    "group": group,
+                    "version": version,
+                    "service": {"name": service, "namespace": "kube-system", "port": port},
+                    "caBundle": ca_bundle,
+                    "groupPriorityMinimum": 100,
+                    "versionPriority": 100,
+                },
+            },
+            ok=(201, 409),
+        )
+
+    def _wait_api(self, name: str, path: str, timeout: float, out: Progress) -> None:
+        """Wait until kube-apiserver answers ``path`` (an aggregated API served by
+        component ``name``) with 200."""
+        record = next(p for p in self.state.processes if p.name == name)
+        started = time.monotonic()
+        out.say(f"waiting for {name} ({path} through kube-apiserver)")
+        last = ""
+        while True:
+            if not record.alive():
+                raise self._failure(name, "exited during start-up")
+            try:
+                self.api("GET", path)
+                out.say(f"{name} is serving after {time.monotonic() - started:.1f}s")
+                return
+            except (ClusterError, OSError) as err:
+                last = str(err)
+            waited = time.monotonic() - started
+            if waited > timeout:
+                raise self._failure(
+                    name, f"was not served at {path} after {timeout:.0f}s ({last[:300]})"
+                )
+            out.tick(f"still waiting for {name}: {waited:.0f}s")
+            time.sleep(0.5)
 
     def _restart_kcm(self, controllers: str, config: ClusterConfig, out: Progress) -> None:
         """Restart kube-controller-manager with ``--controllers=<controllers>``."""
@@ -1447,7 +1677,10 @@ class LocalCluster:
                         "kubernetes.io/arch": "amd64",
                         "type": "kwok",
                     },
-                    "annotations": {KWOK_ANNOTATION: "fake"},
+                    "annotations": {
+                        KWOK_ANNOTATION: "fake",
+                        RESOURCE_METRICS_PATH: f"/metrics/nodes/kwok-node-{i}/metrics/resource",
+                    },
                 },
                 "status": {
                     "capacity": {"cpu": "32", "memory": "256Gi", "pods": "250"},
@@ -1544,6 +1777,11 @@ class LocalCluster:
 
     def iter_processes(self) -> Iterator[ProcessRecord]:
         yield from self.state.processes
+
+
+def _service_names(service: str, namespace: str = "kube-system") -> tuple[str, ...]:
+    """The DNS names of a Service, the one kube-apiserver's aggregator verifies first."""
+    return (f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local")
 
 
 def _node_ready(node: dict[str, Any]) -> bool:

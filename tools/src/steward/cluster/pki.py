@@ -167,3 +167,13 @@ def service_account_keys(directory: Path) -> KeyPair:
     )
     _write_key(pair.key, key)
     return pair
+
+
+def front_proxy(directory: Path, client_name: str) -> tuple[CertificateAuthority, KeyPair]:
+    """The aggregation layer's PKI: a CA of its own (``--requestheader-client-ca-file``)
+    and kube-apiserver's client certificate ``client_name`` (``--proxy-client-cert-file``)
+    that it presents to aggregated API servers, which believe its ``X-Remote-*`` headers
+    on that certificate alone. A separate CA, so that no client certificate of the
+    cluster CA can pass for the front proxy."""
+    ca = CertificateAuthority(directory, common_name="steward-front-proxy-ca")
+    return ca, ca.issue("front-proxy-client", client_name, client=True)
