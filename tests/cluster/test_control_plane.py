@@ -33,8 +33,8 @@ pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent
 WITHOUT_STEWARDS = ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
 """kube-controller-manager's ``--controllers`` under ``make up``: every controller but
-those Steward runs itself (``*,-daemonset,-deployment,-endpoint,-endpointslice,-job,
--replicaset``)."""
+those Steward runs itself (``*,-daemonset,-deployment,-endpoint,-endpointslice,
+-horizontalpodautoscaling,-job,-replicaset``)."""
 
 
 def test_apiserver_reports_pinned_version(api_client: client.ApiClient) -> None:

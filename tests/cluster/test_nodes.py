@@ -78,7 +78,8 @@ JOB = RegisteredController(
 
 WITHOUT_STEWARDS = ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
 """kube-controller-manager's ``--controllers`` once Steward has taken over
-(``*,-daemonset,-deployment,-endpoint,-endpointslice,-job,-replicaset``)."""
+(``*,-daemonset,-deployment,-endpoint,-endpointslice,-horizontalpodautoscaling,-job,
+-replicaset``)."""
 
 
 def _rendered() -> list[dict[str, Any]]:
@@ -138,6 +139,7 @@ def test_tls_secrets_serve_the_service_names(tmp_path: Path) -> None:
         *(f"steward-controller-{name}-tls" for name in STEWARD_CONTROLLERS),
     }
     assert "steward-controller-daemonset-tls" in secrets
+    assert "steward-controller-horizontalpodautoscaling-tls" in secrets
     cert = x509.load_pem_x509_certificate(
         (tmp_path / "tls" / "steward-informer-tls" / "tls.crt").read_bytes()
     )
@@ -172,6 +174,7 @@ def test_self_hosted_steward_can_heal_itself() -> None:
         "steward-controller-replicaset": 2,
     }
     assert replicas["steward-controller-daemonset"] == 1
+    assert replicas["steward-controller-horizontalpodautoscaling"] == 1
     manager = _deployment(docs, "steward-manager")["spec"]["template"]["spec"]["containers"][0]
     assert f"--controllers={WITHOUT_STEWARDS}" in manager["args"]
     job_args = _deployment(docs, "steward-controller-job")["spec"]["template"]["spec"][
@@ -196,26 +199,28 @@ def test_endpointslice_controller_replaces_upstreams_slices_only_when_upstreams_
         assert "--standby" in args
 
 
-def test_daemonset_controller_is_handed_over_as_a_standby_without_beside_flags() -> None:
-    """Self-hosted, Steward's DaemonSet controller is among those the manager starts
-    disabled and the hand-over enables (upstream's is off at the end), registers as a
-    standby like the others, and has no flags of running beside upstream's."""
-    (daemons,) = [c for c in steward_controllers() if c.name == "daemonset"]
-    assert daemons.beside_upstream is None
+@pytest.mark.parametrize("name", ["daemonset", "horizontalpodautoscaling"])
+def test_controller_without_beside_flags_is_handed_over_as_a_standby(name: str) -> None:
+    """Self-hosted, Steward's DaemonSet and HorizontalPodAutoscaler controllers are among
+    those the manager starts disabled and the hand-over enables (upstream's are off at the
+    end), register as standbys like the others, and have no flags of running beside
+    upstream's."""
+    (controller,) = [c for c in steward_controllers() if c.name == name]
+    assert controller.beside_upstream is None
     docs = pods.manifests(
         _rendered(),
         otlp_endpoint="http://x:4317",
         kcm_controllers=WITHOUT_STEWARDS,
-        registry=[daemons],
+        registry=[controller],
         bootstrap_disabled=STEWARD_CONTROLLERS,
     )
-    dep = _deployment(docs, "steward-controller-daemonset")
+    dep = _deployment(docs, f"steward-controller-{name}")
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[-1] == "--standby" and args.count("--standby") == 1, args
     assert dep["spec"]["replicas"] == 1
     manager = _deployment(docs, "steward-manager")["spec"]["template"]["spec"]["containers"][0]
     disabled = next(a for a in manager["args"] if a.startswith("--controllers="))
-    assert "-daemonset" in disabled.removeprefix("--controllers=").split(",")
+    assert f"-{name}" in disabled.removeprefix("--controllers=").split(",")
 
 
 def test_every_registry_is_loopbacks_discard_port(tmp_path: Path) -> None:

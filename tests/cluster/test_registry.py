@@ -48,6 +48,11 @@ def test_every_controller_of_the_workspace_is_declared() -> None:
     # DaemonSets have no spec.managedBy either: Steward's runs only where upstream's is off.
     assert declared["daemonset"].beside_upstream is None
     assert declared["daemonset"].alone == ()
+    # Nor do HPAs: kube-controller-manager's alias horizontalpodautoscaling (its
+    # horizontal-pod-autoscaler-controller), in services/controllers/hpa.
+    assert packages["horizontalpodautoscaling"] == "hpa"
+    assert declared["horizontalpodautoscaling"].beside_upstream is None
+    assert declared["horizontalpodautoscaling"].alone == ()
 
 
 def test_the_metadata_alone_names_each_controllers_module_and_distribution() -> None:
@@ -73,6 +78,8 @@ def test_upstreams_controllers_of_those_names_are_switched_off() -> None:
     # Every other one is handed over, the DaemonSet controller too: no DaemonSet takes part
     # in Steward's boot (its services are Deployments).
     assert "-daemonset" in pods.split(",")
+    # So is the HPA controller: Steward's own Deployments have no HPA.
+    assert "-horizontalpodautoscaling" in pods.split(",")
     assert pods == "*," + ",".join(f"-{n}" for n in STEWARD_CONTROLLERS if n != "endpointslice")
 
 

@@ -376,10 +376,13 @@ def test_render_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     help_text = capsys.readouterr().out
     assert "--overlay {local,production}" in help_text and "--with-jaeger" in help_text
     assert (
-        "Job, ReplicaSet, Deployment, Endpoints, EndpointSlice and DaemonSet controllers"
+        "Job, ReplicaSet, Deployment, Endpoints, EndpointSlice, DaemonSet and\n"
+        "HorizontalPodAutoscaler controllers" in help_text
+    )
+    assert (
+        "--controllers=*,-replicaset,-deployment,-endpoint,-daemonset,-horizontalpodautoscaling"
         in help_text
     )
-    assert "--controllers=*,-replicaset,-deployment,-endpoint,-daemonset" in help_text
     with pytest.raises(SystemExit):
         parser.parse_args(["deploy", "render", "--overlay", "staging"])
 

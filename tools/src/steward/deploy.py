@@ -121,26 +121,28 @@ def render(
 _DESCRIPTION = """\
 Print Steward's Kubernetes manifests, rendered with `kubectl kustomize` from deploy/:
 a namespace `steward` enforcing the restricted Pod Security Standard; the informer, the
-manager and the Job, ReplicaSet, Deployment, Endpoints, EndpointSlice and DaemonSet controllers
-as Deployments, each under its own ServiceAccount bound to exactly its role of
-deploy/rbac (the informer: list/watch cluster-wide; the manager: Leases in `steward`
-only; the Job controller: Jobs' status, pods, events; the ReplicaSet controller:
-ReplicaSets' status, pods, events; the Deployment controller: Deployments' status,
-ReplicaSets, events; the Endpoints controller: Endpoints, events; the EndpointSlice
-controller: EndpointSlices, events; the DaemonSet controller: DaemonSets' status, pods,
-ControllerRevisions, events); Services for the informer (50061) and the manager (50062,
-the leader only is ready), both mutual TLS from the Secrets steward-<service>-tls (see
-the README: Deploy as pods); network policies (only controller pods reach the informer
-and the manager; egress to DNS and the API server only); HTTP health probes, requests
-and limits, OTEL_* variables.
+manager and the Job, ReplicaSet, Deployment, Endpoints, EndpointSlice, DaemonSet and
+HorizontalPodAutoscaler controllers as Deployments, each under its own ServiceAccount
+bound to exactly its role of deploy/rbac (the informer: list/watch cluster-wide; the
+manager: Leases in `steward` only; the Job controller: Jobs' status, pods, events; the
+ReplicaSet controller: ReplicaSets' status, pods, events; the Deployment controller:
+Deployments' status, ReplicaSets, events; the Endpoints controller: Endpoints, events;
+the EndpointSlice controller: EndpointSlices, events; the DaemonSet controller:
+DaemonSets' status, pods, ControllerRevisions, events; the HorizontalPodAutoscaler
+controller: HPAs' status, the scale of their targets, the metrics APIs, events);
+Services for the informer (50061) and the manager (50062, the leader only is ready), both
+mutual TLS from the Secrets steward-<service>-tls (see the README: Deploy as pods);
+network policies (only controller pods reach the informer and the manager; egress to DNS
+and the API server only); HTTP health probes, requests and limits, OTEL_* variables.
 
-The ReplicaSet, Deployment, Endpoints and DaemonSet controllers take every ReplicaSet,
-Deployment, Service's Endpoints and DaemonSet (these have no spec.managedBy): apply them
-only where kube-controller-manager runs without its own
-(--controllers=*,-replicaset,-deployment,-endpoint,-daemonset), or delete those four
-Deployments. The EndpointSlice controller writes only slices labelled as its own
-(endpointslice.kubernetes.io/managed-by: endpointslice-controller.steward.io), so it
-runs beside kube-controller-manager's endpointslice-controller.
+The ReplicaSet, Deployment, Endpoints, DaemonSet and HorizontalPodAutoscaler controllers
+take every ReplicaSet, Deployment, Service's Endpoints, DaemonSet and HPA (these have no
+spec.managedBy): apply them only where kube-controller-manager runs without its own
+(--controllers=*,-replicaset,-deployment,-endpoint,-daemonset,-horizontalpodautoscaling),
+or delete those five Deployments. The EndpointSlice controller writes only slices
+labelled as its own (endpointslice.kubernetes.io/managed-by:
+endpointslice-controller.steward.io), so it runs beside kube-controller-manager's
+endpointslice-controller.
 
 overlays:
   local        one replica each, images steward-<service>:dev (deploy/images/build.sh)

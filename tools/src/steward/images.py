@@ -4,19 +4,20 @@
 Steward, with their blobs shared, for a node's containerd to import with
 ``ctr -n k8s.io images import <archive>`` (:func:`import_into_containerd`):
 
-======================================  ===============================================
-image (as containerd lists it)          entry point
-======================================  ===============================================
-docker.io/library/steward-informer:TAG  python -m steward.informer
-docker.io/library/steward-manager:TAG   python -m steward.manager
-…/steward-controller-job:TAG            python -m steward.controllers.job.main
-…/steward-controller-replicaset:TAG     python -m steward.controllers.replicaset.main
-…/steward-controller-deployment:TAG     python -m steward.controllers.deployment.main
-…/steward-controller-endpoint:TAG       python -m steward.controllers.endpoints.main
-…/steward-controller-endpointslice:TAG  python -m steward.controllers.endpointslice.main
-…/steward-controller-daemonset:TAG      python -m steward.controllers.daemonset.main
-registry.k8s.io/pause:3.10.2            /pause (only with ``pause_binary``)
-======================================  ===============================================
+=================================================  ===============================================
+image (as containerd lists it)                     entry point
+=================================================  ===============================================
+docker.io/library/steward-informer:TAG             python -m steward.informer
+docker.io/library/steward-manager:TAG              python -m steward.manager
+…/steward-controller-job:TAG                       python -m steward.controllers.job.main
+…/steward-controller-replicaset:TAG                python -m steward.controllers.replicaset.main
+…/steward-controller-deployment:TAG                python -m steward.controllers.deployment.main
+…/steward-controller-endpoint:TAG                  python -m steward.controllers.endpoints.main
+…/steward-controller-endpointslice:TAG             python -m steward.controllers.endpointslice.main
+…/steward-controller-daemonset:TAG                 python -m steward.controllers.daemonset.main
+…/steward-controller-horizontalpodautoscaling:TAG  python -m steward.controllers.hpa.main
+registry.k8s.io/pause:3.10.2                       /pause (only with ``pause_binary``)
+=================================================  ===============================================
 
 :func:`build_pause_archive` writes an archive of the pause image alone (no root needed).
 
@@ -64,7 +65,7 @@ registry.k8s.io/pause:3.10.2                      Steward's pause, as build_paus
 
 The images follow ``deploy/images/Dockerfile``'s targets, built another way:
 
-- **Base layer** (shared by the eight service images): Debian bookworm's own ``python3.11``
+- **Base layer** (shared by the nine service images): Debian bookworm's own ``python3.11``
   (the project venv's minor, so the locked wheels fit) and the libraries it and the wheels
   link (``libstdc++6``), from ``mmdebstrap --variant=extract``: the packages' files
   without maintainer scripts, so no shell, apt, dpkg or perl (measured: 50 MB of files
@@ -1770,7 +1771,7 @@ def build_parser() -> argparse.ArgumentParser:
             "archive for `ctr -n k8s.io images import`, images "
             "steward-{informer,manager,controller-job,controller-replicaset,"
             "controller-deployment,controller-endpoint,controller-endpointslice,"
-            "controller-daemonset}:TAG "
+            "controller-daemonset,controller-horizontalpodautoscaling}:TAG "
             "(and registry.k8s.io/pause:3.10.2 with --pause). "
             "Needs root, mmdebstrap and umoci. With --e2e, the images upstream's "
             "[sig-apps] Job, Deployment and ReplicaSet conformance specs run instead "

@@ -45,6 +45,11 @@ DaemonSet takes part in the boot (Steward's services are Deployments; kube-proxy
 CoreDNS run as processes of the node), so nothing of it waits on that controller; once
 handed over, a DaemonSet's pod for the real node runs there as any pod does.
 
+The HorizontalPodAutoscaler controller is handed over like the others and runs one
+replica. Steward's own Deployments have no HPA, so nothing of the boot waits on it; once
+handed over, it scales the targets of the cluster's HPAs, reading their metrics through
+kube-apiserver's aggregation layer as upstream's does.
+
 The TLS Secrets the manifests name (``steward-informer-tls``, ``steward-manager-tls``,
 ``steward-controller-<name>-tls``) are ``kubernetes.io/tls`` Secrets with ``ca.crt``, as
 cert-manager writes them, issued by the cluster CA: serving certificates for the
