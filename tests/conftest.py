@@ -45,8 +45,10 @@ def local_cluster(
     *,
     nodes: int = 3,
     controllers: str = "*",
+    metrics: bool = False,
 ) -> Iterator[LocalCluster]:
-    """A local control plane ``steward-test-<name>-<pid>`` for a fixture to yield from:
+    """A local control plane ``steward-test-<name>-<pid>`` for a fixture to yield from
+    (``metrics``: with the metrics pipeline, see :attr:`ClusterConfig.metrics`):
     torn down afterwards, also on failure. Without the Go toolchain it skips, except in
     CI, where it fails."""
     cfg = ClusterConfig(
@@ -55,6 +57,7 @@ def local_cluster(
         nodes=nodes,
         die_with_parent=True,
         controllers=controllers,
+        metrics=metrics,
     )
     try:
         running = LocalCluster.up(cfg, progress=Progress(interval=15.0))
