@@ -328,6 +328,44 @@ def test_steward_job_controller_completes_a_plain_job(tmp_path: Path) -> None:
         assert wait_for(created_by, "the SuccessfulCreate Event") == {
             "steward.io/daemonset-controller"
         }
+
+        # kube-controller-manager takes -horizontalpodautoscaling as its HPA controller (an
+        # alias of horizontal-pod-autoscaler-controller) and leaves it off; Steward's scales
+        # the ReplicaSet up to the HPA's minReplicas and says so in its Events.
+        assert re.search(
+            r'controller is disabled" controller="horizontal-pod-autoscaler-controller"', kcm_log
+        )
+        client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(
+            "default",
+            client.V2HorizontalPodAutoscaler(
+                metadata=client.V1ObjectMeta(name="plain-hpa"),
+                spec=client.V2HorizontalPodAutoscalerSpec(
+                    scale_target_ref=client.V2CrossVersionObjectReference(
+                        api_version="apps/v1", kind="ReplicaSet", name="plain-rs"
+                    ),
+                    min_replicas=3,
+                    max_replicas=4,
+                ),
+            ),
+        )
+
+        def scaled() -> int | None:
+            replicas = apps.read_namespaced_replica_set_scale("plain-rs", "default").spec.replicas
+            return replicas if replicas == 3 else None
+
+        wait_for(scaled, "ReplicaSet 'plain-rs' scaled to the HPA's minReplicas")
+
+        def rescaled_by() -> set[str]:
+            events = client.CoreV1Api(api).list_namespaced_event(
+                "default", field_selector="involvedObject.name=plain-hpa"
+            )
+            return {
+                str(e.reporting_component) for e in events.items if e.reason == "SuccessfulRescale"
+            }
+
+        assert wait_for(rescaled_by, "the SuccessfulRescale Event") == {
+            "steward.io/horizontal-pod-autoscaler"
+        }
         api.close()
     finally:
         running.down(progress=Progress(quiet=True))

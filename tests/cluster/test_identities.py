@@ -84,7 +84,8 @@ def test_kubectl_whoami_names_the_component_in_system_monitoring(
 def test_unknown_component_has_no_kubeconfig(cluster: LocalCluster) -> None:
     known = (
         "informer, manager, controller-daemonset, controller-deployment, controller-endpoint, "
-        "controller-endpointslice, controller-job, controller-replicaset"
+        "controller-endpointslice, controller-horizontalpodautoscaling, controller-job, "
+        "controller-replicaset"
     )
     with pytest.raises(ValueError, match=f"known: {known}"):
         cluster.component_kubeconfig("job-controller")
@@ -147,6 +148,45 @@ ALLOWED = [
     ("controller-daemonset", "list", "apps", "controllerrevisions", "", ""),
     ("controller-daemonset", "list", "", "pods", "", ""),
     ("controller-daemonset", "watch", "", "nodes", "", ""),
+    (
+        "controller-horizontalpodautoscaling",
+        "update",
+        "autoscaling",
+        "horizontalpodautoscalers",
+        "status",
+        "default",
+    ),
+    # The scale of a target of any kind that has one.
+    ("controller-horizontalpodautoscaling", "get", "apps", "deployments", "scale", "default"),
+    ("controller-horizontalpodautoscaling", "update", "apps", "deployments", "scale", "default"),
+    ("controller-horizontalpodautoscaling", "update", "apps", "statefulsets", "scale", "default"),
+    ("controller-horizontalpodautoscaling", "list", "metrics.k8s.io", "pods", "", "default"),
+    (
+        "controller-horizontalpodautoscaling",
+        "get",
+        "custom.metrics.k8s.io",
+        "pods",
+        "requests",
+        "default",
+    ),
+    (
+        "controller-horizontalpodautoscaling",
+        "list",
+        "external.metrics.k8s.io",
+        "queue_length",
+        "",
+        "default",
+    ),
+    ("controller-horizontalpodautoscaling", "create", "", "events", "", "default"),
+    (
+        "controller-horizontalpodautoscaling",
+        "watch",
+        "autoscaling",
+        "horizontalpodautoscalers",
+        "",
+        "",
+    ),
+    ("controller-horizontalpodautoscaling", "list", "", "pods", "", ""),
 ]
 
 REFUSED = [
@@ -208,6 +248,47 @@ REFUSED = [
     ("controller-daemonset", "deletecollection", "apps", "controllerrevisions", "", "default"),
     ("controller-daemonset", "list", "", "secrets", "", ""),
     ("controller-daemonset", "patch", "", "events", "", "default"),
+    # The HPA controller reads HPAs and pods through the informer, writes an HPA's status
+    # alone, and changes its targets through their scale only.
+    (
+        "controller-horizontalpodautoscaling",
+        "get",
+        "autoscaling",
+        "horizontalpodautoscalers",
+        "",
+        "default",
+    ),
+    (
+        "controller-horizontalpodautoscaling",
+        "update",
+        "autoscaling",
+        "horizontalpodautoscalers",
+        "",
+        "default",
+    ),
+    (
+        "controller-horizontalpodautoscaling",
+        "patch",
+        "autoscaling",
+        "horizontalpodautoscalers",
+        "status",
+        "default",
+    ),
+    ("controller-horizontalpodautoscaling", "get", "apps", "deployments", "", "default"),
+    ("controller-horizontalpodautoscaling", "update", "apps", "deployments", "", "default"),
+    ("controller-horizontalpodautoscaling", "patch", "apps", "deployments", "scale", "default"),
+    ("controller-horizontalpodautoscaling", "get", "", "pods", "", "default"),
+    ("controller-horizontalpodautoscaling", "get", "metrics.k8s.io", "nodes", "", ""),
+    (
+        "controller-horizontalpodautoscaling",
+        "create",
+        "custom.metrics.k8s.io",
+        "pods",
+        "",
+        "default",
+    ),
+    ("controller-horizontalpodautoscaling", "list", "", "secrets", "", ""),
+    ("controller-horizontalpodautoscaling", "patch", "", "events", "", "default"),
 ]
 
 
@@ -320,6 +401,11 @@ EXPECTED_WRITES = {
         ("apps", "controllerrevisions", "delete"),
         ("", "events", "create"),
     },
+    "controller-horizontalpodautoscaling": {
+        ("autoscaling", "horizontalpodautoscalers/status", "update"),
+        ("*", "*/scale", "update"),
+        ("", "events", "create"),
+    },
 }
 
 
@@ -376,6 +462,12 @@ def test_identity_writes_exactly_what_its_service_writes(
             None,
         ),
         ("controller-daemonset", "GET", "/api/v1/nodes/kwok-node-0", None),
+        (
+            "controller-horizontalpodautoscaling",
+            "GET",
+            "/apis/apps/v1/namespaces/default/deployments/none",
+            None,
+        ),
     ],
 )
 def test_api_server_answers_forbidden(

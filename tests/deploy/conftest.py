@@ -1,12 +1,12 @@
 """Fixtures of the deploy tests: a cluster where Steward's controllers have the field alone.
 
-ReplicaSets, Deployments, Endpoints and DaemonSets have no ``spec.managedBy``, so
+ReplicaSets, Deployments, Endpoints, DaemonSets and HPAs have no ``spec.managedBy``, so
 upstream's controllers of them would fight Steward's over the same objects on the session
 cluster. The tests that run the services (tests/deploy/test_identities.py,
 test_rbac_mutations.py) therefore use ``apps_cluster``: a local control plane of their own
 (one for this package) whose kube-controller-manager runs without its ``replicaset``,
-``deployment``, ``endpoint`` and ``daemonset`` controllers, as a cluster running Steward's
-would. Upstream's Job controller
+``deployment``, ``endpoint``, ``daemonset`` and ``horizontalpodautoscaling`` controllers,
+as a cluster running Steward's would. Upstream's Job controller
 stays on: the Job exercise names Steward's controller in ``spec.managedBy``. So does
 upstream's ``endpointslice`` controller: Steward's writes only slices labelled as its own,
 and the EndpointSlice exercise checks that it runs beside upstream's, leaving upstream's
@@ -23,7 +23,7 @@ from steward.cluster import LocalCluster
 from tests.conftest import local_cluster
 from tests.deploy.harness import new_namespace
 
-APPS_CONTROLLERS = "*,-replicaset,-deployment,-endpoint,-daemonset"
+APPS_CONTROLLERS = "*,-replicaset,-deployment,-endpoint,-daemonset,-horizontalpodautoscaling"
 """kube-controller-manager's ``--controllers`` in ``apps_cluster`` (``endpointslice`` on,
 beside Steward's)."""
 
@@ -31,7 +31,7 @@ beside Steward's)."""
 @pytest.fixture(scope="package")
 def apps_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A local control plane (3 kwok nodes) without upstream's ReplicaSet, Deployment,
-    Endpoints and DaemonSet controllers."""
+    Endpoints, DaemonSet and HorizontalPodAutoscaler controllers."""
     yield from local_cluster(tmp_path_factory, "deploy", controllers=APPS_CONTROLLERS)
 
 

@@ -42,7 +42,7 @@ GiveUp = Callable[[], bool]
 class Run(Protocol):
     """An exercise of a controller in ``namespace``: :func:`run_job`,
     :func:`run_replicaset`, :func:`run_endpoints`, :func:`run_endpointslices`,
-    :func:`run_daemonset`."""
+    :func:`run_daemonset`, :func:`run_hpa`."""
 
     def __call__(
         self, cluster: LocalCluster, namespace: str, *, give_up: GiveUp = ...
@@ -881,3 +881,154 @@ def _daemon_missing(
     if placed != [(node, hashes[0]) for node in nodes]:
         return f"pods (node, revision) {placed}, expected one of {hashes[0]} on each of {nodes}"
     return ""
+
+
+_METRIC_FAILURES = ("FailedGetResourceMetric", "FailedGetPodsMetric", "FailedGetExternalMetric")
+"""The Warning Events of an HPA whose Resource, Pods and External metrics give no value."""
+
+
+def run_hpa(
+    cluster: LocalCluster,
+    namespace: str,
+    *,
+    deadline: float = 90.0,
+    give_up: GiveUp = _never,
+) -> str | None:
+    """An HPA whose Deployment runs fewer replicas than its minReplicas scales it up to
+    them (SuccessfulRescale Event, desiredReplicas in its status). A second HPA, whose
+    Deployment is within its bounds, asks the three metrics APIs for a Resource (cpu), a
+    Pods and an External metric: each answer must be something other than a refusal (this
+    cluster serves none of those APIs, so the API server answers 404, or 503 while an
+    APIService is unavailable, once it has authorized the request; without the right it
+    answers 403 first), as the metric's Warning Event and the ScalingActive condition of
+    the status say.
+
+    That uses every permission of the HPA controller's role that this cluster checks: the
+    Deployments' /scale is read and written (``*/scale`` get, update), PodMetrics are
+    listed (metrics.k8s.io pods list), the Pods metric is read from custom.metrics.k8s.io
+    and the External one listed from external.metrics.k8s.io, the status is written
+    (horizontalpodautoscalers/status update), Events are posted (events create); HPAs and
+    pods come through the informer (their list and watch). The scale target's resource is
+    found through discovery, which every authenticated user may read here
+    (system:discovery).
+    """
+    uid = uuid.uuid4().hex[:6]
+    apps = f"/apis/apps/v1/namespaces/{namespace}"
+    hpas = f"/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers"
+    base = f"/api/v1/namespaces/{namespace}"
+    scaled, measured = f"scaled-{uid}", f"measured-{uid}"
+    for name in (scaled, measured):
+        cluster.api("POST", f"{apps}/deployments", _deployment(name), ok=(201,))
+    cpu = {
+        "type": "Resource",
+        "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}},
+    }
+    cluster.api("POST", hpas, _hpa(scaled, 2, 3, [cpu]), ok=(201,))
+    metrics = [
+        cpu,
+        {
+            "type": "Pods",
+            "pods": {
+                "metric": {"name": "steward_test_requests"},
+                "target": {"type": "AverageValue", "averageValue": "10"},
+            },
+        },
+        {
+            "type": "External",
+            "external": {
+                "metric": {"name": "steward_test_queue"},
+                "target": {"type": "AverageValue", "averageValue": "10"},
+            },
+        },
+    ]
+    cluster.api("POST", hpas, _hpa(measured, 1, 3, metrics), ok=(201,))
+    end = time.monotonic() + deadline
+    missing = _poll(partial(_rescaled_missing, cluster, apps, hpas, scaled, 2), end, give_up)
+    if missing:
+        return f"HPA {namespace}/{scaled} below its minReplicas: {missing}"
+    missing = _poll(
+        partial(_event_missing, cluster, base, scaled, "SuccessfulRescale"), end, give_up
+    )
+    if missing:
+        return f"HPA {namespace}/{scaled}: {missing}"
+    for reason in _METRIC_FAILURES:
+        missing = _poll(partial(_event_missing, cluster, base, measured, reason), end, give_up)
+        if missing:
+            return f"HPA {namespace}/{measured}: {missing}"
+        refused = _refused(_event_messages(cluster, base, measured, reason))
+        if refused:
+            return f"HPA {namespace}/{measured}: the metrics API refused the controller: {refused}"
+    inactive = partial(_inactive_missing, cluster, hpas, measured, "FailedGetResourceMetric")
+    missing = _poll(inactive, end, give_up)
+    if missing:
+        return f"HPA {namespace}/{measured} without metrics: {missing}"
+    return None
+
+
+def _deployment(name: str) -> dict[str, Any]:
+    """A Deployment of one replica whose pods ask for CPU (nothing here runs them)."""
+    labels = {"steward-deploy-test": name}
+    pod = _pod("unused", labels, restart="Always")
+    pod["spec"]["containers"][0].update(
+        command=["sleep", "1d"], resources={"requests": {"cpu": "100m"}}
+    )
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod["spec"]},
+        },
+    }
+
+
+def _hpa(target: str, least: int, most: int, metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """An autoscaling/v2 HPA of the Deployment ``target``, named after it."""
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": target},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+            "minReplicas": least,
+            "maxReplicas": most,
+            "metrics": metrics,
+        },
+    }
+
+
+def _rescaled_missing(cluster: LocalCluster, apps: str, hpas: str, name: str, want: int) -> str:
+    """'' once the Deployment ``name`` has ``want`` replicas and its HPA's status says so."""
+    scale = cluster.api("GET", f"{apps}/deployments/{name}/scale")
+    replicas = (scale.get("spec") or {}).get("replicas")
+    status = cluster.api("GET", f"{hpas}/{name}").get("status") or {}
+    if replicas != want or status.get("desiredReplicas") != want:
+        return f"the Deployment's scale at {replicas}, the HPA's status {status}"
+    return ""
+
+
+def _event_messages(cluster: LocalCluster, base: str, name: str, reason: str) -> list[str]:
+    events = cluster.api("GET", f"{base}/events?fieldSelector=involvedObject.name={name}")
+    return [str(e.get("message")) for e in events.get("items") or [] if e.get("reason") == reason]
+
+
+def _refused(messages: list[str]) -> str:
+    """The first of ``messages`` that tells of the API server's 403, else ''."""
+    return next((m for m in messages if "HTTP 403" in m or " is forbidden: " in m), "")
+
+
+def _inactive_missing(cluster: LocalCluster, hpas: str, name: str, reason: str) -> str:
+    """'' once the HPA's status says ScalingActive False for ``reason``, for an answer
+    that was not a refusal."""
+    status = cluster.api("GET", f"{hpas}/{name}").get("status") or {}
+    found = [
+        c
+        for c in status.get("conditions") or []
+        if c.get("type") == "ScalingActive" and c.get("status") == "False"
+    ]
+    if not found or found[0].get("reason") != reason:
+        return f"conditions {status.get('conditions')}"
+    refused = _refused([str(found[0].get("message"))])
+    return f"refused: {refused}" if refused else ""

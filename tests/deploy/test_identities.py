@@ -1,14 +1,13 @@
 """The services work with exactly the identities the manifests grant.
 
 The local overlay's namespace, ServiceAccounts, roles and bindings are applied for real to
-``apps_cluster`` (tests/deploy/conftest.py: upstream's ReplicaSet, Deployment,
-Endpoints and DaemonSet controllers off); each service then runs as a local process with
-its container's command, arguments and environment (see tests/deploy/harness.py for the
-substitutions) and a token of its own ServiceAccount, the informer and the manager
-serving mutual TLS with certificates of the cluster's CA, the controllers dialing them
-with a client certificate and a projected token (audience steward) of their
-ServiceAccount; and each
-does its job: the informer serves a watch of pods, the manager registers the
+``apps_cluster`` (tests/deploy/conftest.py: upstream's ReplicaSet, Deployment, Endpoints,
+DaemonSet and HorizontalPodAutoscaler controllers off); each service then runs as a local
+process with its container's command, arguments and environment (see tests/deploy/harness.py
+for the substitutions) and a token of its own ServiceAccount, the informer and the manager
+serving mutual TLS with certificates of the cluster's CA, the controllers dialing them with
+a client certificate and a projected token (audience steward) of their ServiceAccount; and
+each does its job: the informer serves a watch of pods, the manager registers the
 controllers, a Job runs to completion under Steward's Job controller
 (``spec.managedBy``, ``--no-take-unmanaged`` from the manifest: upstream's Job controller
 runs too), a ReplicaSet adopts, creates and deletes pods and reports them ready under
@@ -16,7 +15,10 @@ Steward's ReplicaSet controller, a Service's Endpoints are created, updated and
 deleted under Steward's Endpoints controller, a Service's EndpointSlices are created,
 updated and deleted under Steward's EndpointSlice controller (upstream's runs beside it),
 and a DaemonSet adopts an orphan pod and revision, runs a pod on every node, rolls a new
-template out and back onto a taken revision name under Steward's DaemonSet controller.
+template out and back onto a taken revision name under Steward's DaemonSet controller,
+and an HPA scales its Deployment up to its minReplicas and another's metrics are asked
+of the three metrics APIs (none refuses) under Steward's HorizontalPodAutoscaler
+controller.
 
 The Deployment controller's manifest is covered by rendering and the server-side dry run
 (tests/deploy/test_manifests.py) only.
@@ -65,12 +67,14 @@ INFORMER, MANAGER = "steward-informer", "steward-manager"
 JOB, REPLICASET = "steward-controller-job", "steward-controller-replicaset"
 ENDPOINT, ENDPOINTSLICE = "steward-controller-endpoint", "steward-controller-endpointslice"
 DAEMONSET = "steward-controller-daemonset"
+HPA = "steward-controller-horizontalpodautoscaling"
 CONTROLLERS = {
     JOB: "job",
     REPLICASET: "replicaset",
     ENDPOINT: "endpoint",
     ENDPOINTSLICE: "endpointslice",
     DAEMONSET: "daemonset",
+    HPA: "horizontalpodautoscaling",
 }
 """The controllers' Deployments run here, and the name each registers with the manager."""
 
@@ -215,6 +219,12 @@ def test_daemonset_pods_run_on_every_node_under_stewards_controller(
     stack: Stack, apps_cluster: LocalCluster, apps_namespace: str
 ) -> None:
     _runs_under(stack, DAEMONSET, exercises.run_daemonset, apps_cluster, apps_namespace)
+
+
+def test_hpa_scales_its_target_and_asks_the_metrics_apis_under_stewards_controller(
+    stack: Stack, apps_cluster: LocalCluster, apps_namespace: str
+) -> None:
+    _runs_under(stack, HPA, exercises.run_hpa, apps_cluster, apps_namespace)
 
 
 @pytest.mark.parametrize("deployment", [INFORMER, MANAGER, *CONTROLLERS])

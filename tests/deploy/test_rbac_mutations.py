@@ -2,27 +2,28 @@
 service can no longer do its work.
 
 For each rule of each role bound to a service's ServiceAccount, a copy of the role without
-that rule is bound (by copies of the manifest's bindings) to a fresh ServiceAccount, and
-the service runs one short exercise under that identity, the other services at their full
+that rule is bound (by copies of the manifest's bindings) to a fresh ServiceAccount, and the
+service runs one short exercise under that identity, the other services at their full
 rights: the informer serves a watch of pods to a caller with a token (so it reviews the
 token and the caller's access), the manager leads and registers the Job controller
 (reviewing the controller's token and its register), the Job controller runs a Job to
-completion (adoption, pods, status, Events), the ReplicaSet controller keeps a
-ReplicaSet's pods as it scales (adoption, creation, deletion, status, Events), the
-Endpoints controller keeps a Service's Endpoints (creation, update, deletion, and the
-Event of a refused creation), the EndpointSlice controller keeps a Service's
-EndpointSlices (creation, update in place, deletion, and the Event of a refused
-creation), the DaemonSet controller keeps a DaemonSet's pods and history (adoption of a
-pod and a revision, a pod per node, a rolling update, revisions beyond the limit deleted,
-a revision name taken by another template); each controller dials the informer and the
-manager with its own projected token, so their list/watch and register rules are checked
-there. It all runs in ``apps_cluster`` (tests/deploy/conftest.py), where upstream's
-ReplicaSet, Endpoints and DaemonSet controllers are off (its endpointslice-controller runs
-beside Steward's). The exercise
-must then fail: it did not finish, or the service was refused (403, or the informer's
-or the manager's PERMISSION_DENIED). A rule whose removal changes nothing fails the
-test, named, unless this cluster is known to make it redundant, which is checked, not
-assumed (see ``REDUNDANT_HERE``).
+completion (adoption, pods, status, Events), the ReplicaSet controller keeps a ReplicaSet's
+pods as it scales (adoption, creation, deletion, status, Events), the Endpoints controller
+keeps a Service's Endpoints (creation, update, deletion, and the Event of a refused
+creation), the EndpointSlice controller keeps a Service's EndpointSlices (creation, update
+in place, deletion, and the Event of a refused creation), the DaemonSet controller keeps a
+DaemonSet's pods and history (adoption of a pod and a revision, a pod per node, a rolling
+update, revisions beyond the limit deleted, a revision name taken by another template), the
+HorizontalPodAutoscaler controller scales a Deployment up to its HPA's minReplicas and asks
+the three metrics APIs for an HPA's metrics (an answer other than 403 from each; none is
+served here); each controller dials the informer and the manager with its own projected
+token, so their list/watch and register rules are checked there. It all runs in
+``apps_cluster`` (tests/deploy/conftest.py), where upstream's ReplicaSet, Endpoints,
+DaemonSet and HorizontalPodAutoscaler controllers are off (its endpointslice-controller runs
+beside Steward's). The exercise must then fail: it did not finish, or the service was
+refused (403, or the informer's or the manager's PERMISSION_DENIED). A rule whose removal
+changes nothing fails the test, named, unless this cluster is known to make it redundant,
+which is checked, not assumed (see ``REDUNDANT_HERE``).
 
 First the same exercise runs with an unmutated copy of each role, which must succeed
 without any refusal; that is what makes a failure under a mutation meaningful.
@@ -73,6 +74,7 @@ INFORMER, MANAGER = "steward-informer", "steward-manager"
 JOB, REPLICASET = "steward-controller-job", "steward-controller-replicaset"
 ENDPOINT, ENDPOINTSLICE = "steward-controller-endpoint", "steward-controller-endpointslice"
 DAEMONSET = "steward-controller-daemonset"
+HPA = "steward-controller-horizontalpodautoscaling"
 
 
 @dataclass
@@ -296,6 +298,10 @@ def exercise_daemonset(bench: Bench, ident: Identity) -> tuple[str | None, Proce
     return _exercise_controller(bench, ident, DAEMONSET, "daemonset", exercises.run_daemonset)
 
 
+def exercise_hpa(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
+    return _exercise_controller(bench, ident, HPA, "horizontalpodautoscaling", exercises.run_hpa)
+
+
 def _until(check: Callable[[], bool], process: Process, timeout: float = 60.0) -> str | None:
     try:
         wait_for(lambda: check() or process.forbidden(), "readiness", process, timeout)
@@ -312,6 +318,7 @@ EXERCISES: dict[str, Callable[[Bench, Identity], tuple[str | None, Process]]] = 
     ENDPOINT: exercise_endpoint,
     ENDPOINTSLICE: exercise_endpointslice,
     DAEMONSET: exercise_daemonset,
+    HPA: exercise_hpa,
 }
 
 
@@ -436,6 +443,9 @@ _DS_OWNER = {
 
 REDUNDANT_HERE: dict[tuple[str, str], Callable[[Bench, Identity, dict[str, Any]], bool]] = {
     ("steward:informer", "nonResourceURLs"): _discovery_granted_to_everyone,
+    ("steward:controller:horizontalpodautoscaling", "nonResourceURLs"): (
+        _discovery_granted_to_everyone
+    ),
     ("steward:controller:job", "jobs/finalizers"): _owner_references_not_enforced(
         "batch/v1", "Job", _JOB_OWNER
     ),

@@ -245,6 +245,7 @@ READY = {
     "steward-controller-endpoint": 1,
     "steward-controller-endpointslice": 1,
     "steward-controller-daemonset": 1,
+    "steward-controller-horizontalpodautoscaling": 1,
 }
 """Ready pods of each Deployment (see steward.cluster.pods.SELF_HEALING)."""
 
@@ -417,6 +418,16 @@ def test_stewards_endpointslice_controller_keeps_stewards_own_slices(
         return got if got == want and sorted(want.values()) == [False, True] else None
 
     wait("the manager's slice to show its leader ready and its standby not", manager_readiness)
+
+
+def test_the_hpa_controller_is_handed_over_and_active_in_its_pod(
+    pods_cluster: LocalCluster,
+) -> None:
+    """Handed over like the others (Steward's own Deployments have no HPA, so nothing of
+    the boot waits on it): upstream's HorizontalPodAutoscaler controller is off, and
+    Steward's is active in the one pod of its Deployment."""
+    assert "-horizontalpodautoscaling" in pods_cluster.state.controllers.split(",")
+    assert_active_in_its_pod(pods_cluster, "horizontalpodautoscaling")
 
 
 def test_a_daemonsets_pod_runs_on_the_real_node(pods_cluster: LocalCluster) -> None:
