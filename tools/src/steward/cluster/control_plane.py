@@ -260,8 +260,9 @@ class ClusterConfig:
         """kube-controller-manager's ``--controllers``: :attr:`controllers`, except that
         with :attr:`steward` and the default ``*`` upstream's controllers that Steward runs
         itself (:data:`STEWARD_CONTROLLERS`) are switched off
-        (``*,-daemonset,-deployment,-endpoint,-endpointslice,-job,-replicaset``). With
-        :attr:`steward_pods`, upstream's of :data:`KEPT_WHEN_SELF_HOSTED` stay on."""
+        (``*,-daemonset,-deployment,-endpoint,-endpointslice,-horizontalpodautoscaling,-job,
+        -replicaset``). With :attr:`steward_pods`, upstream's of
+        :data:`KEPT_WHEN_SELF_HOSTED` stay on."""
         if (self.steward or self.steward_pods) and self.controllers == "*":
             kept = KEPT_WHEN_SELF_HOSTED if self.steward_pods else ()
             off = [name for name in STEWARD_CONTROLLERS if name not in kept]
