@@ -19,6 +19,7 @@ from steward.cluster.binaries import (
     DEFAULT_TOOLS,
     E2E_TOOLS,
     KUBE_VERSION,
+    METRICS_ADAPTER_VERSION,
     METRICS_SERVER_VERSION,
     NODE_TOOLS,
     PAUSE_VERSION,
@@ -47,6 +48,16 @@ def test_metrics_server_is_pinned_and_built_by_default() -> None:
     assert tool.version() == METRICS_SERVER_VERSION
     assert f"-X k8s.io/client-go/pkg/version.gitVersion={METRICS_SERVER_VERSION}" in tool.ldflags
     assert "metrics-server" in DEFAULT_TOOLS
+
+
+def test_metrics_adapter_is_ours_and_its_cache_follows_its_source() -> None:
+    adapter = TOOLS["metrics-adapter"]
+    assert adapter.version() == METRICS_ADAPTER_VERSION
+    assert (adapter.module_path() / "main.go").is_file()
+    assert adapter.cache_dir().name.startswith(f"{METRICS_ADAPTER_VERSION}-")
+    gomod = (adapter.module_path() / "go.mod").read_text()
+    assert re.search(r"sigs\.k8s\.io/custom-metrics-apiserver v1\.37\.0", gomod)
+    assert "metrics-adapter" in DEFAULT_TOOLS
 
 
 def test_pause_cache_follows_its_source() -> None:

@@ -1,7 +1,9 @@
 """The local control plane's resource metrics pipeline (``ClusterConfig.metrics``): usage
 set on a pod through the cluster reaches ``metrics.k8s.io`` by the real path — kwok's
 simulated kubelet, metrics-server's scrape, kube-apiserver's aggregation layer — and
-follows a change; node metrics are served too."""
+follows a change; node metrics are served too. Custom and external metrics set through
+annotations and ConfigMaps come back from Steward's metrics adapter through the same
+aggregation layer."""
 
 from __future__ import annotations
 
@@ -15,7 +17,11 @@ import pytest
 from steward.cluster import LocalCluster
 from steward.cluster.control_plane import METRICS_SERVER_USER
 from steward.cluster.usage import (
+    metric_annotations,
     quantity,
+    set_external_metric,
+    set_object_metric,
+    set_pod_metric,
     set_pod_usage,
     set_usage_by_selector,
     usage_annotations,
@@ -132,3 +138,66 @@ def test_usage_annotations_refuse_what_is_not_a_quantity() -> None:
     assert quantity("250002059n") == Decimal("0.250002059")
     with pytest.raises(ValueError, match="not a quantity"):
         usage_annotations("lots")
+
+
+CUSTOM = "/apis/custom.metrics.k8s.io/v1beta2"
+EXTERNAL = "/apis/external.metrics.k8s.io/v1beta1"
+
+
+def test_custom_object_metric_is_the_objects_annotation(cluster: LocalCluster, web: str) -> None:
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web", "annotations": metric_annotations(requests_per_second="250")},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+    }
+    cluster.api("POST", f"/api/v1/namespaces/{NAMESPACE}/services", service, ok=(201,))
+    path = f"{CUSTOM}/namespaces/{NAMESPACE}/services/web/requests_per_second"
+    item = cluster.api("GET", path)["items"][0]
+    assert item["describedObject"] == {
+        "kind": "Service",
+        "namespace": NAMESPACE,
+        "name": "web",
+        "apiVersion": "/v1",
+    }
+    assert item["metric"]["name"] == "requests_per_second"
+    assert quantity(item["value"]) == 250
+
+    set_object_metric(
+        cluster, f"/api/v1/namespaces/{NAMESPACE}/services/web", "requests_per_second", "1500m"
+    )
+    assert quantity(cluster.api("GET", path)["items"][0]["value"]) == Decimal("1.5")
+    missing = cluster.api("GET", f"{CUSTOM}/namespaces/{NAMESPACE}/services/web/nope", ok=(404,))
+    assert missing["code"] == 404
+
+
+def test_custom_pods_metric_is_each_pods_annotation(cluster: LocalCluster, web: str) -> None:
+    set_pod_metric(cluster, NAMESPACE, web, "queue_length", "7")
+    listing = cluster.api(
+        "GET", f"{CUSTOM}/namespaces/{NAMESPACE}/pods/*/queue_length?labelSelector=app%3Dweb"
+    )
+    assert [(i["describedObject"]["name"], quantity(i["value"])) for i in listing["items"]] == [
+        (web, Decimal(7))
+    ]
+    none = cluster.api(
+        "GET", f"{CUSTOM}/namespaces/{NAMESPACE}/pods/*/queue_length?labelSelector=app%3Dother"
+    )
+    assert none["items"] == []
+
+
+def test_external_metric_is_a_configmap_key(cluster: LocalCluster) -> None:
+    set_external_metric(cluster, NAMESPACE, "messages_ready", "30", labels={"queue": "jobs"})
+    set_external_metric(
+        cluster, NAMESPACE, "messages_ready", "5", configmap="other", labels={"queue": "mail"}
+    )
+    path = f"{EXTERNAL}/namespaces/{NAMESPACE}/messages_ready"
+    jobs = cluster.api("GET", f"{path}?labelSelector=queue%3Djobs")["items"]
+    assert [(i["metricLabels"]["queue"], quantity(i["value"])) for i in jobs] == [
+        ("jobs", Decimal(30))
+    ]
+    both = cluster.api("GET", path)["items"]
+    assert sorted(quantity(i["value"]) for i in both) == [5, 30]
+
+    set_external_metric(cluster, NAMESPACE, "messages_ready", "45", labels={"queue": "jobs"})
+    jobs = cluster.api("GET", f"{path}?labelSelector=queue%3Djobs")["items"]
+    assert quantity(jobs[0]["value"]) == 45

@@ -382,6 +382,13 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
                 if config.steward_pods
                 else ""
             )
+            + (
+                f"metrics:     {kubectl if kubectl.exists() else 'kubectl'} --kubeconfig "
+                f"{cluster.kubeconfig} top pods -A (a pod's usage: its annotations "
+                "steward.io/cpu-usage and steward.io/memory-usage)\n"
+                if config.metrics
+                else ""
+            )
             + "stop with:   steward cluster down"
             + ("" if config.name == "default" else f" --name {config.name}"),
             file=sys.stderr,

@@ -1,7 +1,8 @@
 """Pinned Go binaries of the local control plane: where they come from, how they are built.
 
 :data:`TOOLS` holds every binary: the control plane's (etcd, kube-apiserver,
-kube-controller-manager, kube-scheduler, kwok, metrics-server, Jaeger) and the real nodes'
+kube-controller-manager, kube-scheduler, kwok, metrics-server, Steward's metrics adapter,
+Jaeger) and the real nodes'
 (:data:`NODE_TOOLS`: kubelet, kube-proxy, CoreDNS and Steward's own pause program),
 and those of Kubernetes' own end-to-end suite (:data:`E2E_TOOLS`: ``e2e.test``,
 ``ginkgo`` and ``agnhost``), which ``steward build`` leaves out unless named.
@@ -55,6 +56,11 @@ PAUSE_VERSION = "v0.1.0"
 METRICS_SERVER_VERSION = "v0.8.0"
 """Release of metrics-server (``deploy/tools/metrics-server/go.mod`` pins the same), stamped
 into the binary's version."""
+
+
+METRICS_ADAPTER_VERSION = "v0.1.0"
+"""Version of Steward's own custom and external metrics adapter
+(``deploy/tools/metrics-adapter/main.go``, on sigs.k8s.io/custom-metrics-apiserver)."""
 
 
 def repo_root() -> Path:
@@ -247,6 +253,14 @@ TOOLS: dict[str, Tool] = {
             "sigs.k8s.io/metrics-server",
             # As upstream's Makefile links it (its version is client-go's).
             ("-w", f"-X k8s.io/client-go/pkg/version.gitVersion={METRICS_SERVER_VERSION}"),
+        ),
+        Tool(
+            "metrics-adapter",
+            "metrics-adapter",
+            ".",
+            "steward.local/deploy/tools/metrics-adapter",
+            ("-s", "-w", f"-X main.version={METRICS_ADAPTER_VERSION}"),
+            pinned_version=METRICS_ADAPTER_VERSION,
         ),
         Tool(
             "jaeger",

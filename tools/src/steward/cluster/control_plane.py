@@ -89,6 +89,10 @@ METRICS_SERVER_USER = "steward:metrics-server"
 access reviews (``system:auth-delegator``) and the front proxy's client CA
 (``extension-apiserver-authentication-reader`` in kube-system)."""
 
+METRICS_ADAPTER_USER = "steward:metrics-adapter"
+"""The metrics adapter's identity: reads every object (its values are their annotations)
+and ConfigMaps, and may review tokens and access like metrics-server."""
+
 FRONT_PROXY_USER = "front-proxy-client"
 """kube-apiserver's client certificate towards aggregated API servers (the front proxy),
 issued by a CA of its own: an aggregated server believes the ``X-Remote-User`` headers of
@@ -116,9 +120,10 @@ COMPONENTS = (
 )
 """Every component, in start order (stopped in reverse); Steward's own services follow."""
 
-METRICS_COMPONENTS = ("metrics-server",)
+METRICS_COMPONENTS = ("metrics-server", "metrics-adapter")
 """The metrics pipeline's components (:attr:`ClusterConfig.metrics`), started once the
-simulated nodes are Ready."""
+simulated nodes are Ready: metrics-server (``metrics.k8s.io``) and Steward's metrics
+adapter (``custom.metrics.k8s.io``, ``external.metrics.k8s.io``)."""
 
 STEWARD_CONTROLLERS = controller_names()
 """Steward's controllers that ``make up`` runs, each in place of upstream's controller of
@@ -173,6 +178,7 @@ _PORTS = (
     "coredns_health",
     "coredns_ready",
     "metrics_server",
+    "metrics_adapter",
 )
 
 
@@ -245,8 +251,11 @@ class ClusterConfig:
     and node's usage (``deploy/kwok/metrics.yaml``; tests set it with
     :mod:`steward.cluster.usage`) and serves it as each node's kubelet would, and
     metrics-server scrapes it every :data:`METRIC_RESOLUTION` and serves
-    ``metrics.k8s.io/v1beta1`` through kube-apiserver's aggregation layer. Defaults to
-    False (other tests' clusters stay lean)."""
+    ``metrics.k8s.io/v1beta1`` through kube-apiserver's aggregation layer; Steward's
+    metrics adapter (``deploy/tools/metrics-adapter``) serves
+    ``custom.metrics.k8s.io/v1beta2`` and ``external.metrics.k8s.io/v1beta1`` from
+    annotations and ConfigMaps (see :mod:`steward.cluster.usage`). Defaults to False
+    (other tests' clusters stay lean)."""
     audit_log: bool = False
     """Have kube-apiserver write an audit log (``<state dir>/audit.log``, JSON lines, at
     level Metadata) of the requests of the controllers' identities: upstream's
@@ -1091,14 +1100,70 @@ class LocalCluster:
             config,
         )
         self._register_api_service("metrics-server", port, "metrics.k8s.io", "v1beta1")
+        self._start_metrics_adapter(config, paths, ca)
         self._wait_api("metrics-server", "/apis/metrics.k8s.io/v1beta1/nodes", timeout, out)
+        for api in ("custom.metrics.k8s.io/v1beta2", "external.metrics.k8s.io/v1beta1"):
+            self._wait_api("metrics-adapter", f"/apis/{api}", timeout, out)
+
+    def _start_metrics_adapter(
+        self, config: ClusterConfig, paths: dict[str, Path], ca: pki.CertificateAuthority
+    ) -> None:
+        """Steward's metrics adapter as :data:`METRICS_ADAPTER_USER`, registered as the
+        APIServices ``v1beta2.custom.metrics.k8s.io`` and
+        ``v1beta1.external.metrics.k8s.io`` (waited on by the caller)."""
+        st = self.state
+        d = st.directory
+        port = st.ports["metrics_adapter"]
+        user = METRICS_ADAPTER_USER
+        identity = ca.issue("metrics-adapter", user, client=True)
+        kubeconfig = self._write_kubeconfig(
+            d / "metrics-adapter.kubeconfig", ca.pair.cert, identity, user
+        )
+        serving = ca.issue(
+            "metrics-adapter-serving",
+            "metrics-adapter",
+            dns=("localhost", *_service_names("metrics-adapter")),
+            ips=(LOOPBACK,),
+            server=True,
+        )
+        self.api(
+            "POST",
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": user},
+                "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list"]}],
+            },
+            ok=(201, 409),
+        )
+        self._bind_user(name=user, role=user, user=user)
+        self._bind_aggregated_server(user)
+        self._launch(
+            "metrics-adapter",
+            [
+                str(paths["metrics-adapter"]),
+                f"--lister-kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={port}",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                "--v=1",
+            ],
+            config,
+        )
+        self._register_api_service("metrics-adapter", port, "custom.metrics.k8s.io", "v1beta2")
+        self._register_api_service("metrics-adapter", port, "external.metrics.k8s.io", "v1beta1")
 
     def _bind_metrics_server(self) -> None:
         """metrics-server's RBAC, as upstream's manifests give it (to its user here, not a
         service account): ``system:metrics-server`` (nodes, pods, nodes/metrics),
         ``system:auth-delegator``, ``extension-apiserver-authentication-reader`` in
-        kube-system, and ``system:aggregated-metrics-reader``, which the bootstrap view,
-        edit and admin roles take in."""
+        kube-system (:meth:`_bind_aggregated_server`), and
+        ``system:aggregated-metrics-reader``, which the bootstrap view, edit and admin
+        roles take in."""
         api = "/apis/rbac.authorization.k8s.io/v1"
         roles: list[dict[str, Any]] = [
             {
@@ -1134,6 +1199,15 @@ class LocalCluster:
             self.api("POST", f"{api}/clusterroles", doc, ok=(201, 409))
         user = METRICS_SERVER_USER
         self._bind_user(name="system:metrics-server", role="system:metrics-server", user=user)
+        self._bind_aggregated_server(user)
+
+    def _bind_aggregated_server(self, user: str) -> None:
+        """What every aggregated API server's ``user`` needs: token and access reviews
+        (``system:auth-delegator``) and the front proxy's CA and header names, which
+        kube-apiserver publishes in kube-system's ConfigMap
+        ``extension-apiserver-authentication`` (Role
+        ``extension-apiserver-authentication-reader``)."""
+        api = "/apis/rbac.authorization.k8s.io/v1"
         self._bind_user(name=f"{user}:auth-delegator", role="system:auth-delegator", user=user)
         self.api(
             "POST",

@@ -1,4 +1,5 @@
-"""Simulated resource usage of pods on kwok's nodes, for tests of the metrics pipeline.
+"""Simulated resource usage of pods on kwok's nodes, and the values of custom and external
+metrics, for tests of the metrics pipeline.
 
 With :attr:`~steward.cluster.ClusterConfig.metrics` (``make up``), kwok reports each
 container's CPU and memory as its pod's annotations say (``deploy/kwok/metrics.yaml``):
@@ -17,6 +18,17 @@ pods'; a node without pods reports none and is absent from the node metrics.
 Annotations can be given at creation (:func:`usage_annotations` into the pod's metadata)
 or patched on a running pod (:func:`set_pod_usage`, :func:`set_usage_by_selector`);
 :func:`pod_usage` and :func:`wait_for_pod_usage` read what the metrics API serves.
+
+# Custom and external metrics
+Steward's metrics adapter (``deploy/tools/metrics-adapter``) reads its values from the
+cluster on every request, so a change shows at once:
+
+- object metric ``<m>`` of any object, and pods metric ``<m>`` of each pod: the object's
+  annotation ``metrics.steward.io/<m>`` (:func:`metric_annotations`,
+  :func:`set_object_metric`, :func:`set_pod_metric`);
+- external metric ``<m>`` in a namespace: key ``<m>`` of each ConfigMap there labelled
+  ``metrics.steward.io/external=true`` whose labels the request's selector matches, one
+  value per ConfigMap, labelled with its labels (:func:`set_external_metric`).
 
 # Errors
 Writes and reads go through kube-apiserver as the cluster admin; a refused request raises
@@ -148,6 +160,73 @@ def set_usage_by_selector(
     return names
 
 
+METRIC_PREFIX = "metrics.steward.io/"
+"""Prefix of an object's annotation ``metrics.steward.io/<metric>``: its value of a custom
+(object or pods) metric."""
+EXTERNAL_LABEL = "metrics.steward.io/external"
+"""Label (``true``) of the ConfigMaps whose keys are external metrics' values."""
+
+
+def metric_annotations(**values: str) -> dict[str, str]:
+    """The annotations that give an object custom metrics' values, e.g.
+    ``metric_annotations(requests_per_second="250")``.
+
+    Raises:
+        ValueError: a value is not a quantity.
+    """
+    for value in values.values():
+        quantity(value)
+    return {f"{METRIC_PREFIX}{name}": value for name, value in values.items()}
+
+
+def set_object_metric(cluster: LocalCluster, path: str, metric: str, value: str) -> None:
+    """Set custom metric ``metric`` of the object at API ``path`` (e.g.
+    ``/apis/apps/v1/namespaces/ns/deployments/web``) to ``value`` with one merge patch.
+
+    Raises:
+        ClusterError: the patch was refused (e.g. no such object).
+        ValueError: ``value`` is not a quantity.
+    """
+    cluster.api("PATCH", path, {"metadata": {"annotations": metric_annotations(**{metric: value})}})
+
+
+def set_pod_metric(
+    cluster: LocalCluster, namespace: str, pod_name: str, metric: str, value: str
+) -> None:
+    """Set pods metric ``metric`` of one pod (:func:`set_object_metric` of the pod)."""
+    set_object_metric(cluster, f"/api/v1/namespaces/{namespace}/pods/{pod_name}", metric, value)
+
+
+def set_external_metric(
+    cluster: LocalCluster,
+    namespace: str,
+    metric: str,
+    value: str,
+    *,
+    configmap: str = "external-metrics",
+    labels: dict[str, str] | None = None,
+) -> None:
+    """Set external metric ``metric`` of ``namespace`` to ``value``: key ``metric`` of
+    ConfigMap ``configmap`` there, created (marked with :data:`EXTERNAL_LABEL` and
+    ``labels``, which a metric selector matches) or merge-patched.
+
+    Raises:
+        ClusterError: a write was refused.
+        ValueError: ``value`` is not a quantity.
+    """
+    quantity(value)
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    meta = {"name": configmap, "labels": {**(labels or {}), EXTERNAL_LABEL: "true"}}
+    created = cluster.api(
+        "POST",
+        path,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {metric: value}},
+        ok=(201, 409),
+    )
+    if created.get("kind") != "ConfigMap":
+        cluster.api("PATCH", f"{path}/{configmap}", {"metadata": meta, "data": {metric: value}})
+
+
 @dataclass(frozen=True)
 class PodUsage:
     """What ``metrics.k8s.io`` serves for one pod: per container, CPU in cores and memory
@@ -233,10 +312,16 @@ __all__ = [
     "CONTAINER_CPU_PREFIX",
     "CONTAINER_MEMORY_PREFIX",
     "CPU_ANNOTATION",
+    "EXTERNAL_LABEL",
     "MEMORY_ANNOTATION",
+    "METRIC_PREFIX",
     "PodUsage",
+    "metric_annotations",
     "pod_usage",
     "quantity",
+    "set_external_metric",
+    "set_object_metric",
+    "set_pod_metric",
     "set_pod_usage",
     "set_usage_by_selector",
     "usage_annotations",
