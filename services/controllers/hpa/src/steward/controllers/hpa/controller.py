@@ -38,6 +38,8 @@ are read from the mirror at each sync; their changes queue nothing, as upstream'
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -70,6 +72,8 @@ COMPONENT = "horizontal-pod-autoscaler"
 """The Events' source component, as upstream's."""
 HPAS = steward.resource_type("autoscaling", "v2", "horizontalpodautoscalers")
 PODS = steward.resource_type("", "v1", "pods")
+CONFLICT_TRIES = 5
+"""Tries of a scale write that conflicts (upstream's ``retry.DefaultRetry``)."""
 SYNC_PERIOD = 15.0
 """Seconds between two syncs of an HPA (``--horizontal-pod-autoscaler-sync-period``)."""
 
@@ -283,27 +287,39 @@ class HPAReconciler:
         self.normalizer.record_initial(key, current, now)
         min_replicas = int(spec["minReplicas"]) if spec.get("minReplicas") is not None else 1
         max_replicas = int(spec.get("maxReplicas") or 0)
-        desired, reason, rescale = 0, "", True
+        desired, reason, rescale, compute = 0, "", True, True
         statuses: list[dict[str, Any]] = []
         error: SyncError | None = None
-        if current == 0 and min_replicas != 0:
-            rescale = False
-            set_condition(
-                status,
-                "ScalingActive",
-                False,
-                "ScalingDisabled",
-                "scaling is disabled since the replica count of the target is zero",
-                now,
-            )
+        # Scale to zero (HPAScaleToZero, on by default): a target an HPA with an Object or
+        # External metric scaled to zero is still autoscaled from there.
+        from_metrics = any(
+            m.get("type") in ("Object", "External") for m in spec.get("metrics") or ()
+        )
+        at_zero = any(
+            c.get("type") == "ScaledToZero" and c.get("status") == "True"
+            for c in status.get("conditions") or ()
+        )
+        if current == 0:
+            if not ((min_replicas != 0 and at_zero) or (at_zero and from_metrics)):
+                compute = rescale = False
+                set_condition(
+                    status,
+                    "ScalingActive",
+                    False,
+                    "ScalingDisabled",
+                    "scaling is disabled since the replica count of the target is zero",
+                    now,
+                )
         elif current > max_replicas:
             reason, desired = "Current number of replicas above Spec.MaxReplicas", max_replicas
+            compute = False
         elif current < min_replicas:
             reason, desired = "Current number of replicas below Spec.MinReplicas", min_replicas
-        else:
+            compute = False
+        if compute:
             proposed, metric, statuses, failed = await self._compute(hpa, scale, status, now)
             if proposed < 0:
-                self._set_status(status, current, None, statuses, False, now)
+                self._set_status(hpa, status, current, None, statuses, False, now)
                 await self._update_status(hpa, original, status, swallow=True)
                 self.events.event(hpa, "Warning", "FailedComputeMetricsReplicas", failed)
                 raise SyncError(
@@ -324,6 +340,9 @@ class HPAReconciler:
             set_condition(
                 status, "ScalingLimited", limited.status, limited.reason, limited.message, now
             )
+            if current == 0 and min_replicas != 0 and at_zero and desired < min_replicas:
+                desired = min_replicas
+                reason = reason or "Current number of replicas below Spec.MinReplicas"
             rescale = desired != current
 
         if rescale:
@@ -345,7 +364,7 @@ class HPAReconciler:
                     f"the HPA controller was unable to update the target scale: {text}",
                     now,
                 )
-                self._set_status(status, current, None, statuses, False, now)
+                self._set_status(hpa, status, current, None, statuses, False, now)
                 await self._update_status(hpa, original, status, swallow=True)
                 raise SyncError(f"failed to rescale {reference}: {text}") from err
             set_condition(
@@ -360,10 +379,28 @@ class HPAReconciler:
                 hpa, "Normal", "SuccessfulRescale", f"New size: {desired}; reason: {reason}"
             )
             self.normalizer.record_scale(key, hpa, current, desired, now)
+            if current > 0 and desired == 0 and min_replicas == 0 and from_metrics:
+                set_condition(
+                    status,
+                    "ScaledToZero",
+                    True,
+                    "ScaledToZero",
+                    "the HPA controller scaled the workload to zero",
+                    now,
+                )
+            else:
+                set_condition(
+                    status,
+                    "ScaledToZero",
+                    False,
+                    "NotScaledToZero",
+                    "the HPA controller did not scale the workload to zero",
+                    now,
+                )
             log.info("rescaled %s from %d to %d: %s", reference, current, desired, reason)
         else:
             desired = current
-        self._set_status(status, current, desired, statuses, rescale, now)
+        self._set_status(hpa, status, current, desired, statuses, rescale, now)
         await self._update_status(hpa, original, status, swallow=False)
         if error is not None:
             raise error
@@ -393,9 +430,21 @@ class HPAReconciler:
     async def _write_scale(
         self, target: Target, ns: str, ref: dict[str, Any], scale: dict[str, Any], desired: int
     ) -> None:
+        """PUT the desired count to ``/scale``; on a conflict read the scale again and
+        retry, five tries in all (upstream's ``retry.DefaultRetry``)."""
+        path = target.path(ns, str(ref.get("name", "")), "scale")
         body = steward.copy_json(scale)
-        body.setdefault("spec", {})["replicas"] = desired
-        await self.api.arequest("PUT", target.path(ns, str(ref.get("name", "")), "scale"), body)
+        for attempt in range(CONFLICT_TRIES):
+            body.setdefault("spec", {})["replicas"] = desired
+            try:
+                await self.api.arequest("PUT", path, body)
+                return
+            except ConflictError:
+                if attempt == CONFLICT_TRIES - 1:
+                    raise
+                with contextlib.suppress(ApiError):
+                    body = await self.api.arequest("GET", path)
+                await asyncio.sleep(0.01)
 
     # Metrics -----------------------------------------------------------------------------
     def _selected_pods(self, ns: str, selector: dict[str, Any]) -> list[dict[str, Any]]:
@@ -433,24 +482,27 @@ class HPAReconciler:
             self.events.event(hpa, "Warning", "InvalidSelector", message)
             set_condition(status, "ScalingActive", False, "InvalidSelector", message, now)
             return message
-        if (ns, name) in self.selectors:
-            self.selectors[(ns, name)] = selector
+        if (ns, name) not in self.selectors:
+            return f"HPA {ns}/{name} was deleted during reconciliation"
+        self.selectors[(ns, name)] = selector
         pods = self._selected_pods(ns, selector)
+        label_sets = {
+            tuple(sorted(((p.get("metadata") or {}).get("labels") or {}).items())) for p in pods
+        }
         others = sorted(
             f"{ons}/{oname}"
             for (ons, oname), other in self.selectors.items()
             if ons == ns
             and other is not None
             and any(
-                steward.selector_matches(
-                    other, (p.get("metadata") or {}).get("labels") or {}, empty_matches_all=True
-                )
-                for p in pods
+                steward.selector_matches(other, dict(labels), empty_matches_all=True)
+                for labels in label_sets
             )
         )
         if len(others) > 1:
             message = (
-                f"pods by selector {text} are controlled by multiple HPAs: [{' '.join(others)}]"
+                f"pods by selector {text} are controlled by more than one HPA "
+                f"(e.g. [{' '.join(others[:2])}])"
             )
             self.events.event(hpa, "Warning", "AmbiguousSelector", message)
             set_condition(status, "ScalingActive", False, "AmbiguousSelector", message, now)
@@ -807,6 +859,7 @@ class HPAReconciler:
     # Status ------------------------------------------------------------------------------
     @staticmethod
     def _set_status(
+        hpa: dict[str, Any],
         status: dict[str, Any],
         current: int,
         desired: int | None,
@@ -823,8 +876,8 @@ class HPAReconciler:
         status["currentMetrics"] = statuses
         if rescale:
             status["lastScaleTime"] = steward.format_time(now)
-        # Upstream's status is built anew from these fields: observedGeneration goes.
-        status.pop("observedGeneration", None)
+        # HPAGeneration (on by default): the generation the status was computed for.
+        status["observedGeneration"] = int(hpa["metadata"].get("generation") or 0)
 
     async def _update_status(
         self,

@@ -1,0 +1,243 @@
+"""Fixtures of the HPA controller's tests: two control planes of the package's own, one
+per side, each with the resource metrics pipeline (kwok's simulated usage scraped by
+metrics-server and served as ``metrics.k8s.io`` through the aggregation layer).
+
+- ``steward_plane``: kube-controller-manager without its horizontalpodautoscaling
+  controller; Steward's runs in this process (an informer and the controller on a loop of
+  their own, as the identities ``informer`` and
+  ``steward:controller:horizontalpodautoscaling`` with only the RBAC of ``deploy/rbac/``),
+  watching the test's namespace.
+- ``upstream_plane``: kube-controller-manager with every controller, its HPA controller
+  included.
+
+Both sync every HPA every 15 s (kube-controller-manager's default, and Steward's) and use
+the same tolerance, stabilization and readiness settings (their defaults). The targets
+are Deployments, rolled out by upstream's Deployment and ReplicaSet controllers on both
+sides, their pods run by kwok on two simulated nodes; a test sets what a pod uses with
+:mod:`steward.cluster.usage` (pod annotations kwok reads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+import pytest
+
+from steward.cluster import LocalCluster
+from steward.controllers.hpa.main import CONTROLLER
+from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
+from steward.runtime.controller import ControllerOptions
+from steward.serving.security import DEVELOPMENT
+from tests.conftest import local_cluster
+from tests.services import RunningInformer
+
+_T = TypeVar("_T")
+
+IDENTITY = "controller-horizontalpodautoscaling"
+WORKERS = 5
+"""Workers on both sides (kube-controller-manager's
+--concurrent-horizontal-pod-autoscaler-syncs)."""
+
+
+@pytest.fixture(scope="package")
+def steward_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    yield from local_cluster(
+        tmp_path_factory,
+        "hpa",
+        nodes=2,
+        controllers="*,-horizontalpodautoscaling",
+        metrics=True,
+    )
+
+
+@pytest.fixture(scope="package")
+def upstream_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    yield from local_cluster(tmp_path_factory, "hpaup", nodes=2, metrics=True)
+
+
+class Host(RunningInformer):
+    """Steward's informer, and the HPA controller while a test runs, on an event loop of
+    their own in a background thread."""
+
+    def __init__(self, plane: LocalCluster) -> None:
+        super().__init__(str(plane.component_kubeconfig("informer")), DEVELOPMENT)
+        self.plane = plane
+        self._task: asyncio.Task[None] | None = None
+        self._channel: grpc.aio.Channel | None = None
+        self._api: KubeClient | None = None
+
+    def call(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        return self._call(coro)
+
+    def start(self, namespace: str) -> None:
+        """Start the controller for ``namespace`` (one at a time)."""
+
+        async def run() -> None:
+            self._api = KubeClient(
+                load_access(str(self.plane.component_kubeconfig(IDENTITY))),
+                user_agent="steward-hpa",
+                workers=8,
+            )
+            self._channel = grpc.aio.insecure_channel(self.address)
+            controller = CONTROLLER.new(
+                self._channel,
+                self._api,
+                ControllerOptions(
+                    max_concurrent_reconciles=WORKERS,
+                    namespace=namespace,
+                    backoff_base_seconds=CONTROLLER.options.backoff_base_seconds,
+                    backoff_max_seconds=CONTROLLER.options.backoff_max_seconds,
+                ),
+            )
+            self._task = asyncio.create_task(controller.run())
+
+        self.call(run())
+
+    def stop_controller(self) -> None:
+        async def stop() -> None:
+            if self._task is not None:
+                self._task.cancel()
+                # A controller that died on its own raises here: the test that ran it fails.
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+            if self._channel is not None:
+                await self._channel.close()
+            self._task = self._channel = None
+
+        try:
+            self.call(stop())
+        finally:
+            if self._api is not None:
+                self._api.close()
+                self._api = None
+
+    def close(self) -> None:
+        try:
+            self.stop_controller()
+        finally:
+            self.stop()
+
+
+@pytest.fixture(scope="package")
+def steward_host(steward_plane: LocalCluster) -> Iterator[Host]:
+    host = Host(steward_plane)
+    try:
+        yield host
+    finally:
+        host.close()
+
+
+# A side: one control plane, its admin client and the test's namespace -----------------
+@dataclass
+class Side:
+    """One side of a scenario: its control plane's admin client and the test's
+    namespace."""
+
+    name: str
+    kube: KubeClient
+    ns: str
+
+    @property
+    def hpas(self) -> str:
+        return f"/apis/autoscaling/v2/namespaces/{self.ns}/horizontalpodautoscalers"
+
+    @property
+    def deployments(self) -> str:
+        return f"/apis/apps/v1/namespaces/{self.ns}/deployments"
+
+    @property
+    def pods_path(self) -> str:
+        return f"/api/v1/namespaces/{self.ns}/pods"
+
+    def hpa(self, name: str) -> dict[str, Any]:
+        return self.kube.request("GET", f"{self.hpas}/{name}")
+
+    def scale(self, name: str) -> int:
+        found = self.kube.request("GET", f"{self.deployments}/{name}/scale")
+        return int((found.get("spec") or {}).get("replicas") or 0)
+
+    def set_scale(self, name: str, replicas: int) -> None:
+        for _ in range(20):
+            found = self.kube.request("GET", f"{self.deployments}/{name}/scale")
+            found["spec"]["replicas"] = replicas
+            try:
+                self.kube.request("PUT", f"{self.deployments}/{name}/scale", found)
+                return
+            except ConflictError:
+                continue
+        raise AssertionError(f"{self.name}: could not scale {name}")
+
+    def pods(self, app: str) -> list[dict[str, Any]]:
+        found = self.kube.request("GET", f"{self.pods_path}?labelSelector=app%3D{app}")
+        return [
+            p
+            for p in found.get("items") or ()
+            if not p["metadata"].get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") in ("Pending", "Running")
+        ]
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        found = self.kube.request(
+            "GET",
+            f"/api/v1/namespaces/{self.ns}/events"
+            f"?fieldSelector=involvedObject.kind%3DHorizontalPodAutoscaler,involvedObject.name%3D{name}",
+        )
+        return list(found.get("items") or ())
+
+
+def _new_namespace(kube: KubeClient, request: pytest.FixtureRequest) -> str:
+    base = request.node.name.lower().replace("_", "-")
+    name = "".join(c for c in base if c.isalnum() or c == "-")[:40].strip("-")
+    name = f"{name}-{uuid.uuid4().hex[:6]}"
+    kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    deadline = time.monotonic() + 120
+    while True:  # pods are refused until the default ServiceAccount exists
+        try:
+            kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
+            return name
+        except NotFoundError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def _side(name: str, plane: LocalCluster, request: pytest.FixtureRequest) -> Iterator[Side]:
+    kube = KubeClient(load_access(str(plane.kubeconfig)), user_agent=f"hpa-test-{name}")
+    ns = _new_namespace(kube, request)
+    try:
+        yield Side(name, kube, ns)
+    finally:
+        try:
+            with contextlib.suppress(NotFoundError, ConflictError):
+                kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+        finally:
+            kube.close()
+
+
+@pytest.fixture
+def steward(
+    steward_plane: LocalCluster, steward_host: Host, request: pytest.FixtureRequest
+) -> Iterator[Side]:
+    """The Steward side: a fresh namespace, Steward's controller watching it."""
+    with _side("steward", steward_plane, request) as side:
+        steward_host.start(side.ns)
+        try:
+            yield side
+        finally:
+            steward_host.stop_controller()
+
+
+@pytest.fixture
+def upstream(upstream_plane: LocalCluster, request: pytest.FixtureRequest) -> Iterator[Side]:
+    """The upstream side: a fresh namespace of the plane where kube-controller-manager's
+    HPA controller runs."""
+    with _side("upstream", upstream_plane, request) as side:
+        yield side

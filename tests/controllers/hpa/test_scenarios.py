@@ -1,0 +1,389 @@
+"""HPA scenarios (upstream's HPA e2e and integration cases: scale up on CPU, tolerance,
+scale-down stabilization, behavior policies, scale up to min, scaling disabled at zero
+and minReplicas 0 without an Object or External metric refused, ambiguous selectors,
+missing requests), each run under Steward's controller and under upstream's at once, fed
+by real metrics.
+
+A scenario is one function of a :class:`~.conftest.Side`: it makes a Deployment whose
+pods kwok runs, sets what they use (a total CPU load spread evenly over the pods, as a
+load balancer would, through the pod annotations kwok reads), makes an HPA, and waits
+for the target's replica count that upstream's HPA arrives at, checking on the way as
+upstream's tests do. At each checkpoint both sides wait for each other, then the
+differential: their HPAs must settle into the same state, compared field by field —
+desired and current replicas, the target's scale, the conditions (type, status, reason,
+message, with pod names taken out) and the kinds of the current metrics. A state is
+read repeatedly until the two sides agree or :data:`SETTLE` passes, since each side
+syncs every 15 s on its own clock.
+
+Metric values themselves are not compared: each side's metrics-server computes CPU
+rates from its own scrapes, so they differ by a few millicores.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from steward.kube import ApiStatusError, ConflictError, NotFoundError
+from tests.controllers.hpa.conftest import Side
+
+pytestmark = [pytest.mark.integration]
+
+WITHIN = 150.0
+"""Seconds a scenario's check may take on a side (several 15 s syncs and 10 s scrapes)."""
+SETTLE = 60.0
+"""Seconds the two sides may take to agree at a checkpoint (four sync periods)."""
+CPU_USAGE = "steward.io/cpu-usage"
+"""The pod annotation kwok's simulated usage reads (deploy/kwok/metrics.yaml)."""
+APP = "app"
+
+
+def deployment(replicas: int = 1, *, requests: bool = True) -> dict[str, Any]:
+    """A Deployment of ``replicas`` pods asking 100m CPU each (or nothing)."""
+    container: dict[str, Any] = {"name": "c", "image": "busybox"}
+    if requests:
+        container["resources"] = {"requests": {"cpu": "100m", "memory": "64Mi"}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": APP},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": APP}},
+            "template": {
+                "metadata": {"labels": {"app": APP}},
+                "spec": {"containers": [container], "terminationGracePeriodSeconds": 0},
+            },
+        },
+    }
+
+
+def hpa(
+    name: str = APP,
+    *,
+    min_replicas: int | None = 1,
+    max_replicas: int = 10,
+    utilization: int = 50,
+    behavior: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": APP},
+        "maxReplicas": max_replicas,
+        "metrics": [
+            {
+                "type": "Resource",
+                "resource": {
+                    "name": "cpu",
+                    "target": {"type": "Utilization", "averageUtilization": utilization},
+                },
+            }
+        ],
+    }
+    if min_replicas is not None:
+        spec["minReplicas"] = min_replicas
+    if behavior is not None:
+        spec["behavior"] = behavior
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+# Load and checks ------------------------------------------------------------------------
+def spread_load(side: Side, total_milli: int) -> int:
+    """Set each running pod's CPU use to an even share of ``total_milli``; the number of
+    pods sharing it."""
+    pods = [p for p in side.pods(APP) if (p.get("status") or {}).get("phase") == "Running"]
+    if not pods:
+        return 0
+    share = f"{max(total_milli // len(pods), 1)}m"
+    for pod in pods:
+        if (pod["metadata"].get("annotations") or {}).get(CPU_USAGE) == share:
+            continue
+        try:
+            side.kube.request(
+                "PATCH",
+                f"{side.pods_path}/{pod['metadata']['name']}",
+                {"metadata": {"annotations": {CPU_USAGE: share}}},
+                content_type="application/merge-patch+json",
+            )
+        except (NotFoundError, ConflictError):
+            continue
+    return len(pods)
+
+
+def wait_for(
+    side: Side, check: Callable[[], Any], what: str, load: int | None = None, within: float = WITHIN
+) -> Any:
+    """Poll ``check`` until it holds, spreading ``load`` over the pods meanwhile."""
+    deadline = time.monotonic() + within
+    last: Any = None
+    while True:
+        if load is not None:
+            spread_load(side, load)
+        last = check()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            state = json.dumps(snapshot(side), indent=1, default=str)
+            raise AssertionError(f"{side.name}: timed out waiting for {what}; HPA: {state}")
+        time.sleep(1.0)
+
+
+def scaled_to(side: Side, replicas: int, load: int | None = None, within: float = WITHIN) -> None:
+    """The target's scale reaches ``replicas`` and that many pods run."""
+
+    def check() -> bool:
+        running = [p for p in side.pods(APP) if (p.get("status") or {}).get("phase") == "Running"]
+        return side.scale(APP) == replicas and len(running) == replicas
+
+    wait_for(side, check, f"{replicas} replicas running", load, within)
+
+
+def condition(side: Side, name: str, ctype: str) -> dict[str, Any]:
+    conditions = (side.hpa(name).get("status") or {}).get("conditions") or ()
+    return next((c for c in conditions if c.get("type") == ctype), {})
+
+
+def has_condition(
+    side: Side, ctype: str, status: str, reason: str, name: str = APP, load: int | None = None
+) -> None:
+    def check() -> bool:
+        found = condition(side, name, ctype)
+        return found.get("status") == status and found.get("reason") == reason
+
+    wait_for(side, check, f"{ctype}={status} ({reason}) on HPA {name}", load)
+
+
+def holds(side: Side, replicas: int, seconds: float, load: int) -> None:
+    """The target stays at ``replicas`` for ``seconds`` (upstream's
+    ``CheckThatDeploymentHasReplicasFor``)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        spread_load(side, load)
+        got = side.scale(APP)
+        assert got == replicas, f"{side.name}: scaled to {got} while it should hold {replicas}"
+        time.sleep(1.0)
+
+
+# The differential ----------------------------------------------------------------------
+_POD = re.compile(rf"\b{APP}-[a-z0-9]+-[a-z0-9]+\b")
+_EXAMPLES = re.compile(r"\(e\.g\. \[([^]]*)\]\)")
+
+
+def _message(side: Side, text: str) -> str:
+    """A condition's message with what differs between the planes taken out: pod names,
+    the namespace, and the order of the HPAs an ambiguous selector names (a Go map's)."""
+    text = _POD.sub("<pod>", text.replace(side.ns, "<ns>"))
+    return _EXAMPLES.sub(lambda m: f"(e.g. [{' '.join(sorted(m.group(1).split()))}])", text)
+
+
+def snapshot(side: Side, names: tuple[str, ...] = (APP,)) -> dict[str, Any]:
+    """What the two sides must agree on (see the module docs)."""
+    out: dict[str, Any] = {}
+    with_scale = True
+    try:
+        scale = side.scale(APP)
+    except NotFoundError:
+        with_scale, scale = False, 0
+    for name in names:
+        try:
+            found = side.hpa(name)
+        except NotFoundError:
+            out[name] = None
+            continue
+        status = found.get("status") or {}
+        out[name] = {
+            "desiredReplicas": status.get("desiredReplicas"),
+            "currentReplicas": status.get("currentReplicas"),
+            "scaled": bool(status.get("lastScaleTime")),
+            "conditions": sorted(
+                (
+                    c.get("type"),
+                    c.get("status"),
+                    c.get("reason"),
+                    _message(side, c.get("message", "")),
+                )
+                for c in status.get("conditions") or ()
+            ),
+            "metrics": [m.get("type") for m in status.get("currentMetrics") or ()],
+        }
+    if with_scale:
+        out["scale"] = scale
+    return out
+
+
+class Pair:
+    """Both sides of a run: their checkpoints meet, then the HPAs must settle alike."""
+
+    def __init__(self, steward: Side, upstream: Side, names: tuple[str, ...]) -> None:
+        self.sides = {"steward": steward, "upstream": upstream}
+        self.names = names
+        self.barrier = threading.Barrier(2, timeout=WITHIN * 4)
+        self.failure = ""
+        self.load: dict[str, int | None] = {"steward": None, "upstream": None}
+
+    def checkpoint(self, side: Side, what: str, load: int | None = None) -> None:
+        """Wait for the other side; then compare (see the module docs)."""
+        self.load[side.name] = load
+        self.barrier.wait()
+        if side.name == "upstream":
+            self.failure = self._compare(what)
+        self.barrier.wait()
+        if self.failure:
+            raise AssertionError(self.failure)
+
+    def _compare(self, what: str) -> str:
+        deadline = time.monotonic() + SETTLE
+        while True:
+            states = {}
+            for name, side in self.sides.items():
+                load = self.load[name]
+                if load is not None:
+                    spread_load(side, load)
+                states[name] = snapshot(side, self.names)
+            if states["steward"] == states["upstream"]:
+                return ""
+            if time.monotonic() > deadline:
+                return f"at {what!r} the sides differ:\n{json.dumps(states, indent=1, default=str)}"
+            time.sleep(1.0)
+
+
+Scenario = Callable[[Side, Pair], None]
+
+
+def run_both(
+    steward: Side, upstream: Side, scenario: Scenario, names: tuple[str, ...] = (APP,)
+) -> None:
+    pair = Pair(steward, upstream, names)
+
+    def run(side: Side) -> None:
+        try:
+            scenario(side, pair)
+        except BaseException:
+            pair.barrier.abort()  # the other side stops at its next checkpoint
+            raise
+
+    errors: dict[str, BaseException | None] = {}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = {s.name: pool.submit(run, s) for s in (upstream, steward)}
+        for n, future in runs.items():
+            errors[n] = future.exception()
+    # Upstream's failure first: it says the scenario's checks are wrong, not Steward.
+    for n in ("upstream", "steward"):
+        failed = errors[n]
+        if failed is not None and not isinstance(failed, threading.BrokenBarrierError):
+            raise AssertionError(f"the scenario failed on the {n} side: {failed}") from failed
+
+
+# Scenarios --------------------------------------------------------------------------------
+def test_scales_up_on_cpu_holds_within_tolerance_and_scales_down_after_stabilization(
+    steward: Side, upstream: Side
+) -> None:
+    """One pod at four times its target: up to four (the scale-up limit without behavior
+    is max(2 * current, 4)); a load 5 % over target holds them (tolerance 0.1); the load
+    gone, the recommendation stays up for the 20 s window, then down to one."""
+
+    def scenario(side: Side, pair: Pair) -> None:
+        side.kube.request("POST", side.deployments, deployment(1))
+        scaled_to(side, 1)
+        behavior = {"scaleDown": {"stabilizationWindowSeconds": 20}}
+        side.kube.request("POST", side.hpas, hpa(behavior=behavior))
+        scaled_to(side, 4, load=200)
+        pair.checkpoint(side, "scaled up to four", load=200)
+        holds(side, 4, 20.0, load=210)
+        pair.checkpoint(side, "held within tolerance", load=210)
+        scaled_to(side, 1, load=20)
+        pair.checkpoint(side, "scaled down to one", load=20)
+
+    run_both(steward, upstream, scenario)
+
+
+def test_behavior_pods_policy_limits_the_scale_up_rate(steward: Side, upstream: Side) -> None:
+    """A scale-up policy of one pod per minute: a load asking for eight pods adds one,
+    ScalingLimited=True (ScaleUpLimit) while the period lasts."""
+
+    def scenario(side: Side, pair: Pair) -> None:
+        side.kube.request("POST", side.deployments, deployment(1))
+        scaled_to(side, 1)
+        behavior = {
+            "scaleUp": {
+                "stabilizationWindowSeconds": 0,
+                "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+            }
+        }
+        side.kube.request("POST", side.hpas, hpa(behavior=behavior))
+        scaled_to(side, 2, load=400)
+        has_condition(side, "ScalingLimited", "True", "ScaleUpLimit", load=400)
+        pair.checkpoint(side, "one pod added, then limited", load=400)
+
+    run_both(steward, upstream, scenario)
+
+
+def test_scales_up_to_min_and_is_disabled_at_zero(steward: Side, upstream: Side) -> None:
+    """Below minReplicas the target is raised to it whatever the metrics say; a target
+    scaled to zero by hand switches autoscaling off (ScalingActive=False,
+    ScalingDisabled); minReplicas 0 over a CPU metric alone is refused by the API server
+    (scaling to zero needs an Object or External metric)."""
+
+    def scenario(side: Side, pair: Pair) -> None:
+        side.kube.request("POST", side.deployments, deployment(1))
+        scaled_to(side, 1)
+        with pytest.raises(ApiStatusError) as refused:
+            side.kube.request("POST", side.hpas, hpa("zero", min_replicas=0))
+        assert refused.value.status == 422, f"{side.name}: minReplicas 0: {refused.value}"
+        side.kube.request("POST", side.hpas, hpa(min_replicas=3))
+        scaled_to(side, 3, load=30)
+        pair.checkpoint(side, "raised to minReplicas", load=30)
+        side.set_scale(APP, 0)
+        has_condition(side, "ScalingActive", "False", "ScalingDisabled")
+        holds(side, 0, 20.0, load=0)
+        pair.checkpoint(side, "disabled at zero")
+
+    run_both(steward, upstream, scenario)
+
+
+def test_two_hpas_over_the_same_pods_are_ambiguous(steward: Side, upstream: Side) -> None:
+    """Two HPAs whose targets' selectors take the same pods: neither scales
+    (ScalingActive=False, AmbiguousSelector)."""
+
+    def scenario(side: Side, pair: Pair) -> None:
+        side.kube.request("POST", side.deployments, deployment(2))
+        scaled_to(side, 2)
+        side.kube.request("POST", side.hpas, hpa("first", min_replicas=2))
+        side.kube.request("POST", side.hpas, hpa("second", min_replicas=2))
+        for name in ("first", "second"):
+            has_condition(side, "ScalingActive", "False", "AmbiguousSelector", name, load=100)
+        holds(side, 2, 20.0, load=100)
+        pair.checkpoint(side, "both ambiguous", load=100)
+
+    run_both(steward, upstream, scenario, names=("first", "second"))
+
+
+def test_pods_without_requests_fail_the_resource_metric(steward: Side, upstream: Side) -> None:
+    """Utilization of pods that request no CPU cannot be computed: ScalingActive=False
+    (FailedGetResourceMetric), a Warning Event, and the target left alone."""
+
+    def scenario(side: Side, pair: Pair) -> None:
+        side.kube.request("POST", side.deployments, deployment(2, requests=False))
+        scaled_to(side, 2)
+        side.kube.request("POST", side.hpas, hpa())
+        has_condition(side, "ScalingActive", "False", "FailedGetResourceMetric", load=300)
+        wait_for(
+            side,
+            lambda: any(e.get("reason") == "FailedGetResourceMetric" for e in side.events(APP)),
+            "a FailedGetResourceMetric Event",
+        )
+        holds(side, 2, 5.0, load=300)
+        pair.checkpoint(side, "no requests", load=300)
+
+    run_both(steward, upstream, scenario)
