@@ -143,6 +143,7 @@ class Side:
     name: str
     kube: KubeClient
     ns: str
+    plane: LocalCluster
 
     @property
     def hpas(self) -> str:
@@ -213,7 +214,7 @@ def _side(name: str, plane: LocalCluster, request: pytest.FixtureRequest) -> Ite
     kube = KubeClient(load_access(str(plane.kubeconfig)), user_agent=f"hpa-test-{name}")
     ns = _new_namespace(kube, request)
     try:
-        yield Side(name, kube, ns)
+        yield Side(name, kube, ns, plane)
     finally:
         try:
             with contextlib.suppress(NotFoundError, ConflictError):

@@ -1,8 +1,9 @@
 """HPA scenarios (upstream's HPA e2e and integration cases: scale up on CPU, tolerance,
 scale-down stabilization, behavior policies, scale up to min, scaling disabled at zero
 and minReplicas 0 without an Object or External metric refused, ambiguous selectors,
-missing requests), each run under Steward's controller and under upstream's at once, fed
-by real metrics.
+missing requests, an External metric scaling to zero and back, the largest of a Pods and
+an Object metric winning), each run under Steward's controller and under upstream's at
+once, fed by real metrics.
 
 A scenario is one function of a :class:`~.conftest.Side`: it makes a Deployment whose
 pods kwok runs, sets what they use (a total CPU load spread evenly over the pods, as a
@@ -22,6 +23,7 @@ rates from its own scrapes, so they differ by a few millicores.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import re
 import threading
@@ -31,6 +33,8 @@ from typing import Any
 
 import pytest
 
+from steward.cluster import usage
+from steward.cluster.errors import ClusterError
 from steward.kube import ApiStatusError, ConflictError, NotFoundError
 from tests.controllers.hpa.conftest import Side
 
@@ -385,5 +389,87 @@ def test_pods_without_requests_fail_the_resource_metric(steward: Side, upstream:
         )
         holds(side, 2, 5.0, load=300)
         pair.checkpoint(side, "no requests", load=300)
+
+    run_both(steward, upstream, scenario)
+
+
+def test_an_external_metric_scales_to_zero_and_back(steward: Side, upstream: Side) -> None:
+    """minReplicas 0 over an External metric (a queue's length through the aggregated
+    external.metrics.k8s.io adapter, ten items per pod): 30 items take two pods to three;
+    an empty queue takes them to zero (ScaledToZero=True); 20 items bring two back, the
+    HPA still autoscaling from zero."""
+
+    def scenario(side: Side, pair: Pair) -> None:
+        usage.set_external_metric(side.plane, side.ns, "queue", "30")
+        side.kube.request("POST", side.deployments, deployment(2))
+        scaled_to(side, 2)
+        body = hpa(min_replicas=0, max_replicas=5)
+        body["spec"]["metrics"] = [
+            {
+                "type": "External",
+                "external": {
+                    "metric": {"name": "queue"},
+                    "target": {"type": "AverageValue", "averageValue": "10"},
+                },
+            }
+        ]
+        body["spec"]["behavior"] = {"scaleDown": {"stabilizationWindowSeconds": 0}}
+        side.kube.request("POST", side.hpas, body)
+        scaled_to(side, 3)
+        pair.checkpoint(side, "three pods for 30 items")
+        usage.set_external_metric(side.plane, side.ns, "queue", "0")
+        scaled_to(side, 0)
+        has_condition(side, "ScaledToZero", "True", "ScaledToZero")
+        pair.checkpoint(side, "scaled to zero")
+        usage.set_external_metric(side.plane, side.ns, "queue", "20")
+        scaled_to(side, 2)
+        pair.checkpoint(side, "two pods for 20 items")
+
+    run_both(steward, upstream, scenario)
+
+
+def test_the_largest_of_several_metrics_wins(steward: Side, upstream: Side) -> None:
+    """A Pods metric (requests per second of each pod, target 10 on average) and an Object
+    metric (the Deployment's queue, target 40) through the aggregated
+    custom.metrics.k8s.io adapter: the larger proposal wins, whichever metric gives it."""
+
+    def scenario(side: Side, pair: Pair) -> None:
+        side.kube.request("POST", side.deployments, deployment(2))
+        scaled_to(side, 2)
+        dep_path = f"{side.deployments}/{APP}"
+        usage.set_object_metric(side.plane, dep_path, "queue", "40")
+
+        def per_pod(rate: str) -> None:
+            for pod in side.pods(APP):
+                with contextlib.suppress(ClusterError):  # a pod gone meanwhile
+                    usage.set_pod_metric(side.plane, side.ns, pod["metadata"]["name"], "rps", rate)
+
+        per_pod("20")
+        body = hpa(max_replicas=6)
+        body["spec"]["metrics"] = [
+            {
+                "type": "Pods",
+                "pods": {
+                    "metric": {"name": "rps"},
+                    "target": {"type": "AverageValue", "averageValue": "10"},
+                },
+            },
+            {
+                "type": "Object",
+                "object": {
+                    "describedObject": {"apiVersion": "apps/v1", "kind": "Deployment", "name": APP},
+                    "metric": {"name": "queue"},
+                    "target": {"type": "Value", "value": "40"},
+                },
+            },
+        ]
+        side.kube.request("POST", side.hpas, body)
+        # rps 20 per pod on two pods asks for four; the queue at target asks for two.
+        scaled_to(side, 4)
+        per_pod("10")
+        pair.checkpoint(side, "the Pods metric's four")
+        usage.set_object_metric(side.plane, dep_path, "queue", "100")
+        scaled_to(side, 6)
+        pair.checkpoint(side, "the Object metric's ten, limited to six")
 
     run_both(steward, upstream, scenario)
