@@ -16,8 +16,16 @@ from steward.cluster.progress import Progress
 
 @contextmanager
 def steward_cluster(name: str, state_dir: Path) -> Iterator[LocalCluster]:
-    """A one-node cluster with Steward's services exporting their spans to its Jaeger."""
-    cfg = ClusterConfig(name=name, state_dir=state_dir, nodes=1, die_with_parent=True, steward=True)
+    """A one-node cluster with Steward's services exporting their spans to its Jaeger, and
+    the metrics pipeline (as ``make up`` runs them)."""
+    cfg = ClusterConfig(
+        name=name,
+        state_dir=state_dir,
+        nodes=1,
+        die_with_parent=True,
+        steward=True,
+        metrics=True,
+    )
     running = LocalCluster.up(cfg, progress=Progress(quiet=True))
     try:
         yield running
