@@ -46,6 +46,19 @@ nodes and no other, started after the first one is stopped; 2 workers on both si
 (upstream's ``--concurrent-daemonset-syncs`` default and Steward's). Its figures are per
 DaemonSet pod (DaemonSets x nodes), each created once and replaced once in the span.
 
+The HPA workload (:mod:`bench.hpa`: 500 HPAs, each over a one-replica Deployment whose pod
+uses its CPU exactly at the HPA's target, so nothing scales) runs in a cluster of its own
+per side with the metrics pipeline (kwok's simulated usage, metrics-server). Upstream's
+side runs kube-controller-manager's HPA controller; Steward's runs Steward's informer,
+manager and HPA controller and no other of its controllers, kube-controller-manager all
+the others (the Deployments' and ReplicaSets' controllers run on both sides, idle in the
+window). 5 workers and a sync period of 15 s on both sides (upstream's
+``--concurrent-horizontal-pod-autoscaler-syncs`` and
+``--horizontal-pod-autoscaler-sync-period`` defaults and Steward's). Once every HPA is
+``ScalingActive``, a fixed window (``--hpa-window``, 60 s) is measured; its figures are
+per HPA sync (the HPA identity's GETs of ``deployments/scale`` timestamped in the window),
+with the syncs per second each side reached.
+
 # Where the cost goes
 For each workload, over its measured span: CPU seconds of every process of the cluster
 (``/proc/<pid>/stat``), bytes each controller-side process read and wrote
@@ -61,6 +74,7 @@ where Steward's Job controller spent its samples.
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import shutil
 import subprocess
@@ -74,10 +88,14 @@ from typing import Any
 
 import orjson
 
-from bench import daemonset, deployment, endpoints, job
+from bench import daemonset, deployment, endpoints, hpa, job
 from bench.informer import Api, report
 from steward.cluster import ClusterConfig, LocalCluster
-from steward.cluster.control_plane import STEWARD_CONTROLLERS
+from steward.cluster.control_plane import (
+    METRICS_ADAPTER_USER,
+    METRICS_SERVER_USER,
+    STEWARD_CONTROLLERS,
+)
 from steward.cluster.progress import Progress
 from steward.controllers.endpointslice.sync import MANAGED_BY as ENDPOINTSLICE_MANAGED_BY
 
@@ -89,11 +107,12 @@ WORKERS = 5
 ``--concurrent-deployment-syncs`` and ``--concurrent-endpoint-syncs`` defaults, and
 Steward's controllers' defaults."""
 
-WORKLOADS = ("job", "deployment", "endpoints", "daemonset")
+WORKLOADS = ("job", "deployment", "endpoints", "daemonset", "hpa")
 """Every workload, in the order they run."""
 SHARED_CLUSTER = ("job", "deployment", "endpoints")
 """The workloads that share a side's first cluster (:data:`NODES` nodes); the DaemonSet
-workload gets a cluster of its own (``--daemonset-nodes`` nodes)."""
+workload gets a cluster of its own (``--daemonset-nodes`` nodes), and so does the HPA
+workload (with the metrics pipeline)."""
 
 AUDIT_FLUSH_SECONDS = 2.5
 """How long the audit log's batches (at most 1 s old) are given to reach the file."""
@@ -143,6 +162,8 @@ STEWARD_PROCESSES = (
 ``<name>-controller``): every controller Steward runs in place of upstream's counts,
 whether or not the workload gives it work."""
 KCM = "kube-controller-manager"
+METRICS_USERS = (METRICS_SERVER_USER, METRICS_ADAPTER_USER)
+"""The metrics pipeline's identities (the HPA workload's clusters): neither side's."""
 STEWARD_SLICES = (
     ENDPOINTSLICE_MANAGED_BY
     if "endpointslice" in STEWARD_CONTROLLERS
@@ -182,20 +203,34 @@ def io_bytes(pids: dict[str, int]) -> dict[str, tuple[int, int]]:
 
 
 def identity_side(user: str) -> str:
-    """Which side an API caller belongs to: upstream's controllers, Steward's, or other."""
+    """Which side an API caller belongs to: upstream's controllers, Steward's, or other
+    (the metrics pipeline's components, though named ``steward:``, serve both sides)."""
     if user == "system:kube-controller-manager" or user.startswith(
         "system:serviceaccount:kube-system:"
     ):
         return "upstream"
+    if user in METRICS_USERS:
+        return "other"
     if user.startswith("steward:"):
         return "steward"
     return "other"
 
 
-def audit_requests(path: Path, offset: int) -> dict[str, dict[str, dict[str, int]]]:
+def audit_time(seconds: float) -> str:
+    """A time (``time.time()``) as the audit log writes its timestamps (RFC 3339, UTC,
+    microseconds: fixed width, so that the strings compare as the times do)."""
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def audit_requests(
+    path: Path, offset: int, between: tuple[float, float] | None = None
+) -> dict[str, dict[str, dict[str, int]]]:
     """Requests in the audit log after byte ``offset``: side → user → "verb resource" →
-    count. A watch is counted when it starts, any other request when it completes."""
+    count. A watch is counted when it starts, any other request when it completes; with
+    ``between`` (two ``time.time()`` values), only those whose stage is timestamped from
+    the first to the second."""
     found: dict[str, dict[str, Counter[str]]] = {}
+    since, until = (audit_time(between[0]), audit_time(between[1])) if between else ("", "")
     with path.open("rb") as f:
         f.seek(offset)
         for line in f:
@@ -206,6 +241,8 @@ def audit_requests(path: Path, offset: int) -> dict[str, dict[str, dict[str, int
             verb = event.get("verb", "")
             stage = event.get("stage", "")
             if stage != ("ResponseStarted" if verb == "watch" else "ResponseComplete"):
+                continue
+            if between and not since <= event.get("stageTimestamp", "") <= until:
                 continue
             user = (event.get("user") or {}).get("username", "")
             ref = event.get("objectRef") or {}
@@ -218,26 +255,37 @@ def audit_requests(path: Path, offset: int) -> dict[str, dict[str, dict[str, int
 
 
 class Meter:
-    """CPU, bytes and API requests of a cluster's processes over one measured span."""
+    """CPU, bytes and API requests of a cluster's processes over one measured span.
 
-    def __init__(self, cluster: LocalCluster) -> None:
+    By default the span's requests are all the audit log holds from its beginning until
+    its batches are flushed after the end (right for a phase that ends idle). With
+    ``clock_bounded`` they are only those timestamped within the span, as its CPU
+    seconds are (for a span of steady work, such as the HPA workload's window); the
+    figures then hold ``span_seconds``."""
+
+    def __init__(self, cluster: LocalCluster, *, clock_bounded: bool = False) -> None:
         self.pids = {r.name: r.pid for r in cluster.iter_processes()}
         self.audit = cluster.directory / "audit.log"
+        self.clock_bounded = clock_bounded
         self._cpu: dict[str, float] = {}
         self._io: dict[str, tuple[int, int]] = {}
         self._offset = 0
+        self._began = 0.0
 
     def begin(self) -> None:
         time.sleep(AUDIT_FLUSH_SECONDS)  # the warm-up's requests land before the mark
         self._offset = self.audit.stat().st_size if self.audit.exists() else 0
         self._cpu = cpu_seconds(self.pids)
         self._io = io_bytes(self.pids)
+        self._began = time.time()
 
     def end(self) -> dict[str, Any]:
+        ended = time.time()
         cpu = cpu_seconds(self.pids)
         io = io_bytes(self.pids)
         time.sleep(AUDIT_FLUSH_SECONDS)
-        return {
+        bounded = (self._began, ended) if self.clock_bounded else None
+        return ({"span_seconds": round(ended - self._began, 3)} if bounded else {}) | {
             "cpu_seconds": {
                 n: round(cpu[n] - self._cpu.get(n, 0.0), 2) for n in sorted(cpu) if n in self._cpu
             },
@@ -246,7 +294,7 @@ class Meter:
                 for n in sorted(io)
                 if n in self._io
             },
-            "requests": audit_requests(self.audit, self._offset),
+            "requests": audit_requests(self.audit, self._offset, bounded),
         }
 
 
@@ -254,18 +302,35 @@ class Meter:
 
 
 def start_cluster(
-    side: Side, setting: Setting, out: Progress, nodes: int = NODES, purpose: str = ""
+    side: Side,
+    setting: Setting,
+    out: Progress,
+    nodes: int = NODES,
+    purpose: str = "",
+    *,
+    only: tuple[str, ...] | None = None,
+    metrics: bool = False,
 ) -> LocalCluster:
+    """A side's cluster. ``only``: on Steward's side, run only these of Steward's
+    controllers (registry names), kube-controller-manager every other controller; on
+    upstream's side it changes nothing. ``metrics``: the metrics pipeline
+    (``ClusterConfig.metrics``)."""
     name = "-".join(filter(None, ("steward-bench", side.name, setting.name, purpose)))
     state = Path(tempfile.mkdtemp(prefix=f"{name}-"))
+    controllers = "*"
+    if side.steward and only is not None:
+        controllers = ",".join(["*", *(f"-{c}" for c in only)])
     return LocalCluster.up(
         ClusterConfig(
             name=name,
             state_dir=state,
             nodes=nodes,
             die_with_parent=True,
+            controllers=controllers,
             steward=side.steward,
+            steward_controllers=only if side.steward else None,
             steward_tracing=side.traced,
+            metrics=metrics,
             kube_api_qps=setting.qps,
             kube_api_burst=setting.burst,
             kube_api_content_type=side.content_type,
@@ -351,7 +416,47 @@ def run_side(
         result |= run_shared(side, setting, args, out)
     if "daemonset" in args.workloads:
         result |= run_daemonsets(side, setting, args, out)
+    if "hpa" in args.workloads:
+        result |= run_hpas(side, setting, args, out)
     return result
+
+
+def run_hpas(
+    side: Side, setting: Setting, args: argparse.Namespace, out: Progress
+) -> dict[str, Any]:
+    """The HPA workload (:mod:`bench.hpa`) in a cluster of its own with the metrics
+    pipeline; on Steward's side, Steward's HPA controller is the only one of Steward's."""
+    nodes = hpa.nodes_for(args.hpas)
+    out.say(
+        f"{setting.name}: {side.name}: starting a cluster of {nodes} nodes with the metrics "
+        f"pipeline for the HPA workload ({setting.describe()})"
+    )
+    cluster = start_cluster(side, setting, out, nodes, "hpa", only=(hpa.CONTROLLER,), metrics=True)
+    try:
+        api = Api(cluster)
+        out.say(
+            f"{setting.name}: {side.name}: {args.hpas} HPAs over one-replica Deployments, "
+            f"{args.hpa_window:g} s of steady state measured"
+        )
+        measured = hpa.run_phase(
+            api,
+            "bench-hpas",
+            args.hpas,
+            args.hpa_window,
+            side.steward,
+            args.threads,
+            args.timeout,
+            out,
+            Meter(cluster, clock_bounded=True),
+        )
+        out.say(
+            f"  {measured['syncs']} HPA syncs in {measured['window_seconds']:.1f} s "
+            f"({measured['syncs_per_s']:.1f}/s; every HPA every "
+            f"{hpa.SYNC_PERIOD:g} s would be {measured['full_rate_syncs_per_s']:.1f}/s)"
+        )
+        return {"hpa": measured | {"nodes": nodes}}
+    finally:
+        cluster.down(progress=Progress(quiet=True))
 
 
 def run_daemonsets(
@@ -464,7 +569,7 @@ def summarize(side: Side, measured: dict[str, Any], units: int) -> dict[str, Any
     """The figures the table compares, per unit of work (a Job, a Deployment)."""
     cpu = measured["cpu_seconds"]
     if side.steward:
-        own = {n: cpu.get(n, 0.0) for n in STEWARD_PROCESSES}
+        own = {n: cpu[n] for n in STEWARD_PROCESSES if n in cpu}
         controller_cpu = sum(own.values()) + cpu.get(KCM, 0.0)
         processes = [*STEWARD_PROCESSES, KCM]
     else:
@@ -514,6 +619,17 @@ DAEMONSET_IDENTITIES = {
 default limits its token bucket is what bounds the workload's times."""
 
 
+HPA_CPU_FIGURES = (
+    "controller_cpu_per_unit",
+    "own_cpu_total_per_unit",
+    "apiserver_cpu_per_unit",
+    "metrics_server_cpu_per_unit",
+)
+"""The HPA workload's CPU seconds per sync, compared Steward / upstream: the controller
+side (kube-controller-manager on both sides, Steward's processes on its own), the side's
+own processes alone (upstream: kube-controller-manager), kube-apiserver, metrics-server."""
+
+
 def identity_requests(measured: dict[str, Any], user: str, units: int) -> dict[str, float]:
     """One identity's API requests per unit, by verb and resource, and their total."""
     mine: Counter[str] = Counter()
@@ -524,7 +640,10 @@ def identity_requests(measured: dict[str, Any], user: str, units: int) -> dict[s
 
 
 def units_of(workload: str, measured: dict[str, Any]) -> int:
-    """What a workload's figures are per: a Job, a Deployment, a pod, a DaemonSet pod."""
+    """What a workload's figures are per: a Job, a Deployment, a pod, a DaemonSet pod, an
+    HPA sync."""
+    if workload == "hpa":
+        return int(measured["syncs"])
     if workload == "endpoints":
         return int(measured["services"] * measured["pods_per_service"])
     if workload == "daemonset":
@@ -536,11 +655,22 @@ def summarize_workload(side: Side, workload: str, measured: dict[str, Any]) -> d
     """:func:`summarize` per unit of the workload; for the DaemonSet workload also the
     requests of the DaemonSet controller's own identity."""
     units = units_of(workload, measured)
+    if units <= 0:
+        raise RuntimeError(f"{side.name}: the {workload} workload measured no unit of work")
     summary = summarize(side, measured, units)
     if workload == "daemonset":
         summary["daemonset_controller_requests_per_unit"] = identity_requests(
             measured, DAEMONSET_IDENTITIES[side.steward], units
         )
+    if workload == "hpa":
+        cpu = measured["cpu_seconds"]
+        summary["hpa_controller_requests_per_unit"] = identity_requests(
+            measured, hpa.IDENTITIES[side.steward], units
+        )
+        summary["own_cpu_total_per_unit"] = round(sum(summary["own_cpu_per_unit"].values()), 5)
+        for name in ("metrics-server", "metrics-adapter", "kwok"):
+            key = f"{name.replace('-', '_')}_cpu_per_unit"
+            summary[key] = round(cpu.get(name, 0.0) / units, 5)
     return summary
 
 
@@ -549,7 +679,8 @@ def _ratio(a: float, b: float) -> float:
 
 
 def compare(results: dict[str, Any]) -> dict[str, Any]:
-    """Ratios Steward / upstream per setting and workload (time: lower is better)."""
+    """Ratios Steward / upstream per setting and workload (time: lower is better; the HPA
+    workload's syncs per second: higher is better)."""
     out: dict[str, Any] = {}
     for setting, sides in results["settings"].items():
         up, st = sides.get("upstream", {}), sides.get("steward", {})
@@ -579,6 +710,11 @@ def compare(results: dict[str, Any]) -> dict[str, Any]:
             u, s = up["daemonset"]["summary"], st["daemonset"]["summary"]
             for key in ("controller_cpu_per_unit", "apiserver_cpu_per_unit"):
                 c[f"daemonset_{key.removesuffix('_per_unit')}_ratio"] = _ratio(s[key], u[key])
+        if "hpa" in up and "hpa" in st:
+            c["hpa_syncs_per_s_ratio"] = _ratio(st["hpa"]["syncs_per_s"], up["hpa"]["syncs_per_s"])
+            u, s = up["hpa"]["summary"], st["hpa"]["summary"]
+            for key in HPA_CPU_FIGURES:
+                c[f"hpa_{key.removesuffix('_per_unit')}_ratio"] = _ratio(s[key], u[key])
         traced = sides.get("steward_traced", {})
         if "job" in traced and "job" in st:
             c["tracing_cost"] = round(1 - traced["job"]["jobs_per_s"] / st["job"]["jobs_per_s"], 3)
@@ -674,6 +810,77 @@ def _daemonset_rows(
     return rows
 
 
+def _hpa_rows(
+    up: dict[str, Any], st: dict[str, Any], ratios: dict[str, Any]
+) -> list[tuple[str, str, str]]:
+    what = f"{up['hpas']} HPAs in steady state"
+    r = ratios["hpa_syncs_per_s_ratio"]
+    rows = [
+        (
+            f"{what}: HPA syncs in the window",
+            f"{up['syncs']} in {up['window_seconds']:.1f} s",
+            f"{st['syncs']} in {st['window_seconds']:.1f} s",
+        ),
+        (
+            f"  syncs/s (each HPA every {up['sync_period_seconds']:g} s: "
+            f"{up['full_rate_syncs_per_s']:.1f}/s)",
+            f"{up['syncs_per_s']:.2f}",
+            f"{st['syncs_per_s']:.2f} (ratio {r:.2f})",
+        ),
+        (
+            "  status writes in the window; targets rescaled",
+            f"{up['status_writes']}; {up['targets_rescaled']}",
+            f"{st['status_writes']}; {st['targets_rescaled']}",
+        ),
+        (
+            "  HPAs created → every one ScalingActive",
+            f"{up['all_scaling_active_seconds']:.1f} s",
+            f"{st['all_scaling_active_seconds']:.1f} s",
+        ),
+    ]
+    u, s = up["summary"], st["summary"]
+    cpu_label, cpu_up, cpu_st = (per_sync := _per_job_table(up, st, "HPA sync"))[0]
+    rows.append(
+        (
+            f"{cpu_label} (kube-controller-manager on both sides)",
+            cpu_up,
+            f"{cpu_st} (ratio {ratios['hpa_controller_cpu_ratio']:.2f})",
+        )
+    )
+    rows += per_sync[1:]
+    rows += [
+        (
+            "Steward's processes alone / all of upstream's kube-controller-manager",
+            f"{u['own_cpu_total_per_unit'] * 1000:.2f} ms",
+            f"{s['own_cpu_total_per_unit'] * 1000:.2f} ms "
+            f"(ratio {ratios['hpa_own_cpu_total_ratio']:.2f})",
+        ),
+        (
+            "metrics-server CPU s per HPA sync",
+            f"{u['metrics_server_cpu_per_unit'] * 1000:.2f} ms",
+            f"{s['metrics_server_cpu_per_unit'] * 1000:.2f} ms "
+            f"(ratio {ratios['hpa_metrics_server_cpu_ratio']:.2f})",
+        ),
+        (
+            "kwok CPU s per HPA sync (simulated nodes, usage served)",
+            f"{u['kwok_cpu_per_unit'] * 1000:.2f} ms",
+            f"{s['kwok_cpu_per_unit'] * 1000:.2f} ms",
+        ),
+    ]
+    uh, sh = u["hpa_controller_requests_per_unit"], s["hpa_controller_requests_per_unit"]
+    rows.append(
+        (
+            "API requests per HPA sync of the HPA controller's identity",
+            f"{uh['total']:.2f}",
+            f"{sh['total']:.2f}",
+        )
+    )
+    for key in dict.fromkeys([*uh, *sh]):
+        if key != "total":
+            rows.append((f"  {key}", f"{uh.get(key, 0.0):.2f}", f"{sh.get(key, 0.0):.2f}"))
+    return rows
+
+
 def table(results: dict[str, Any]) -> str:
     lines: list[str] = []
     for name, sides in results["settings"].items():
@@ -689,6 +896,16 @@ def table(results: dict[str, Any]) -> str:
             clusters.append(
                 f"{d['workers']} DaemonSet workers and {d['nodes']} kwok nodes in a cluster of "
                 "the DaemonSet workload's own"
+            )
+        if "hpa" in up:
+            h = up["hpa"]
+            clusters.append(
+                f"{h['workers']} HPA workers (kube-controller-manager's "
+                "--concurrent-horizontal-pod-autoscaler-syncs, Steward's --workers), sync "
+                f"period {h['sync_period_seconds']:g} s, {h['nodes']} kwok nodes and "
+                "metrics-server in a cluster of the HPA workload's own (Steward's side: its "
+                "HPA controller only; the Deployments' controllers upstream's on both sides, "
+                "idle in the window)"
             )
         lines.append(
             f"== setting '{name}': {setting.describe()}; {'; '.join(clusters)}; Steward as "
@@ -770,6 +987,8 @@ def table(results: dict[str, Any]) -> str:
             rows += _per_job_table(up["endpoints"], st["endpoints"], "pod")
         if "daemonset" in up and "daemonset" in st:
             rows += _daemonset_rows(up["daemonset"], st["daemonset"], ratios)
+        if "hpa" in up and "hpa" in st:
+            rows += _hpa_rows(up["hpa"], st["hpa"], ratios)
         w0 = max(len(r[0]) for r in rows)
         w1 = max(len(r[1]) for r in rows)
         lines += [f"{a:{w0}}  {b:>{w1}}  {c}".rstrip() for a, b, c in rows]
@@ -868,6 +1087,18 @@ def main() -> int:
         type=int,
         default=50,
         help="kwok nodes of the DaemonSet workload's cluster (default 50)",
+    )
+    parser.add_argument(
+        "--hpas",
+        type=int,
+        default=500,
+        help="HPAs of the HPA workload, each over a Deployment of its own (default 500)",
+    )
+    parser.add_argument(
+        "--hpa-window",
+        type=float,
+        default=60.0,
+        help="seconds of the HPA workload's steady state measured (default 60)",
     )
     parser.add_argument("--threads", type=int, default=8, help="requesting threads (default 8)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per phase")
