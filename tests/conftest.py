@@ -46,9 +46,11 @@ def local_cluster(
     nodes: int = 3,
     controllers: str = "*",
     metrics: bool = False,
+    kcm_flags: tuple[str, ...] = (),
 ) -> Iterator[LocalCluster]:
     """A local control plane ``steward-test-<name>-<pid>`` for a fixture to yield from
-    (``metrics``: with the metrics pipeline, see :attr:`ClusterConfig.metrics`):
+    (``metrics``: with the metrics pipeline, see :attr:`ClusterConfig.metrics`;
+    ``kcm_flags``: more flags of kube-controller-manager):
     torn down afterwards, also on failure. Without the Go toolchain it skips, except in
     CI, where it fails."""
     cfg = ClusterConfig(
@@ -58,6 +60,7 @@ def local_cluster(
         die_with_parent=True,
         controllers=controllers,
         metrics=metrics,
+        kcm_flags=kcm_flags,
     )
     try:
         running = LocalCluster.up(cfg, progress=Progress(interval=15.0))

@@ -64,7 +64,7 @@ from steward.runtime.ownership import (
     is_controlled_by,
     orphan_index,
 )
-from steward.runtime.reconcile import Reconciler, Request, Result, TerminalError
+from steward.runtime.reconcile import Reconciler, Request, Result, RetryAfter, TerminalError
 from steward.runtime.selectors import (
     SelectorSyntaxError,
     format_selector,
@@ -103,6 +103,7 @@ __all__ = [
     "Reconciler",
     "Request",
     "Result",
+    "RetryAfter",
     "SelectorSyntaxError",
     "StaleRead",
     "TerminalError",

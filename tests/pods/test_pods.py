@@ -8,8 +8,10 @@ pods: Ready through the kubelet's own probes, Service names and mTLS with projec
 tokens, a DaemonSet's pod run on the real node by Steward's DaemonSet controller, Jobs and
 Deployments driven to completion on kwok's nodes, a deleted controller
 and a deleted informer survived without a miscounted Job, a rolling update of the Job
-controller without two active instances, a Job's trace in Jaeger; and, last, ``down``
-leaves the machine as it found it.
+controller without two active instances, a Job's trace in Jaeger, a pod that really burns
+CPU on the real node measured by its kubelet and scaled by Steward's HPA controller
+(with the metrics pipeline, ``ClusterConfig.metrics``); and, last, ``down`` leaves the
+machine as it found it.
 
 Needs root and Debian's runc, containerd, CNI plugins, mmdebstrap and umoci (``make
 node-packages``); without them it skips, except in CI, where it fails.
@@ -26,13 +28,14 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 import pytest
 
-from steward.cluster import ClusterConfig, LocalCluster, nodes
+from steward.cluster import ClusterConfig, LocalCluster, nodes, usage
 from steward.cluster.errors import ClusterError
 from steward.cluster.progress import Progress
 from steward.security import ClientSecurity
@@ -221,6 +224,7 @@ def pods_cluster(
         nodes=3,
         real_nodes=1,
         steward_pods=True,
+        metrics=True,
         die_with_parent=True,
     )
     started = time.monotonic()
@@ -733,6 +737,167 @@ def test_rolling_update_of_the_job_controller_hands_over(pods_cluster: LocalClus
         pytest.fail("the rolling update did not hand over to the new pod in 240s")
     assert most <= 1, f"{most} active Job controllers at once"
     burst(pods_cluster, "burst-after-rollout", "j", 5)
+
+
+def test_a_pod_burning_cpu_on_the_real_node_is_measured_and_scaled(
+    pods_cluster: LocalCluster,
+) -> None:
+    """The real node's kubelet feeds the metrics pipeline: a Deployment's pod on the real
+    node runs a busy loop (100m requested, capped at 300m); metrics-server scrapes the
+    kubelet's ``/metrics/resource`` (its serving certificate from the cluster CA, at the
+    node's InternalIP, with metrics-server's own client certificate, which the kubelet
+    authorizes by SubjectAccessReview) and ``metrics.k8s.io`` reports the pod's real use,
+    well above its request; an HPA at 50 % of the request is scaled up to its maximum
+    by Steward's HPA controller (active in its pod, upstream's off). Prints the CPU
+    figure and the time taken."""
+    assert "-horizontalpodautoscaling" in pods_cluster.state.controllers.split(",")
+    assert_active_in_its_pod(pods_cluster, "horizontalpodautoscaling")
+    started = time.monotonic()
+    ns, labels = "burn", {"app": "burner"}
+    kubectl(pods_cluster, "create", "namespace", ns)
+    try:
+        wait(
+            f"the default ServiceAccount of {ns}",
+            lambda: pods_cluster.api(
+                "GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default", ok=(200, 404)
+            ).get("kind"),
+        )
+        deployment = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "burner"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "nodeSelector": {"kubernetes.io/hostname": NODE},
+                        "tolerations": [
+                            {
+                                "key": nodes.REAL_NODE_LABEL,
+                                "operator": "Equal",
+                                "value": "true",
+                                "effect": "NoSchedule",
+                            }
+                        ],
+                        "terminationGracePeriodSeconds": 1,
+                        "containers": [
+                            {
+                                "name": "burn",
+                                # One of Steward's images on the node: its Python loops.
+                                "image": "steward-controller-daemonset:dev",
+                                "imagePullPolicy": "Never",
+                                "command": ["python", "-c", "while True: pass"],
+                                "resources": {
+                                    "requests": {"cpu": "100m"},
+                                    # The machine stays usable: at most 0.3 of a core each.
+                                    "limits": {"cpu": "300m"},
+                                },
+                            }
+                        ],
+                    },
+                },
+            },
+        }
+        hpa = {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "burner"},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "burner"},
+                "minReplicas": 1,
+                "maxReplicas": 3,
+                "metrics": [
+                    {
+                        "type": "Resource",
+                        "resource": {
+                            "name": "cpu",
+                            "target": {"type": "Utilization", "averageUtilization": 50},
+                        },
+                    }
+                ],
+            },
+        }
+        manifest = json.dumps(deployment) + "\n" + json.dumps(hpa)
+        kubectl(pods_cluster, "-n", ns, "apply", "-f", "-", stdin=manifest)
+
+        def burning() -> dict[str, Any] | None:
+            found = pods_cluster.api(
+                "GET", f"/api/v1/namespaces/{ns}/pods?labelSelector=app%3Dburner"
+            )
+            running = [
+                p
+                for p in found.get("items") or []
+                if (p.get("status") or {}).get("phase") == "Running" and ready(p)
+            ]
+            return running[0] if running else None
+
+        pod = wait("the burner's pod running on the real node", burning, timeout=60)
+        name = pod["metadata"]["name"]
+        assert pod["spec"]["nodeName"] == NODE
+        assert not any("usage" in key for key in pod["metadata"].get("annotations") or {})
+
+        # The kubelet itself measures the container (read through the node proxy).
+        def measured() -> bool:
+            text = get_raw(pods_cluster, f"/api/v1/nodes/{NODE}/proxy/metrics/resource")
+            return bool(
+                re.search(
+                    rf'container_cpu_usage_seconds_total{{container="burn",'
+                    rf'namespace="{ns}",pod="{re.escape(name)}"}} ',
+                    text,
+                )
+            )
+
+        wait("the kubelet's resource metrics of the burning container", measured, timeout=60)
+
+        # metrics-server scraped it: the pod's real use, well above its 100m request.
+        def used() -> usage.PodUsage | None:
+            got = usage.pod_usage(pods_cluster, ns, name)
+            return got if got is not None and got.total_cpu >= Decimal("0.2") else None
+
+        sample = wait("metrics.k8s.io to report the pod's CPU above 200m", used, timeout=90)
+        assert sample.total_cpu <= Decimal("0.36"), (
+            sample
+        )  # the limit holds (give or take a sample)
+        node_metrics = pods_cluster.api("GET", f"/apis/metrics.k8s.io/v1beta1/nodes/{NODE}")
+        assert usage.quantity(node_metrics["usage"]["cpu"]) >= sample.total_cpu, node_metrics
+        measured_at = time.monotonic() - started
+
+        # Steward's HPA scales the Deployment to its maximum (300 % of the request
+        # against a 50 % target: six times, capped at three).
+        def scaled() -> int | None:
+            found = pods_cluster.api(
+                "GET", f"/apis/apps/v1/namespaces/{ns}/deployments/burner/scale"
+            )
+            replicas = int(found["spec"].get("replicas") or 0)
+            return replicas if replicas == 3 else None
+
+        wait("Steward's HPA to scale the burner to 3", scaled, timeout=90)
+        status = pods_cluster.api(
+            "GET", f"/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers/burner"
+        )["status"]
+        assert status["desiredReplicas"] == 3, status
+        current = status["currentMetrics"][0]["resource"]["current"]
+        assert current["averageUtilization"] > 100, current
+        events = pods_cluster.api(
+            "GET",
+            f"/api/v1/namespaces/{ns}/events?fieldSelector=involvedObject.name%3Dburner,"
+            "involvedObject.kind%3DHorizontalPodAutoscaler",
+        )["items"]
+        rescales = [e for e in events if e.get("reason") == "SuccessfulRescale"]
+        assert rescales, json.dumps(events, indent=1)
+        assert {e.get("reportingComponent") for e in rescales} == {
+            "steward.io/horizontal-pod-autoscaler"
+        }
+        print(
+            f"\nburning pod on the real node: {sample.total_cpu * 1000:.0f}m CPU in "
+            f"metrics.k8s.io {measured_at:.1f}s after the apply (HPA saw "
+            f"{current['averageUtilization']}% of the request); scaled to 3 "
+            f"{time.monotonic() - started:.1f}s after the apply"
+        )
+    finally:
+        kubectl(pods_cluster, "delete", "namespace", ns, "--wait=false", check=False)
 
 
 def test_down_leaves_the_machine_as_it_was(

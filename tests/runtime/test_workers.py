@@ -13,6 +13,7 @@ from steward.runtime import (
     ItemExponentialBackoff,
     Request,
     Result,
+    RetryAfter,
     TerminalError,
     TraceContext,
     WorkerOptions,
@@ -226,6 +227,33 @@ async def test_a_terminal_error_is_not_retried(registry: CollectorRegistry) -> N
     assert last is not None
     assert last.terminal
     assert last.message == "TerminalError: cannot be fixed"
+    await stop(task)
+
+
+@pytest.mark.asyncio
+async def test_retry_after_retries_at_its_delay_and_counts_an_error(
+    registry: CollectorRegistry,
+) -> None:
+    async def fail_once(request: Request, attempt: int) -> Result:
+        if attempt == 1:
+            raise RetryAfter(0.2) from RuntimeError("metrics not there yet")
+        return Result()
+
+    recorder = Recorder(fail_once)
+    pool = make_pool(recorder, registry)
+    task = asyncio.create_task(pool.run())
+    pool.queue.add(req("a"))
+    await asyncio.sleep(0.1)  # well past the 1 ms backoff of an ordinary error
+    assert recorder.count(req("a")) == 1
+    await recorder.until(lambda: recorder.count(req("a")) == 2)
+    assert sample(registry, "controller_runtime_reconcile_errors_total") == 1
+    last = pool.status().last_error
+    assert last is not None
+    assert last.message == "RuntimeError: metrics not there yet"
+    assert not last.terminal
+    assert pool.queue.num_requeues(req("a")) == 0
+    with pytest.raises(ValueError, match="seconds > 0"):
+        RetryAfter(0)
     await stop(task)
 
 

@@ -14,7 +14,7 @@ from steward.runtime.ratelimit import (
     TokenBucket,
     default_controller_rate_limiter,
 )
-from steward.runtime.reconcile import Reconciler, Request, Result, TerminalError
+from steward.runtime.reconcile import Reconciler, Request, Result, RetryAfter, TerminalError
 from steward.runtime.workers import LastError, WorkerOptions, WorkerPool, WorkerStatus
 from steward.runtime.workqueue import QueueItem, TraceContext, WorkQueue
 
@@ -30,6 +30,7 @@ __all__ = [
     "Reconciler",
     "Request",
     "Result",
+    "RetryAfter",
     "RuntimeMetrics",
     "TerminalError",
     "TokenBucket",

@@ -58,12 +58,26 @@ class TerminalError(Exception):
     """
 
 
+class RetryAfter(Exception):
+    """Raised by a reconcile that failed and must be retried after ``seconds`` exactly, not
+    with the growing backoff (upstream's fixed-interval rate limiters: the HPA controller
+    retries a failed HPA at its sync period). Recorded, logged and counted as an error;
+    ``__cause__`` (``raise RetryAfter(s) from err``) is the failure it reports."""
+
+    def __init__(self, seconds: float, message: str = "") -> None:
+        if seconds <= 0 or seconds != seconds or seconds == float("inf"):
+            raise ValueError(f"RetryAfter needs a finite number of seconds > 0: {seconds}")
+        super().__init__(message or f"retry after {seconds:g} s")
+        self.seconds = seconds
+
+
 class Reconciler(Protocol):
     """Brings the world in line with one object, read fresh by key (level-triggered).
 
     ``contexts`` are the W3C trace contexts of the events coalesced into this reconcile
     (possibly empty). Return a :class:`Result`; raise :class:`TerminalError` to give up on
-    the key, any other exception to have it retried with rate limiting. Cancellation
+    the key, :class:`RetryAfter` to have it retried after a fixed delay, any other
+    exception to have it retried with rate limiting. Cancellation
     (``asyncio.CancelledError``) means the worker pool is shutting down and its grace
     period is over.
     """

@@ -26,7 +26,7 @@ from steward.runtime.ratelimit import (
     DEFAULT_MAX_DELAY,
     default_controller_rate_limiter,
 )
-from steward.runtime.reconcile import Reconciler, Request, Result, TerminalError
+from steward.runtime.reconcile import Reconciler, Request, Result, RetryAfter, TerminalError
 from steward.runtime.tracing import reconcile_span
 from steward.runtime.workqueue import QueueItem, WorkQueue
 
@@ -105,6 +105,7 @@ class WorkerPool:
     * ``Result(requeue_after=s)`` → forget, add again after ``s`` seconds (``requeue_after``);
     * ``Result(requeue=True)`` → add again rate-limited (``requeue``);
     * :class:`TerminalError` → forget, do not retry (``error``);
+    * :class:`RetryAfter` → forget, add again after its seconds (``error``);
     * any other exception → add again rate-limited (``error``).
 
     Errors are logged, counted and kept as :attr:`WorkerStatus.last_error`; an exception
@@ -245,6 +246,16 @@ class WorkerPool:
             self.queue.forget(key)
             self._metrics.terminal_error()
             self._record_error(key, err, terminal=True, started=started)
+            return
+        except RetryAfter as err:
+            failure = err.__cause__ if isinstance(err.__cause__, Exception) else err
+            span.record_exception(failure)
+            span.set_status(StatusCode.ERROR, str(failure))
+            span.set_attribute("steward.result", RESULT_ERROR)
+            span.set_attribute("steward.requeue_after_seconds", err.seconds)
+            self.queue.forget(key)
+            self.queue.add_after(key, err.seconds)
+            self._record_error(key, failure, terminal=False, started=started)
             return
         except Exception as err:
             span.record_exception(err)

@@ -10,8 +10,8 @@ metrics-server and served as ``metrics.k8s.io`` through the aggregation layer).
 - ``upstream_plane``: kube-controller-manager with every controller, its HPA controller
   included.
 
-Both sync every HPA every 15 s (kube-controller-manager's default, and Steward's) and use
-the same tolerance, stabilization and readiness settings (their defaults). The targets
+Both sync every HPA every :data:`SYNC_SECONDS` and use the same tolerance, stabilization
+and readiness settings (their defaults). The targets
 are Deployments, rolled out by upstream's Deployment and ReplicaSet controllers on both
 sides, their pods run by kwok on two simulated nodes; a test sets what a pod uses with
 :mod:`steward.cluster.usage` (pod annotations kwok reads).
@@ -41,6 +41,10 @@ from tests.services import RunningInformer
 _T = TypeVar("_T")
 
 IDENTITY = "controller-horizontalpodautoscaling"
+SYNC_SECONDS = 5
+"""Both sides sync every HPA every 5 s (kube-controller-manager's
+--horizontal-pod-autoscaler-sync-period and Steward's flag of that name), a third of the
+default, so the scenarios take fewer minutes."""
 WORKERS = 5
 """Workers on both sides (kube-controller-manager's
 --concurrent-horizontal-pod-autoscaler-syncs)."""
@@ -54,12 +58,19 @@ def steward_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         nodes=2,
         controllers="*,-horizontalpodautoscaling",
         metrics=True,
+        kcm_flags=(f"--horizontal-pod-autoscaler-sync-period={SYNC_SECONDS}s",),
     )
 
 
 @pytest.fixture(scope="package")
 def upstream_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    yield from local_cluster(tmp_path_factory, "hpaup", nodes=2, metrics=True)
+    yield from local_cluster(
+        tmp_path_factory,
+        "hpaup",
+        nodes=2,
+        metrics=True,
+        kcm_flags=(f"--horizontal-pod-autoscaler-sync-period={SYNC_SECONDS}s",),
+    )
 
 
 class Host(RunningInformer):
@@ -89,12 +100,8 @@ class Host(RunningInformer):
             controller = CONTROLLER.new(
                 self._channel,
                 self._api,
-                ControllerOptions(
-                    max_concurrent_reconciles=WORKERS,
-                    namespace=namespace,
-                    backoff_base_seconds=CONTROLLER.options.backoff_base_seconds,
-                    backoff_max_seconds=CONTROLLER.options.backoff_max_seconds,
-                ),
+                ControllerOptions(max_concurrent_reconciles=WORKERS, namespace=namespace),
+                ["--horizontal-pod-autoscaler-sync-period", str(SYNC_SECONDS)],
             )
             self._task = asyncio.create_task(controller.run())
 

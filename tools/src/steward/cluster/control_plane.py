@@ -254,8 +254,12 @@ class ClusterConfig:
     ``metrics.k8s.io/v1beta1`` through kube-apiserver's aggregation layer; Steward's
     metrics adapter (``deploy/tools/metrics-adapter``) serves
     ``custom.metrics.k8s.io/v1beta2`` and ``external.metrics.k8s.io/v1beta1`` from
-    annotations and ConfigMaps (see :mod:`steward.cluster.usage`). Defaults to False
-    (other tests' clusters stay lean)."""
+    annotations and ConfigMaps (see :mod:`steward.cluster.usage`). With
+    :attr:`real_nodes`, metrics-server scrapes the real kubelets too: their pods' usage is
+    what they really use. Defaults to False (other tests' clusters stay lean)."""
+    kcm_flags: tuple[str, ...] = ()
+    """More flags of kube-controller-manager, after the ones the cluster gives (a later
+    flag wins), e.g. ``("--horizontal-pod-autoscaler-sync-period=5s",)``. Defaults to none."""
     audit_log: bool = False
     """Have kube-apiserver write an audit log (``<state dir>/audit.log``, JSON lines, at
     level Metadata) of the requests of the controllers' identities: upstream's
@@ -851,6 +855,7 @@ class LocalCluster:
                 # lifecycle controller would then mark every node and pod not ready (kwok
                 # never readies a running pod again). Simulated nodes do not fail.
                 "--node-monitor-grace-period=5m",
+                *config.kcm_flags,
                 "--v=1",
             ],
             config,
@@ -1058,9 +1063,13 @@ class LocalCluster:
         timeout: float,
     ) -> None:
         """metrics-server as its own identity (:data:`METRICS_SERVER_USER`), scraping
-        kwok's simulated kubelets (whose serving certificate the cluster CA signed),
-        registered as the APIService ``v1beta1.metrics.k8s.io`` and waited on until the
-        API answers through kube-apiserver."""
+        every node's kubelet: kwok's simulated ones, and the real nodes' kubelets, which
+        serve ``/metrics/resource`` on the node address with a serving certificate of the
+        cluster CA naming that address, and take metrics-server's client certificate (of
+        the same CA) and authorize it by SubjectAccessReview (``nodes/metrics``, granted
+        by ``system:metrics-server``). Registered as the APIService
+        ``v1beta1.metrics.k8s.io`` and waited on until the API answers through
+        kube-apiserver."""
         st = self.state
         d = st.directory
         port = st.ports["metrics_server"]
@@ -1088,7 +1097,9 @@ class LocalCluster:
                 f"--tls-cert-file={serving.cert}",
                 f"--tls-private-key-file={serving.key}",
                 # kwok serves every simulated kubelet on its own port at the node's
-                # InternalIP (loopback), with a serving certificate of the cluster CA.
+                # InternalIP (loopback), a real node's kubelet on its port at the
+                # machine's own address (its InternalIP, --node-ip); both with a serving
+                # certificate of the cluster CA, so no --kubelet-insecure-tls.
                 "--kubelet-preferred-address-types=InternalIP",
                 "--kubelet-use-node-status-port",
                 f"--kubelet-certificate-authority={ca.pair.cert}",

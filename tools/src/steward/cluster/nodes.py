@@ -14,7 +14,10 @@ Each kubelet has a client certificate ``system:node:<name>`` in ``system:nodes``
 cluster CA (kube-apiserver runs the Node authorizer and the NodeRestriction admission
 plugin) and serves its API with a certificate of the same CA; it authenticates callers by
 certificate only and authorizes them by SubjectAccessReview, and kube-apiserver calls it
-with a client certificate of its own. kube-proxy is ``system:kube-proxy``, CoreDNS
+with a client certificate of its own. With the metrics pipeline, metrics-server scrapes
+its ``/metrics/resource`` the same way: the cluster CA to trust the serving certificate
+(which names the node address), a client certificate of that CA, ``nodes/metrics``
+granted by RBAC. kube-proxy is ``system:kube-proxy``, CoreDNS
 ``steward:coredns``, each bound to no more than it needs.
 
 # The machine

@@ -78,11 +78,18 @@ SYNC_PERIOD = 15.0
 """Seconds between two syncs of an HPA (``--horizontal-pod-autoscaler-sync-period``)."""
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text}")
+    return value
+
+
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """The HPA controller's own flags, named and defaulted as kube-controller-manager's."""
     parser.add_argument(
         "--horizontal-pod-autoscaler-sync-period",
-        type=float,
+        type=_positive,
         default=SYNC_PERIOD,
         metavar="SECONDS",
         help=f"seconds between two syncs of each HPA (default {SYNC_PERIOD:g})",
@@ -248,7 +255,10 @@ class HPAReconciler:
             self.selectors.pop((ns, name), None)
             return Result()
         self.selectors.setdefault((ns, name), None)
-        await self.sync(steward.copy_json(found.object), key)
+        try:
+            await self.sync(steward.copy_json(found.object), key)
+        except ApiError as err:  # SyncError too: retried at the period, never sooner
+            raise steward.RetryAfter(self.period) from err
         return Result(requeue_after=self.period)
 
     async def sync(self, hpa: dict[str, Any], key: str) -> None:
@@ -927,13 +937,7 @@ CONTROLLER = (
     .for_(HPAS, steward.generation_changed, kind="HorizontalPodAutoscaler")
     .reads(PODS)
     .flags(add_flags)
-    .with_options(
-        steward.ControllerOptions(
-            max_concurrent_reconciles=5,
-            backoff_base_seconds=SYNC_PERIOD,
-            backoff_max_seconds=SYNC_PERIOD,
-        )
-    )
+    .with_options(steward.ControllerOptions(max_concurrent_reconciles=5))
     .beside_upstream(None)
     .describe(
         "Steward's HorizontalPodAutoscaler controller: every sync period, reads each "
