@@ -22,24 +22,20 @@ one after the other.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import grpc
 import pytest
 
 from steward.cluster import LocalCluster
 from steward.controllers.daemonset.main import CONTROLLER
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
-from steward.runtime.controller import ControllerOptions
-from steward.serving.security import DEVELOPMENT
 from tests.conftest import local_cluster
-from tests.services import RunningInformer
+from tests.services import ControllerHost
 
 _T = TypeVar("_T")
 
@@ -61,67 +57,9 @@ def upstream_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
     yield from local_cluster(tmp_path_factory, "dsup", nodes=0, controllers="*,-nodelifecycle")
 
 
-class Host(RunningInformer):
-    """Steward's informer, and the DaemonSet controller while a test runs, on an event
-    loop of their own in a background thread."""
-
-    def __init__(self, plane: LocalCluster) -> None:
-        super().__init__(str(plane.component_kubeconfig("informer")), DEVELOPMENT)
-        self.plane = plane
-        self._task: asyncio.Task[None] | None = None
-        self._channel: grpc.aio.Channel | None = None
-        self._api: KubeClient | None = None
-
-    def call(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        return self._call(coro)
-
-    def start(self, namespace: str) -> None:
-        """Start the controller for ``namespace`` (one at a time)."""
-
-        async def run() -> None:
-            self._api = KubeClient(
-                load_access(str(self.plane.component_kubeconfig(IDENTITY))),
-                user_agent="steward-daemonset",
-                workers=8,
-            )
-            self._channel = grpc.aio.insecure_channel(self.address)
-            controller = CONTROLLER.new(
-                self._channel,
-                self._api,
-                ControllerOptions(max_concurrent_reconciles=WORKERS, namespace=namespace),
-            )
-            self._task = asyncio.create_task(controller.run())
-
-        self.call(run())
-
-    def stop_controller(self) -> None:
-        async def stop() -> None:
-            if self._task is not None:
-                self._task.cancel()
-                # A controller that died on its own raises here: the test that ran it fails.
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
-            if self._channel is not None:
-                await self._channel.close()
-            self._task = self._channel = None
-
-        try:
-            self.call(stop())
-        finally:
-            if self._api is not None:
-                self._api.close()
-                self._api = None
-
-    def close(self) -> None:
-        try:
-            self.stop_controller()
-        finally:
-            self.stop()
-
-
 @pytest.fixture(scope="package")
-def steward_host(steward_plane: LocalCluster) -> Iterator[Host]:
-    host = Host(steward_plane)
+def steward_host(steward_plane: LocalCluster) -> Iterator[ControllerHost]:
+    host = ControllerHost(steward_plane, CONTROLLER, IDENTITY, workers=WORKERS)
     try:
         yield host
     finally:
@@ -280,7 +218,7 @@ def _side(name: str, plane: LocalCluster, request: pytest.FixtureRequest) -> Ite
 
 @pytest.fixture
 def steward(
-    steward_plane: LocalCluster, steward_host: Host, request: pytest.FixtureRequest
+    steward_plane: LocalCluster, steward_host: ControllerHost, request: pytest.FixtureRequest
 ) -> Iterator[Side]:
     """The Steward side: a fresh namespace, Steward's controller watching it."""
     with _side("steward", steward_plane, request) as side:

@@ -28,6 +28,11 @@ The scale's selector must be given and parse; and the pods it selects must not b
 selected by another HPA's selector as last seen by this controller
 (``AmbiguousSelector``), as upstream's selector registry.
 
+# Rate limits
+As kube-controller-manager's, the controller reads and writes through several clients,
+each with a token bucket of its own of ``--kube-api-qps`` and ``--kube-api-burst``: its
+own (HPAs, Events, discovery), the scale client, and one per metrics API.
+
 # Timing
 Every HPA is synced every ``--horizontal-pod-autoscaler-sync-period`` (15 s) while it
 exists, and on a spec change; a failed sync is retried at the same period, never
@@ -192,6 +197,23 @@ class Proposal:
     """The failure as its Event and the ScalingActive condition say it."""
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """What every metric of one sync is computed over."""
+
+    ns: str
+    spec_replicas: int
+    """The target's ``spec.replicas`` (the scale's)."""
+    status_replicas: int
+    """The target's ``status.replicas`` (per-pod Object and External targets divide by it)."""
+    selector: str
+    """The scale's ``status.selector``, as text."""
+    pods: list[dict[str, Any]]
+    """The pods it selects, from the mirror."""
+    tolerances: Tolerances
+    now: datetime
+
+
 class MetricFailure(Exception):
     """A metric that gave no proposal: ``inner`` as its Event and condition say it,
     ``outer`` as the sync's error does (upstream wraps the one in the other)."""
@@ -242,6 +264,9 @@ class HPAReconciler:
         )
         self.discovery = Discovery(self.api)
         self.metrics = MetricsClient(self.api, self.discovery)
+        self.scales = self.api.with_own_rate_limit()
+        """The scale subresource's client, a rate limiter of its own (upstream's scale
+        client); HPAs, Events and discovery go through the controller's own client."""
         self.selectors: dict[tuple[str, str], dict[str, Any] | None] = {}
         """Each HPA's selector as last seen (None: registered, not yet known)."""
 
@@ -430,7 +455,7 @@ class HPAReconciler:
         first = ""
         for target in targets:
             try:
-                scale = await self.api.arequest("GET", target.path(ns, name, "scale"))
+                scale = await self.scales.arequest("GET", target.path(ns, name, "scale"))
             except ApiError as err:
                 first = first or error_message(err)
                 continue
@@ -447,13 +472,13 @@ class HPAReconciler:
         for attempt in range(CONFLICT_TRIES):
             body.setdefault("spec", {})["replicas"] = desired
             try:
-                await self.api.arequest("PUT", path, body)
+                await self.scales.arequest("PUT", path, body)
                 return
             except ConflictError:
                 if attempt == CONFLICT_TRIES - 1:
                     raise
                 with contextlib.suppress(ApiError):
-                    body = await self.api.arequest("GET", path)
+                    body = await self.scales.arequest("GET", path)
                 await asyncio.sleep(0.01)
 
     # Metrics -----------------------------------------------------------------------------
@@ -532,14 +557,20 @@ class HPAReconciler:
         spec_replicas = int((scale.get("spec") or {}).get("replicas") or 0)
         status_replicas = int((scale.get("status") or {}).get("replicas") or 0)
         metrics = list(spec.get("metrics") or ())
-        pods = self._selected_pods(hpa["metadata"].get("namespace", ""), selector)
-        tolerances = Tolerances.of(hpa, self.calculator.tolerance)
+        ns = hpa["metadata"].get("namespace", "")
+        at = Inputs(
+            ns=ns,
+            spec_replicas=spec_replicas,
+            status_replicas=status_replicas,
+            selector=text,
+            pods=self._selected_pods(ns, selector),
+            tolerances=Tolerances.of(hpa, self.calculator.tolerance),
+            now=now,
+        )
         statuses: list[dict[str, Any]] = [{} for _ in metrics]
         replicas, name, invalid, first = 0, "", 0, Proposal()
         for i, metric in enumerate(metrics):
-            proposal = await self._one(
-                hpa, metric, spec_replicas, status_replicas, text, pods, tolerances, now
-            )
+            proposal = await self._one(hpa, metric, at)
             statuses[i] = proposal.status
             if proposal.error:
                 if invalid == 0:
@@ -574,20 +605,9 @@ class HPAReconciler:
         )
         return replicas, name, statuses, failed
 
-    async def _one(
-        self,
-        hpa: dict[str, Any],
-        metric: dict[str, Any],
-        spec_replicas: int,
-        status_replicas: int,
-        selector: str,
-        pods: list[dict[str, Any]],
-        tolerances: Tolerances,
-        now: datetime,
-    ) -> Proposal:
+    async def _one(self, hpa: dict[str, Any], metric: dict[str, Any], at: Inputs) -> Proposal:
         """One metric's proposal (upstream's ``computeReplicasForMetric``); a failure
         records its Warning Event."""
-        ns = hpa["metadata"].get("namespace", "")
         mtype = metric.get("type")
         reason = {
             "Object": "FailedGetObjectMetric",
@@ -597,55 +617,29 @@ class HPAReconciler:
             "External": "FailedGetExternalMetric",
         }.get(str(mtype), "InvalidMetricSourceType")
         try:
-            return await self._evaluate(
-                metric, ns, spec_replicas, status_replicas, selector, pods, tolerances, now
-            )
+            return await self._evaluate(metric, at)
         except MetricFailure as failure:
             self.events.event(hpa, "Warning", reason, failure.inner)
             return Proposal(error=failure.outer, reason=reason, inner=failure.inner)
 
-    async def _evaluate(
-        self,
-        metric: dict[str, Any],
-        ns: str,
-        spec_replicas: int,
-        status_replicas: int,
-        selector: str,
-        pods: list[dict[str, Any]],
-        tolerances: Tolerances,
-        now: datetime,
-    ) -> Proposal:
+    async def _evaluate(self, metric: dict[str, Any], at: Inputs) -> Proposal:
         """One metric's proposal; :class:`MetricFailure` with upstream's texts when there
         is none."""
         mtype = metric.get("type")
         if mtype in ("Resource", "ContainerResource"):
-            return await self._resource(
-                metric, str(mtype), ns, spec_replicas, selector, pods, tolerances, now
-            )
+            return await self._resource(metric, str(mtype), at)
         if mtype == "Pods":
-            return await self._pods(metric, ns, spec_replicas, selector, pods, tolerances, now)
+            return await self._pods(metric, at)
         if mtype == "Object":
-            return await self._object(
-                metric, ns, spec_replicas, status_replicas, pods, tolerances, now
-            )
+            return await self._object(metric, at)
         if mtype == "External":
-            return await self._external(
-                metric, ns, spec_replicas, status_replicas, pods, tolerances, now
-            )
+            return await self._external(metric, at)
         text = f'unknown metric source type "{mtype}"'
         raise MetricFailure(text, text)
 
-    async def _resource(
-        self,
-        metric: dict[str, Any],
-        mtype: str,
-        ns: str,
-        spec_replicas: int,
-        selector: str,
-        pods: list[dict[str, Any]],
-        tolerances: Tolerances,
-        now: datetime,
-    ) -> Proposal:
+    async def _resource(self, metric: dict[str, Any], mtype: str, at: Inputs) -> Proposal:
+        ns, spec_replicas, selector, pods = at.ns, at.spec_replicas, at.selector, at.pods
+        tolerances, now = at.tolerances, at.now
         source = metric.get("resource" if mtype == "Resource" else "containerResource") or {}
         resource = str(source.get("name", ""))
         container = str(source.get("container", "")) if mtype == "ContainerResource" else ""
@@ -708,16 +702,9 @@ class HPAReconciler:
             }
         return Proposal(replicas, label, status, stamp)
 
-    async def _pods(
-        self,
-        metric: dict[str, Any],
-        ns: str,
-        spec_replicas: int,
-        selector: str,
-        pods: list[dict[str, Any]],
-        tolerances: Tolerances,
-        now: datetime,
-    ) -> Proposal:
+    async def _pods(self, metric: dict[str, Any], at: Inputs) -> Proposal:
+        ns, spec_replicas, selector, pods = at.ns, at.spec_replicas, at.selector, at.pods
+        tolerances, now = at.tolerances, at.now
         source = metric.get("pods") or {}
         ident = source.get("metric") or {}
         name = str(ident.get("name", ""))
@@ -743,16 +730,14 @@ class HPAReconciler:
         }
         return Proposal(replicas, f"pods metric {name}", status, stamp)
 
-    async def _object(
-        self,
-        metric: dict[str, Any],
-        ns: str,
-        spec_replicas: int,
-        status_replicas: int,
-        pods: list[dict[str, Any]],
-        tolerances: Tolerances,
-        now: datetime,
-    ) -> Proposal:
+    async def _object(self, metric: dict[str, Any], at: Inputs) -> Proposal:
+        ns, spec_replicas, status_replicas, pods = (
+            at.ns,
+            at.spec_replicas,
+            at.status_replicas,
+            at.pods,
+        )
+        tolerances, now = at.tolerances, at.now
         source = metric.get("object") or {}
         ident = source.get("metric") or {}
         name = str(ident.get("name", ""))
@@ -812,16 +797,14 @@ class HPAReconciler:
         label = f"external metric {name}({go_selector(ident.get('selector'))})"
         return Proposal(replicas, label, status, stamp)
 
-    async def _external(
-        self,
-        metric: dict[str, Any],
-        ns: str,
-        spec_replicas: int,
-        status_replicas: int,
-        pods: list[dict[str, Any]],
-        tolerances: Tolerances,
-        now: datetime,
-    ) -> Proposal:
+    async def _external(self, metric: dict[str, Any], at: Inputs) -> Proposal:
+        ns, spec_replicas, status_replicas, pods = (
+            at.ns,
+            at.spec_replicas,
+            at.status_replicas,
+            at.pods,
+        )
+        tolerances, now = at.tolerances, at.now
         source = metric.get("external") or {}
         ident = source.get("metric") or {}
         name = str(ident.get("name", ""))
