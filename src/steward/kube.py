@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import os
 import threading
@@ -352,6 +353,20 @@ class KubeClient:
         soon as the API server answered: a controller's mirror uses it to know which
         versions of an object are older than this controller's own writes (see
         ``steward.runtime.mirror.Mirror.written``)."""
+
+    def with_own_rate_limit(self) -> KubeClient:
+        """A client of the same server and identity, fenced and observed as this one, whose
+        requests take tokens from a bucket of their own of the same qps and burst. client-go
+        gives each client made from one rest config its own limiter, so a controller that
+        reads through several (kube-controller-manager's HPA controller: its clientset, the
+        scale client and one client per metrics API) has that many buckets; this is how a
+        Steward controller has the same. It shares this client's connection pool and
+        threads (close this one only) and opens its own asynchronous connections."""
+        twin = copy.copy(self)
+        if self.rate_limiter is not None:
+            twin.rate_limiter = TokenBucket(self.rate_limiter.qps, self.rate_limiter.burst)
+        twin._async = None
+        return twin
 
     def close(self) -> None:
         """Drop pooled connections and threads; calls in flight may fail."""

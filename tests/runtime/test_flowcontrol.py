@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 
 from steward.cluster import LocalCluster
 from steward.flowcontrol import TokenBucket, add_rate_limit_arguments, bucket_from_args
-from steward.kube import KubeClient, load_access
+from steward.kube import ClusterAccess, KubeClient, load_access
 
 
 class _Time:
@@ -144,3 +144,25 @@ def test_every_request_to_the_api_server_takes_a_token_and_is_counted(
     )
     assert _sample("rest_client_response_size_bytes_sum", verb="GET", host=host) > before_bytes
     assert _sample("rest_client_rate_limiter_duration_seconds_count", verb="POST", host=host) >= 3
+
+
+def test_a_client_with_its_own_rate_limit_shares_all_but_the_bucket() -> None:
+    access = ClusterAccess(host="https://127.0.0.1:1")
+    api = KubeClient(access, rate_limiter=TokenBucket(20, 30))
+    fence = lambda: True  # noqa: E731 - a stand-in lease check
+    api.write_fence = fence
+    try:
+        twin = api.with_own_rate_limit()
+        assert twin.rate_limiter is not None and api.rate_limiter is not None
+        assert twin.rate_limiter is not api.rate_limiter
+        assert (twin.rate_limiter.qps, twin.rate_limiter.burst) == (20, 30)
+        assert twin.write_fence is fence and twin.access is api.access
+        # Draining one bucket leaves the other full.
+        for _ in range(30):
+            assert api.rate_limiter.reserve() == 0.0
+        assert api.rate_limiter.reserve() > 0.0
+        assert twin.rate_limiter.reserve() == 0.0
+        unlimited = KubeClient(access).with_own_rate_limit()
+        assert unlimited.rate_limiter is None
+    finally:
+        api.close()

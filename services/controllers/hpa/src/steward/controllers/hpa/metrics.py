@@ -19,6 +19,11 @@ preferred one first, as upstream's REST mapper offers them; the first that answe
   selector picks.
 Every value is in milli-units (:func:`~.replicas.parse_quantity_milli`). No items at all is
 an error naming the API, as upstream's texts; so is an API that is not served.
+
+# Rate limits
+Each metrics API is read through a client of its own, with a token bucket of its own of
+the controller's ``--kube-api-qps`` and ``--kube-api-burst``, as kube-controller-manager
+builds one client per metrics API from the same configuration.
 """
 
 from __future__ import annotations
@@ -138,12 +143,17 @@ class MetricsClient:
     """Upstream's REST metrics client over the three aggregated APIs (see the module)."""
 
     def __init__(self, api: KubeClient, discovery: Discovery) -> None:
-        self.api = api
+        # One client, and so one rate limiter, per metrics API, as upstream's.
+        self.clients = {
+            "resource metrics": api.with_own_rate_limit(),
+            "custom metrics": api.with_own_rate_limit(),
+            "external metrics": api.with_own_rate_limit(),
+        }
         self.discovery = discovery
 
     async def _get(self, path: str, what: str) -> dict[str, Any]:
         try:
-            return await self.api.arequest("GET", path)
+            return await self.clients[what].arequest("GET", path)
         except ApiError as err:
             raise MetricsError(f"unable to fetch metrics from {what} API: {err}") from err
 
