@@ -943,8 +943,25 @@ def run_hpa(
     ]
     cluster.api("POST", hpas, _hpa(measured, 1, 3, metrics), ok=(201,))
     end = time.monotonic() + deadline
-    missing = _poll(partial(_rescaled_missing, cluster, apps, hpas, scaled, 2), end, give_up)
+
+    def scale_refused() -> str:
+        """The controller's Warning Event of a scale read or write that was refused."""
+        return _refused(
+            _event_messages(cluster, base, scaled, "FailedGetScale")
+            + _event_messages(cluster, base, scaled, "FailedRescale")
+        )
+
+    missing = _poll(
+        partial(_rescaled_missing, cluster, apps, hpas, scaled, 2),
+        end,
+        lambda: give_up() or bool(scale_refused()),
+    )
     if missing:
+        refused = scale_refused()
+        if refused:
+            return (
+                f"HPA {namespace}/{scaled}: the scale subresource refused the controller: {refused}"
+            )
         return f"HPA {namespace}/{scaled} below its minReplicas: {missing}"
     missing = _poll(
         partial(_event_missing, cluster, base, scaled, "SuccessfulRescale"), end, give_up

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 BIN = Path(sys.executable).parent
 NS = "default"
-WINDOW = 30
+WINDOW = 15
 """The HPA's scale-down stabilization window, seconds."""
 
 

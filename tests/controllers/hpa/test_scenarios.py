@@ -295,16 +295,16 @@ def test_scales_up_on_cpu_holds_within_tolerance_and_scales_down_after_stabiliza
 ) -> None:
     """One pod at four times its target: up to four (the scale-up limit without behavior
     is max(2 * current, 4)); a load 5 % over target holds them (tolerance 0.1); the load
-    gone, the recommendation stays up for the 20 s window, then down to one."""
+    gone, the recommendation stays up for the 10 s window, then down to one."""
 
     def scenario(side: Side, pair: Pair) -> None:
         side.kube.request("POST", side.deployments, deployment(1))
         scaled_to(side, 1)
-        behavior = {"scaleDown": {"stabilizationWindowSeconds": 20}}
+        behavior = {"scaleDown": {"stabilizationWindowSeconds": 10}}
         side.kube.request("POST", side.hpas, hpa(behavior=behavior))
         scaled_to(side, 4, load=200)
         pair.checkpoint(side, "scaled up to four", load=200)
-        holds(side, 4, 20.0, load=210)
+        holds(side, 4, 10.0, load=210)
         pair.checkpoint(side, "held within tolerance", load=210)
         scaled_to(side, 1, load=20)
         pair.checkpoint(side, "scaled down to one", load=20)
@@ -350,7 +350,7 @@ def test_scales_up_to_min_and_is_disabled_at_zero(steward: Side, upstream: Side)
         pair.checkpoint(side, "raised to minReplicas", load=30)
         side.set_scale(APP, 0)
         has_condition(side, "ScalingActive", "False", "ScalingDisabled")
-        holds(side, 0, 20.0, load=0)
+        holds(side, 0, 10.0, load=0)
         pair.checkpoint(side, "disabled at zero")
 
     run_both(steward, upstream, scenario)
@@ -367,7 +367,7 @@ def test_two_hpas_over_the_same_pods_are_ambiguous(steward: Side, upstream: Side
         side.kube.request("POST", side.hpas, hpa("second", min_replicas=2))
         for name in ("first", "second"):
             has_condition(side, "ScalingActive", "False", "AmbiguousSelector", name, load=100)
-        holds(side, 2, 20.0, load=100)
+        holds(side, 2, 10.0, load=100)
         pair.checkpoint(side, "both ambiguous", load=100)
 
     run_both(steward, upstream, scenario, names=("first", "second"))
