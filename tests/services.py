@@ -6,14 +6,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
+import uuid
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 import grpc
+import pytest
 
 from steward.cluster import LocalCluster
 from steward.informer import InformerOptions, InformerServer
-from steward.kube import KubeClient, load_access
+from steward.kube import KubeClient, NotFoundError, load_access
 from steward.runtime.controller import ControllerDefinition, ControllerOptions
 from steward.security import ClientSecurity
 from steward.serving.security import DEVELOPMENT, ServingSecurity
@@ -127,6 +130,24 @@ class ControllerHost(RunningInformer):
             self.stop_controller()
         finally:
             self.stop()
+
+
+def new_namespace(kube: KubeClient, request: pytest.FixtureRequest) -> str:
+    """A fresh namespace named after the test, once pods may be made in it (its default
+    ServiceAccount exists)."""
+    base = request.node.name.lower().replace("_", "-")
+    name = "".join(c for c in base if c.isalnum() or c == "-")[:40].strip("-")
+    name = f"{name}-{uuid.uuid4().hex[:6]}"
+    kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    deadline = time.monotonic() + 120
+    while True:  # pods are refused until the default ServiceAccount exists
+        try:
+            kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
+            return name
+        except NotFoundError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def security_env(security: ClientSecurity) -> dict[str, str]:

@@ -23,8 +23,6 @@ one after the other.
 from __future__ import annotations
 
 import contextlib
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -35,7 +33,7 @@ from steward.cluster import LocalCluster
 from steward.controllers.daemonset.main import CONTROLLER
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
 from tests.conftest import local_cluster
-from tests.services import ControllerHost
+from tests.services import ControllerHost, new_namespace
 
 _T = TypeVar("_T")
 
@@ -169,22 +167,6 @@ class Side:
                 self.kube.request("DELETE", f"/api/v1/nodes/{name}")
 
 
-def _new_namespace(kube: KubeClient, request: pytest.FixtureRequest) -> str:
-    base = request.node.name.lower().replace("_", "-")
-    name = "".join(c for c in base if c.isalnum() or c == "-")[:40].strip("-")
-    name = f"{name}-{uuid.uuid4().hex[:6]}"
-    kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
-    deadline = time.monotonic() + 120
-    while True:  # pods are refused until the default ServiceAccount exists
-        try:
-            kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
-            return name
-        except NotFoundError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
 def _drop_namespace(kube: KubeClient, ns: str) -> None:
     """Delete the namespace, first clearing finalizers a test left on its pods."""
     with contextlib.suppress(NotFoundError):
@@ -204,7 +186,7 @@ def _drop_namespace(kube: KubeClient, ns: str) -> None:
 @contextlib.contextmanager
 def _side(name: str, plane: LocalCluster, request: pytest.FixtureRequest) -> Iterator[Side]:
     kube = KubeClient(load_access(str(plane.kubeconfig)), user_agent=f"daemonset-test-{name}")
-    ns = _new_namespace(kube, request)
+    ns = new_namespace(kube, request)
     side = Side(name, kube, ns)
     try:
         yield side

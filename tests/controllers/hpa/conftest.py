@@ -20,8 +20,6 @@ sides, their pods run by kwok on two simulated nodes; a test sets what a pod use
 from __future__ import annotations
 
 import contextlib
-import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -32,7 +30,7 @@ from steward.cluster import LocalCluster
 from steward.controllers.hpa.main import CONTROLLER
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
 from tests.conftest import local_cluster
-from tests.services import ControllerHost
+from tests.services import ControllerHost, new_namespace
 
 _T = TypeVar("_T")
 
@@ -143,26 +141,10 @@ class Side:
         return list(found.get("items") or ())
 
 
-def _new_namespace(kube: KubeClient, request: pytest.FixtureRequest) -> str:
-    base = request.node.name.lower().replace("_", "-")
-    name = "".join(c for c in base if c.isalnum() or c == "-")[:40].strip("-")
-    name = f"{name}-{uuid.uuid4().hex[:6]}"
-    kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
-    deadline = time.monotonic() + 120
-    while True:  # pods are refused until the default ServiceAccount exists
-        try:
-            kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
-            return name
-        except NotFoundError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
 @contextlib.contextmanager
 def _side(name: str, plane: LocalCluster, request: pytest.FixtureRequest) -> Iterator[Side]:
     kube = KubeClient(load_access(str(plane.kubeconfig)), user_agent=f"hpa-test-{name}")
-    ns = _new_namespace(kube, request)
+    ns = new_namespace(kube, request)
     try:
         yield Side(name, kube, ns, plane)
     finally:
