@@ -247,6 +247,18 @@ def eventually(check: Callable[[], _T], *, timeout: float = 60.0, what: str) -> 
     pytest.fail(f"timed out waiting for {what}; last seen: {last!r}")
 
 
+def wait_for_cache(informer: RunningInformer, resource_type: pb.ResourceType, written: Any) -> None:
+    """Wait until the informer's cache of ``resource_type`` holds ``written`` (the object a
+    write returned): a new subscriber's snapshot comes from the cache, which follows
+    kube-apiserver's watch a moment behind."""
+    version = int(written.metadata.resource_version)
+    request = pb.ListRequest(type=resource_type, page_size=1)
+    eventually(
+        lambda: int(informer.stub.List(request).resource_version or 0) >= version,
+        what=f"the informer's cache of {resource_type.resource} to reach {version}",
+    )
+
+
 def create_widget_crd(api_client: client.ApiClient, group: str) -> pb.ResourceType:
     """Create the namespaced custom resource type widgets.<group> and wait until served."""
     ext = client.ApiextensionsV1Api(api_client)

@@ -10,7 +10,13 @@ import pytest
 from kubernetes import client
 
 from steward.v1 import informer_pb2 as pb
-from tests.informer.conftest import CONFIGMAPS, RunningInformer, WatchReader, eventually
+from tests.informer.conftest import (
+    CONFIGMAPS,
+    RunningInformer,
+    WatchReader,
+    eventually,
+    wait_for_cache,
+)
 from tests.informer.mirror import ADDED, DELETED, INITIAL_EVENTS_END, MODIFIED
 
 pytestmark = pytest.mark.integration
@@ -23,10 +29,14 @@ def _cm(name: str, labels: dict[str, str] | None = None, data: str = "1") -> cli
 
 
 def test_snapshot_then_changes_in_order(
-    core: client.CoreV1Api, namespace: str, watch: Callable[..., WatchReader]
+    core: client.CoreV1Api,
+    namespace: str,
+    watch: Callable[..., WatchReader],
+    informer: RunningInformer,
 ) -> None:
     for name in ("a", "b", "c"):
-        core.create_namespaced_config_map(namespace, _cm(name, {"app": "web"}))
+        last = core.create_namespaced_config_map(namespace, _cm(name, {"app": "web"}))
+    wait_for_cache(informer, CONFIGMAPS, last)
     reader = watch(namespace=namespace, subscriber="test-snapshot")
     # kube-root-ca.crt is published into every namespace by kube-controller-manager.
     snapshot = [e for e in reader.snapshot() if e.metadata.name != "kube-root-ca.crt"]
@@ -65,10 +75,14 @@ def test_snapshot_then_changes_in_order(
 
 
 def test_filters_are_applied_on_the_server(
-    core: client.CoreV1Api, namespace: str, watch: Callable[..., WatchReader]
+    core: client.CoreV1Api,
+    namespace: str,
+    watch: Callable[..., WatchReader],
+    informer: RunningInformer,
 ) -> None:
     core.create_namespaced_config_map(namespace, _cm("web-1", {"app": "web"}))
-    core.create_namespaced_config_map(namespace, _cm("db-1", {"app": "db"}))
+    last = core.create_namespaced_config_map(namespace, _cm("db-1", {"app": "db"}))
+    wait_for_cache(informer, CONFIGMAPS, last)
     reader = watch(
         namespace=namespace,
         label_selector="app in (web)",

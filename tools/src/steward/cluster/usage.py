@@ -127,12 +127,25 @@ def set_pod_usage(
         ClusterError: the patch was refused (e.g. no such pod).
         ValueError: a value is not a quantity.
     """
-    annotations = usage_annotations(cpu, memory, container=container)
-    cluster.api(
+    _patch_usage(cluster, namespace, pod_name, usage_annotations(cpu, memory, container=container))
+
+
+def _patch_usage(
+    cluster: LocalCluster,
+    namespace: str,
+    pod_name: str,
+    annotations: dict[str, str],
+    *,
+    gone_ok: bool = False,
+) -> bool:
+    """Merge ``annotations`` into the pod's; False if it is gone and ``gone_ok``."""
+    answer = cluster.api(
         "PATCH",
         f"/api/v1/namespaces/{namespace}/pods/{pod_name}",
         {"metadata": {"annotations": annotations}},
+        ok=(200, 404) if gone_ok else (200,),
     )
+    return answer.get("kind") != "Status"
 
 
 def set_usage_by_selector(
@@ -145,8 +158,9 @@ def set_usage_by_selector(
     container: str | None = None,
 ) -> list[str]:
     """:func:`set_pod_usage` for every pod of ``namespace`` that ``label_selector`` (e.g.
-    ``app=web``) selects now; returns their names. Pods created later keep the default
-    usage unless their template carries :func:`usage_annotations`.
+    ``app=web``) selects now; returns the names of those patched. A pod deleted between
+    the list and its patch (a scale-down under way) is skipped. Pods created later keep
+    the default usage unless their template carries :func:`usage_annotations`.
 
     Raises:
         ClusterError: the list or a patch was refused.
@@ -154,10 +168,12 @@ def set_usage_by_selector(
     """
     query = urllib.parse.urlencode({"labelSelector": label_selector})
     listing = cluster.api("GET", f"/api/v1/namespaces/{namespace}/pods?{query}")
-    names = [item["metadata"]["name"] for item in listing.get("items", [])]
-    for name in names:
-        set_pod_usage(cluster, namespace, name, cpu, memory, container=container)
-    return names
+    annotations = usage_annotations(cpu, memory, container=container)
+    return [
+        item["metadata"]["name"]
+        for item in listing.get("items", [])
+        if _patch_usage(cluster, namespace, item["metadata"]["name"], annotations, gone_ok=True)
+    ]
 
 
 METRIC_PREFIX = "metrics.steward.io/"
