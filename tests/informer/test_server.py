@@ -13,8 +13,9 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
+from grpc_reflection.v1alpha import reflection_pb2 as v1alpha_pb2  # type: ignore[import-untyped]
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (  # type: ignore[import-untyped]
     ProtoReflectionDescriptorDatabase,
 )
@@ -51,6 +52,64 @@ def test_reflection_lists_and_calls_the_service(informer: RunningInformer, names
         )
         response: Any = call(request, timeout=30)
         assert [item.metadata.name for item in response.items] == [namespace]
+
+
+@pytest.mark.integration
+def test_reflection_v1_describes_itself_and_the_service(informer: RunningInformer) -> None:
+    """A client that speaks only grpc.reflection.v1 (as grpcurl asks first) is answered in
+    v1's own messages, built here from the descriptor the server gives for v1 itself."""
+    method = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
+
+    def ask(channel: grpc.Channel, request: bytes) -> bytes:
+        call: Any = channel.stream_stream(method)
+        responses = list(call(iter([request]), timeout=30))
+        assert len(responses) == 1
+        answer: bytes = responses[0]
+        return answer
+
+    with grpc.insecure_channel(informer.address) as channel:
+        # Bootstrap: the request's field 4 is file_containing_symbol in every version of
+        # the protocol; the reply carries v1's own file descriptor, parsed once with the
+        # v1alpha classes (the same wire format).
+        symbol = b"grpc.reflection.v1.ServerReflection"
+        raw = ask(channel, b"\x22" + bytes([len(symbol)]) + symbol)
+        files = v1alpha_pb2.ServerReflectionResponse.FromString(raw).file_descriptor_response
+        pool = descriptor_pool.DescriptorPool()
+        for blob in files.file_descriptor_proto:
+            pool.AddSerializedFile(blob)
+        v1 = pool.FindServiceByName("grpc.reflection.v1.ServerReflection")
+        assert v1.file.package == "grpc.reflection.v1"
+        request_class: Any = message_factory.GetMessageClass(v1.methods[0].input_type)
+        response_class: Any = message_factory.GetMessageClass(v1.methods[0].output_type)
+
+        listed = response_class.FromString(
+            ask(channel, request_class(list_services="").SerializeToString())
+        )
+        services = {s.name for s in listed.list_services_response.service}
+        assert {
+            "steward.v1.InformerService",
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection",
+        } <= services
+
+        described = response_class.FromString(
+            ask(
+                channel,
+                request_class(
+                    file_containing_symbol="steward.v1.InformerService"
+                ).SerializeToString(),
+            )
+        )
+        names = set()
+        for blob in described.file_descriptor_response.file_descriptor_proto:
+            names.add(descriptor_pb2.FileDescriptorProto.FromString(blob).name)
+        assert "steward/v1/informer.proto" in names
+
+        missing = response_class.FromString(
+            ask(channel, request_class(file_containing_symbol="no.such.Thing").SerializeToString())
+        )
+        assert missing.error_response.error_code == grpc.StatusCode.NOT_FOUND.value[0]
 
 
 @pytest.mark.integration

@@ -30,7 +30,6 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
-from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 
 from steward.kube import ApiError, ClusterAccess, KubeClient, load_access
 from steward.manager.election import LeaderElector
@@ -47,6 +46,7 @@ from steward.runtime.health import (
     stop_metrics_server,
 )
 from steward.serving import serve_until_signalled
+from steward.serving.reflection import enable_reflection
 from steward.serving.security import (
     Guard,
     ServingSecurity,
@@ -190,13 +190,8 @@ class ManagerServer:
         server = grpc.aio.server(interceptors=[self.tracing], options=[("grpc.so_reuseport", 0)])
         add_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (
-                SERVICE_NAME,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ),
-            server,
+        enable_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), server
         )
         host, port = split_address(self.options.listen)
         self.port = self.options.security.bind(server, f"{host}:{port}")
