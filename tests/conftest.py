@@ -21,6 +21,27 @@ from tests.services import running_informer
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+TIERS = ("unit", "integration", "e2e")
+"""Every test carries one of these markers, so that ``-m <tier>`` selects all of a tier."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Refuse a test without a tier marker: ``-m integration`` would silently drop it.
+    Runs before ``-m`` deselects anything, so a selection by tier checks every test."""
+    untiered = sorted(
+        {
+            item.nodeid.split("[")[0]
+            for item in items
+            if not any(mark.name in TIERS for mark in item.iter_markers())
+        }
+    )
+    if untiered:
+        raise pytest.UsageError(
+            f"tests without a tier marker ({', '.join(TIERS)}); mark each (or its module's "
+            "pytestmark):\n  " + "\n  ".join(untiered)
+        )
+
 
 def skip_or_fail(reason: str) -> None:
     """A prerequisite is missing: skip locally; in CI fail the run (never a silent skip)."""

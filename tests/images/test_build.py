@@ -138,6 +138,7 @@ def rootfs(layout: Layout, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 # ------------------------------------------------------------------------------ the archive
 
 
+@pytest.mark.integration
 def test_names_and_result(built: images.BuiltImages) -> None:
     assert set(built.images) == ALL_NAMES
     assert images.archive_names(built.archive) == sorted(ALL_NAMES)
@@ -149,6 +150,7 @@ def test_names_and_result(built: images.BuiltImages) -> None:
     assert built.base_packages["python3.11"].startswith("3.11.")
 
 
+@pytest.mark.integration
 def test_archive_is_an_oci_layout(built: images.BuiltImages, layout: Layout) -> None:
     with tarfile.open(built.archive) as tar:
         names = tar.getnames()
@@ -184,6 +186,7 @@ def test_archive_is_an_oci_layout(built: images.BuiltImages, layout: Layout) -> 
     assert referenced == {blob.name for blob in blobs}, "no blob is left unreferenced"
 
 
+@pytest.mark.integration
 def test_configs(layout: Layout) -> None:
     for spec in images.IMAGES:
         config = layout.configs[spec.ref(TAG)]
@@ -216,6 +219,7 @@ def _members(layout: Layout, digest: str) -> tuple[str, int, list[tarfile.TarInf
     return _entries[blob]
 
 
+@pytest.mark.integration
 def test_layers_root_owned_read_only_reproducible_entries(
     built: images.BuiltImages, layout: Layout
 ) -> None:
@@ -260,6 +264,7 @@ def _in_walk_order(names: list[str]) -> bool:
     return True
 
 
+@pytest.mark.integration
 def test_base_layer_is_stripped(built: images.BuiltImages, layout: Layout) -> None:
     base = built.images[images.IMAGES[0].ref(TAG)].layers[0]
     _, _, members = _members(layout, base)
@@ -291,6 +296,7 @@ def test_base_layer_is_stripped(built: images.BuiltImages, layout: Layout) -> No
 # ---------------------------------------------------------------------------- running them
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("spec", images.IMAGES, ids=lambda s: s.name)
 def test_entrypoint_runs_as_nonroot(
     spec: images.ImageSpec, layout: Layout, rootfs: dict[str, Path]
@@ -334,6 +340,7 @@ sys.exit(1 if failed else 0)
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("venv", [v.name for v in images.VENVS])
 def test_extension_modules_load(venv: str, layout: Layout, rootfs: dict[str, Path]) -> None:
     name = next(spec.ref(TAG) for spec in images.IMAGES if spec.venv == venv)
@@ -360,6 +367,7 @@ def test_extension_modules_load(venv: str, layout: Layout, rootfs: dict[str, Pat
     assert count > 50, done.stdout  # 46 of the standard library, grpcio's, orjson's, …
 
 
+@pytest.mark.integration
 def test_pause_runs(layout: Layout, rootfs: dict[str, Path]) -> None:
     chroot = _which("chroot")
     assert chroot
@@ -376,6 +384,7 @@ def test_pause_runs(layout: Layout, rootfs: dict[str, Path]) -> None:
     assert done.stdout.startswith("pause ")
 
 
+@pytest.mark.integration
 def test_informer_in_runc_read_only(
     layout: Layout, rootfs: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -513,6 +522,7 @@ def containerd(tmp_path: Path) -> Iterator[str]:
         assert not left, f"processes left: {left}"
 
 
+@pytest.mark.integration
 def test_import_into_containerd(built: images.BuiltImages, containerd: str) -> None:
     imported = images.import_into_containerd(built.archive, address=containerd)
     assert sorted(imported) == sorted(ALL_NAMES)
@@ -527,6 +537,7 @@ def test_import_into_containerd(built: images.BuiltImages, containerd: str) -> N
         assert rows.get(name) == info.digest, listed.stdout
 
 
+@pytest.mark.integration
 def test_pause_archive_alone(built: images.BuiltImages, pause_binary: Path, tmp_path: Path) -> None:
     archive = images.build_pause_archive(
         pause_binary, out=Progress(quiet=True), output=tmp_path / "pause.tar"
@@ -542,6 +553,7 @@ def test_pause_archive_alone(built: images.BuiltImages, pause_binary: Path, tmp_
 # ------------------------------------------------------------------------- cache, rebuild
 
 
+@pytest.mark.integration
 def test_second_build_is_cached(built: images.BuiltImages, pause_binary: Path) -> None:
     again = images.build_images(TAG, out=Progress(quiet=True), pause_binary=pause_binary)
     assert again.cached
@@ -552,6 +564,7 @@ def test_second_build_is_cached(built: images.BuiltImages, pause_binary: Path) -
     }
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_rebuild_is_reproducible(
     built: images.BuiltImages, pause_binary: Path, tmp_path: Path

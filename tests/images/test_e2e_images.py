@@ -134,6 +134,7 @@ def _entries(layout: _build.Layout, digest: str) -> tuple[str, dict[str, tarfile
 # ------------------------------------------------------------------------------ the archive
 
 
+@pytest.mark.integration
 def test_names(built: images.BuiltE2E) -> None:
     assert images.E2E_IMAGES == (
         "registry.k8s.io/e2e-test-images/agnhost:2.55",
@@ -155,6 +156,7 @@ def test_names(built: images.BuiltE2E) -> None:
     assert built.applets > 200
 
 
+@pytest.mark.integration
 def test_archive_is_an_oci_layout(built: images.BuiltE2E, layout: _build.Layout) -> None:
     with tarfile.open(built.archive) as tar:
         names = tar.getnames()
@@ -193,6 +195,7 @@ def test_archive_is_an_oci_layout(built: images.BuiltE2E, layout: _build.Layout)
     assert referenced == {blob.name for blob in blobs}, "no blob is left unreferenced"
 
 
+@pytest.mark.integration
 def test_configs(layout: _build.Layout) -> None:
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(images.source_date_epoch()))
     path = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
@@ -213,6 +216,7 @@ def test_configs(layout: _build.Layout) -> None:
     assert pause["User"] == "65535:65535" and pause["Entrypoint"] == ["/pause"]
 
 
+@pytest.mark.integration
 def test_layers(built: images.BuiltE2E, layout: _build.Layout) -> None:
     epoch = images.source_date_epoch()
     diff_ids = layout.configs[images.AGNHOST_IMAGE]["rootfs"]["diff_ids"]
@@ -257,6 +261,7 @@ def _file(layout: _build.Layout, digest: str, name: str) -> str:
         return member.read().decode()
 
 
+@pytest.mark.integration
 def test_pause_is_build_pause_archives(
     built: images.BuiltE2E, pause_binary: Path, tmp_path: Path
 ) -> None:
@@ -270,6 +275,7 @@ def test_pause_is_build_pause_archives(
     assert index["manifests"][0]["digest"] == built.images[images.PAUSE_IMAGE].digest
 
 
+@pytest.mark.integration
 def test_second_build_is_cached(
     built: images.BuiltE2E, agnhost_binary: Path, pause_binary: Path, tmp_path: Path
 ) -> None:
@@ -288,6 +294,7 @@ def test_second_build_is_cached(
     assert path.read_bytes() == built.archive.read_bytes()
 
 
+@pytest.mark.integration
 def test_rebuild_is_reproducible(
     built: images.BuiltE2E, agnhost_binary: Path, pause_binary: Path, tmp_path: Path
 ) -> None:
@@ -302,6 +309,7 @@ def test_rebuild_is_reproducible(
     assert again.archive.read_bytes() == built.archive.read_bytes()
 
 
+@pytest.mark.integration
 def test_cli_prints_names_sizes_and_archive(
     built: images.BuiltE2E, agnhost_binary: Path, pause_binary: Path
 ) -> None:
@@ -437,6 +445,7 @@ def ctr(machine_left_as_it_was: None, built: images.BuiltE2E, containerd: str) -
         client.remove_all()
 
 
+@pytest.mark.integration
 def test_import_lists_every_name(ctr: Ctr, built: images.BuiltE2E) -> None:
     listed = ctr("images", "ls")
     assert listed.returncode == 0, listed.stderr
@@ -444,6 +453,7 @@ def test_import_lists_every_name(ctr: Ctr, built: images.BuiltE2E) -> None:
     assert rows == {name: info.digest for name, info in built.images.items()}
 
 
+@pytest.mark.integration
 def test_busybox_runs(ctr: Ctr) -> None:
     _, done = ctr.run(images.BUSYBOX_IMAGE, "sh", "-c", "echo ok; id; env; ls -ld /tmp")
     assert done.returncode == 0, done.stderr
@@ -457,6 +467,7 @@ def test_busybox_runs(ctr: Ctr) -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.integration
 def test_agnhost_help_lists_its_commands(ctr: Ctr) -> None:
     _, done = ctr.run(images.AGNHOST_PREVIOUS_IMAGE, "/agnhost", "--help")
     assert done.returncode == 0, done.stderr
@@ -464,6 +475,7 @@ def test_agnhost_help_lists_its_commands(ctr: Ctr) -> None:
         assert f"  {command} " in done.stdout, done.stdout
 
 
+@pytest.mark.integration
 def test_agnhost_pauses_by_default_and_has_a_shell(ctr: Ctr) -> None:
     cid, done = ctr.run(images.AGNHOST_IMAGE, detach=True)
     assert done.returncode == 0, done.stderr
@@ -480,6 +492,7 @@ def test_agnhost_pauses_by_default_and_has_a_shell(ctr: Ctr) -> None:
     ctr.wait_status(cid, "STOPPED")
 
 
+@pytest.mark.integration
 def test_agnhost_serves_hostname(ctr: Ctr) -> None:
     cid, done = ctr.run(images.AGNHOST_IMAGE, "/agnhost", "serve-hostname", detach=True)
     assert done.returncode == 0, done.stderr

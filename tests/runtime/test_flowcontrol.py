@@ -34,6 +34,7 @@ def _bucket(qps: float, burst: int) -> tuple[TokenBucket, _Time]:
     return TokenBucket(qps, burst, now=lambda: t.now, sleep=t.sleep), t
 
 
+@pytest.mark.unit
 def test_a_full_bucket_lets_a_burst_through_then_paces_at_qps() -> None:
     bucket, t = _bucket(qps=20, burst=30)
     assert [bucket.wait() for _ in range(30)] == [0.0] * 30
@@ -42,6 +43,7 @@ def test_a_full_bucket_lets_a_burst_through_then_paces_at_qps() -> None:
     assert t.slept == [0.05, 0.1, 0.15]
 
 
+@pytest.mark.unit
 def test_tokens_refill_at_qps_up_to_the_burst() -> None:
     bucket, t = _bucket(qps=10, burst=2)
     bucket.wait(), bucket.wait()
@@ -53,6 +55,7 @@ def test_tokens_refill_at_qps_up_to_the_burst() -> None:
     assert round(bucket.wait(), 6) == 0.1
 
 
+@pytest.mark.unit
 def test_a_qps_of_zero_or_less_means_no_limit() -> None:
     for qps in (0, -1):
         bucket, t = _bucket(qps=qps, burst=0)
@@ -61,6 +64,7 @@ def test_a_qps_of_zero_or_less_means_no_limit() -> None:
         assert t.slept == []
 
 
+@pytest.mark.unit
 def test_callers_on_many_threads_each_get_their_own_token() -> None:
     bucket, _ = _bucket(qps=100, burst=5)
     waits: list[float] = []
@@ -80,6 +84,7 @@ def test_callers_on_many_threads_each_get_their_own_token() -> None:
     assert sorted(waits) == [0.0] * 5 + [round(0.01 * i, 6) for i in range(1, 21)]
 
 
+@pytest.mark.unit
 def test_the_flags_have_kube_controller_managers_names_and_defaults() -> None:
     parser = argparse.ArgumentParser()
     add_rate_limit_arguments(parser)
@@ -92,6 +97,7 @@ def test_the_flags_have_kube_controller_managers_names_and_defaults() -> None:
     assert bucket_from_args(parser.parse_args(["--kube-api-qps=0", "--kube-api-burst=0"])).unlimited
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "argv",
     [
@@ -146,6 +152,7 @@ def test_every_request_to_the_api_server_takes_a_token_and_is_counted(
     assert _sample("rest_client_rate_limiter_duration_seconds_count", verb="POST", host=host) >= 3
 
 
+@pytest.mark.unit
 def test_a_client_with_its_own_rate_limit_shares_all_but_the_bucket() -> None:
     access = ClusterAccess(host="https://127.0.0.1:1")
     api = KubeClient(access, rate_limiter=TokenBucket(20, 30))

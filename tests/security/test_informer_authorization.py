@@ -28,6 +28,8 @@ from tests.security.conftest import (
     rpc_error,
 )
 
+pytestmark = pytest.mark.integration
+
 PERMISSION_DENIED = grpc.StatusCode.PERMISSION_DENIED
 
 

@@ -24,6 +24,8 @@ from steward.v1 import manager_pb2_grpc as pb_grpc
 from tests.manager.conftest import RunningManager
 from tests.security.conftest import Channels, Pki, Rbac, rand, rpc_error
 
+pytestmark = pytest.mark.integration
+
 _T = TypeVar("_T")
 
 PERMISSION_DENIED = grpc.StatusCode.PERMISSION_DENIED

@@ -29,6 +29,8 @@ from tests.security.conftest import (
     rpc_error,
 )
 
+pytestmark = pytest.mark.integration
+
 
 def service_account(core: client.CoreV1Api, namespace: str, name: str) -> str:
     core.create_namespaced_service_account(

@@ -33,6 +33,8 @@ from steward.v1 import manager_pb2_grpc as mpb_grpc
 from tests.informer.conftest import RunningInformer, informer_kubeconfig
 from tests.security.conftest import CONFIGMAPS, Pki, rand, rpc_error, serving_security
 
+pytestmark = pytest.mark.integration
+
 Probe = Callable[[grpc.Channel], object]
 
 

@@ -15,6 +15,8 @@ import pytest
 
 from steward import e2e
 
+pytestmark = pytest.mark.unit
+
 DAEMON_SET_CONFORMANCE = [
     "[sig-apps] Daemon set should run and stop simple daemon [Conformance] [Serial]",
     "[sig-apps] Daemon set should run and stop complex daemon [Conformance] [Serial]",
