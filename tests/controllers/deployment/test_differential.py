@@ -13,6 +13,7 @@ import pytest
 from steward.kube import KubeClient
 from steward.runtime.hashing import pod_template_hash
 from tests.controllers.deployment.conftest import (
+    APPS,
     Running,
     create,
     deployment_body,
@@ -72,19 +73,17 @@ def comparable_status(d: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def without_lost_creation(d: dict[str, Any], rss: list[dict[str, Any]]) -> dict[str, Any]:
-    """:func:`comparable_status` of upstream's Deployment, its one known race undone.
+def upstream_lost_a_creation(d: dict[str, Any], rss: list[dict[str, Any]]) -> bool:
+    """Whether upstream's Deployment shows its one known race: Progressing
+    ``NewReplicaSetAvailable`` naming a ReplicaSet that is not the newest.
 
     Upstream's controller creates the new ReplicaSet and only then records
     ``NewReplicaSetCreated`` in the status, from its informer's copy of the Deployment.
     When that copy is behind its own previous status write (on a loaded machine), the
     write fails with a conflict; the next sync finds the ReplicaSet existing and records
     nothing, and since the Progressing condition is replaced only when its status or
-    reason changes, a Recreate rollout (whose scale-down may not show progress first)
-    can end with ``NewReplicaSetAvailable`` still naming the previous ReplicaSet. The
-    condition then says what upstream meant: the newest ReplicaSet (highest revision)
-    has progressed. Steward's status is held to that, exactly."""
-    status = comparable_status(d)
+    reason changes, a Recreate rollout can end with ``NewReplicaSetAvailable`` still
+    naming the previous ReplicaSet."""
     revisions = {
         rs["metadata"]["name"]: int(
             (rs["metadata"].get("annotations") or {}).get("deployment.kubernetes.io/revision", 0)
@@ -92,19 +91,20 @@ def without_lost_creation(d: dict[str, Any], rss: list[dict[str, Any]]) -> dict[
         for rs in rss
     }
     if not revisions:
-        return status
+        return False
     newest = max(revisions, key=lambda name: revisions[name])
-    conditions = []
-    for ctype, cstatus, reason, message in status["conditions"]:
-        if (
-            ctype == "Progressing"
-            and reason == "NewReplicaSetAvailable"
-            and (message or "").startswith('ReplicaSet "')
-            and f'"{newest}"' not in message
-        ):
-            message = f'ReplicaSet "{newest}" has successfully progressed.'
-        conditions.append((ctype, cstatus, reason, message))
-    return {**status, "conditions": sorted(conditions)}
+    return any(
+        c["type"] == "Progressing"
+        and c.get("reason") == "NewReplicaSetAvailable"
+        and c.get("message", "").startswith('ReplicaSet "')
+        and f'"{newest}"' not in c["message"]
+        for c in (d.get("status") or {}).get("conditions") or ()
+    )
+
+
+ATTEMPTS = 3
+"""Runs of a scenario on both sides before a difference that upstream's known race
+explains is a failure."""
 
 
 def comparable_rss(rss: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -223,6 +223,25 @@ async def history(api: KubeClient, ns: str) -> None:
     await eventually(cleaned, "cleanup")
 
 
+async def emptied(api: KubeClient, ns: str) -> None:
+    """Delete the namespace's Deployments, ReplicaSets and pods; wait until all are gone."""
+    for path in (f"{APPS}/namespaces/{ns}/deployments", f"{APPS}/namespaces/{ns}/replicasets"):
+        api.request("DELETE", path)
+    api.request("DELETE", f"/api/v1/namespaces/{ns}/pods?gracePeriodSeconds=0")
+
+    def gone() -> bool:
+        return not any(
+            api.request("GET", path)["items"]
+            for path in (
+                f"{APPS}/namespaces/{ns}/deployments",
+                f"{APPS}/namespaces/{ns}/replicasets",
+                f"/api/v1/namespaces/{ns}/pods",
+            )
+        )
+
+    await eventually(gone, f"namespace {ns} emptied for the next attempt")
+
+
 @pytest.mark.parametrize(
     "scenario",
     [
@@ -243,16 +262,33 @@ async def test_same_replica_sets_and_status(
     request: pytest.FixtureRequest,
     scenario: Scenario,
 ) -> None:
-    ns = fresh_namespace(kube, request)
-    try:
-        await asyncio.gather(scenario(kube, ns), scenario(skube, sns))
-        await asyncio.sleep(2)  # let both settle before the final reads
-        upstream_d, steward_d = get(kube, ns, "rich"), get(skube, sns, "rich")
-        assert comparable_rss(replica_sets(skube, sns)) == comparable_rss(replica_sets(kube, ns))
-        expected = without_lost_creation(upstream_d, replica_sets(kube, ns))
-        assert comparable_status(steward_d) == expected
-    finally:
-        kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+    """Steward's ReplicaSets and status equal what upstream's controller actually did.
+    Where they differ only because upstream's run hit its known race
+    (:func:`upstream_lost_a_creation`), both sides run the scenario again (upstream's in
+    a fresh namespace, Steward's in its emptied one, the one its controller watches) up
+    to :data:`ATTEMPTS` times; any other difference fails at once."""
+    for attempt in range(1, ATTEMPTS + 1):
+        if attempt > 1:
+            await emptied(skube, sns)
+        ns = fresh_namespace(kube, request)
+        try:
+            await asyncio.gather(scenario(kube, ns), scenario(skube, sns))
+            await asyncio.sleep(2)  # let both settle before the final reads
+            upstream_d, steward_d = get(kube, ns, "rich"), get(skube, sns, "rich")
+            upstream_rss, steward_rss = replica_sets(kube, ns), replica_sets(skube, sns)
+            assert comparable_rss(steward_rss) == comparable_rss(upstream_rss)
+            upstream, steward = comparable_status(upstream_d), comparable_status(steward_d)
+            if steward != upstream and upstream_lost_a_creation(upstream_d, upstream_rss):
+                print(
+                    f"attempt {attempt}: upstream's Progressing condition names an older "
+                    f"ReplicaSet than its newest (its known race): {upstream['conditions']}"
+                )
+                if attempt < ATTEMPTS:
+                    continue
+            assert steward == upstream
+            return
+        finally:
+            kube.request("DELETE", f"/api/v1/namespaces/{ns}")
 
 
 async def test_hash_equals_upstream(kube: KubeClient, request: pytest.FixtureRequest) -> None:
