@@ -30,6 +30,10 @@ type ControllerOptions struct {
 	ShutdownGrace time.Duration
 	// Logger receives the controller's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Metrics is where the controller's work queue and workers report
+	// (workqueue_*{name=Name}, controller_runtime_*{controller=Name}); the counts go on
+	// across the worker pools of successive activations. Defaults to DefaultMetrics.
+	Metrics *Metrics
 }
 
 type route struct {
@@ -118,6 +122,7 @@ func (c *Controller) newPool() *WorkerPool {
 		MaxConcurrentReconciles: c.opts.MaxConcurrentReconciles,
 		ShutdownGrace:           c.opts.ShutdownGrace,
 		Logger:                  c.log,
+		Metrics:                 c.opts.Metrics,
 	})
 }
 

@@ -477,6 +477,10 @@ func (h *Host) healthHandler() http.Handler {
 	return mux
 }
 
+// metrics is what /metrics serves of the runtime: the builder's ControllerOptions.Metrics,
+// else DefaultMetrics.
+func (h *Host) metrics() *Metrics { return h.builder.opts.Metrics.orDefault() }
+
 func (h *Host) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {

@@ -30,6 +30,10 @@ type WorkerOptions struct {
 	ShutdownGrace time.Duration
 	// Logger receives the pool's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Metrics is where the pool reports (controller_runtime_*{controller=name}), and
+	// the queue NewWorkerPool makes (workqueue_*{name=name}). Defaults to
+	// DefaultMetrics.
+	Metrics *Metrics
 }
 
 // LastError is the most recent reconcile error.
@@ -61,7 +65,9 @@ type WorkerStatus struct {
 //
 // When the work is not finished (an error, Requeue) the key's trace contexts go back
 // into the queue with it. Errors are logged, counted and kept as LastError; they never
-// end a worker.
+// end a worker. Every reconcile is counted in controller_runtime_reconcile_total by
+// result (a terminal error as "error", and in ..._terminal_reconcile_errors_total too)
+// and timed in controller_runtime_reconcile_time_seconds (see Metrics).
 type WorkerPool struct {
 	Name  string
 	Queue *WorkQueue[Request]
@@ -69,6 +75,7 @@ type WorkerPool struct {
 	reconciler Reconciler
 	opts       WorkerOptions
 	log        *slog.Logger
+	metrics    *controllerMetrics
 
 	mu        sync.Mutex
 	busy      int
@@ -77,8 +84,8 @@ type WorkerPool struct {
 	abort     context.CancelFunc
 }
 
-// NewWorkerPool returns a pool reconciling the keys of queue (nil for a new queue with
-// the default rate limiter).
+// NewWorkerPool returns a pool reconciling the keys of queue (nil for a new queue named
+// name, with the default rate limiter, reporting to opts.Metrics).
 func NewWorkerPool(name string, r Reconciler, queue *WorkQueue[Request], opts WorkerOptions) *WorkerPool {
 	if opts.MaxConcurrentReconciles < 1 {
 		opts.MaxConcurrentReconciles = 1
@@ -87,9 +94,13 @@ func NewWorkerPool(name string, r Reconciler, queue *WorkQueue[Request], opts Wo
 		opts.ShutdownGrace = 30 * time.Second
 	}
 	if queue == nil {
-		queue = NewWorkQueue(QueueOptions[Request]{})
+		queue = NewWorkQueue(QueueOptions[Request]{Name: name, Metrics: opts.Metrics})
 	}
-	p := &WorkerPool{Name: name, Queue: queue, reconciler: r, opts: opts, log: opts.Logger, counts: map[string]uint64{}}
+	p := &WorkerPool{
+		Name: name, Queue: queue, reconciler: r, opts: opts, log: opts.Logger, counts: map[string]uint64{},
+		metrics: opts.Metrics.orDefault().controller(name),
+	}
+	p.metrics.setMaxConcurrentReconciles(opts.MaxConcurrentReconciles)
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -170,7 +181,9 @@ func (p *WorkerPool) work(ctx, workCtx context.Context) {
 		p.mu.Lock()
 		p.busy++
 		p.mu.Unlock()
+		p.metrics.activeWorkersAdd(1)
 		p.reconcile(workCtx, item)
+		p.metrics.activeWorkersAdd(-1)
 		p.mu.Lock()
 		p.busy--
 		p.mu.Unlock()
@@ -186,7 +199,9 @@ func (p *WorkerPool) reconcile(ctx context.Context, item Item[Request]) {
 	ctx = context.WithValue(ctx, contextsKey{}, item.Contexts)
 	ctx = context.WithValue(ctx, attemptKey{}, attempt)
 
+	started := time.Now()
 	result, err := p.call(ctx, key)
+	took := time.Since(started)
 	var outcome string
 	switch {
 	case err != nil && IsTerminal(err):
@@ -208,6 +223,7 @@ func (p *WorkerPool) reconcile(ctx context.Context, item Item[Request]) {
 		p.Queue.Forget(key)
 	}
 	span.SetAttributes(attribute.String("steward.result", outcome))
+	p.metrics.reconciled(outcome, took)
 	p.mu.Lock()
 	p.counts[outcome]++
 	if err != nil {

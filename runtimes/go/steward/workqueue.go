@@ -81,6 +81,11 @@ type QueueOptions[K comparable] struct {
 	RateLimiter RateLimiter[K]
 	// MaxContexts bounds the trace contexts kept per item. Defaults to MaxContextsPerItem.
 	MaxContexts int
+	// Name labels the queue's metrics (workqueue_*{name="..."}). Defaults to "": an
+	// unnamed queue records none.
+	Name string
+	// Metrics is where a named queue reports. Defaults to DefaultMetrics.
+	Metrics *Metrics
 }
 
 // WorkQueue is a rate-limited, delaying work queue with client-go's semantics, keeping
@@ -97,11 +102,16 @@ type QueueOptions[K comparable] struct {
 //   - after ShutDown, adds are ignored and waiting items are dropped; Get still hands
 //     out what is queued, then reports false for ever.
 //
+// A named queue reports client-go's work queue metrics (see Metrics): adds, depth, time
+// queued, time processed, retries, and the work in progress; its depth and work in
+// progress stop counting once it has shut down and nothing is being processed.
+//
 // It is safe for concurrent use. A goroutine moves delayed items to the queue when they
 // are ready; it ends with ShutDown.
 type WorkQueue[K comparable] struct {
 	limiter     RateLimiter[K]
 	maxContexts int
+	metrics     *queueMetrics // nil: unnamed, records nothing
 
 	mu           sync.Mutex
 	queue        []K
@@ -136,6 +146,9 @@ func NewWorkQueue[K comparable](opts QueueOptions[K]) *WorkQueue[K] {
 	if q.maxContexts <= 0 {
 		q.maxContexts = MaxContextsPerItem
 	}
+	if opts.Name != "" {
+		q.metrics = opts.Metrics.orDefault().queue(opts.Name)
+	}
 	go q.delayLoop()
 	return q
 }
@@ -157,6 +170,7 @@ func (q *WorkQueue[K]) add(item K, contexts []TraceContext, dropped int) {
 		bag.dropped += dropped
 		return
 	}
+	q.metrics.add(item)
 	bag := &contextBag{queuedAt: time.Now(), dropped: dropped}
 	bag.extend(contexts, q.maxContexts)
 	q.dirty[item] = bag
@@ -179,6 +193,7 @@ func (q *WorkQueue[K]) addAfter(item K, delay time.Duration, contexts []TraceCon
 	if q.shuttingDown {
 		return
 	}
+	q.metrics.retry()
 	if delay <= 0 {
 		q.add(item, contexts, 0)
 		return
@@ -238,6 +253,7 @@ func (q *WorkQueue[K]) pop() (Item[K], bool) {
 	var zero K
 	q.queue[0] = zero
 	q.queue = q.queue[1:]
+	q.metrics.get(key)
 	q.processing[key] = struct{}{}
 	bag := q.dirty[key]
 	delete(q.dirty, key)
@@ -279,10 +295,12 @@ func (q *WorkQueue[K]) Done(item K) {
 	if _, ok := q.processing[item]; !ok {
 		return
 	}
+	q.metrics.done(item)
 	delete(q.processing, item)
 	if _, ok := q.dirty[item]; ok {
 		q.queue = append(q.queue, item)
 	}
+	q.releaseMetrics()
 	q.broadcast()
 }
 
@@ -302,7 +320,16 @@ func (q *WorkQueue[K]) shutDown() {
 	}
 	clear(q.waiting)
 	q.heap = nil
+	q.releaseMetrics()
 	q.broadcast()
+}
+
+// releaseMetrics stops the queue's depth and work in progress counting once it has
+// shut down and nothing is being processed (lock held).
+func (q *WorkQueue[K]) releaseMetrics() {
+	if q.shuttingDown && len(q.processing) == 0 {
+		q.metrics.release()
+	}
 }
 
 // ShutDownWithDrain shuts down like ShutDown, then waits until no item is being
