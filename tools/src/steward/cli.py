@@ -228,12 +228,19 @@ def build_parser() -> argparse.ArgumentParser:
     controllers.add_argument("--json", action="store_true", help="print JSON")
     trace_cmd = sub.add_parser(
         "trace",
-        help="print an object's latest trace from Jaeger as a waterfall",
+        help="print the trace of an object's cause from Jaeger as a waterfall, list the later ones",
         description=(
-            "Find the latest traces of an object through the informer's event spans in "
-            "Jaeger (query API) and print the newest as a waterfall: every span, from the "
-            "informer's event to the reconcile, its API writes and kube-apiserver's own "
-            "spans, with offsets, durations and bars, then the trace's Jaeger link."
+            "Find an object's traces through the informer's event spans in Jaeger (query "
+            "API) and print the trace of its cause, the one holding the informer's ADDED "
+            "event of the object: what wrote it, the reconciles it caused, their API writes "
+            "with kube-apiserver's own spans, and the events of the objects they created. "
+            "It is drawn as a waterfall (every span with its offset, duration and a bar) "
+            "followed by its Jaeger link. Then the object's later traces, one line each: "
+            "start (UTC), trace ID, spans, services and outcome (ok, with any reconcile "
+            "result other than success; or error and the first span with an error status). "
+            "When no trace holds the ADDED event (the informer found the object in its "
+            "first LIST rather than watched it arrive, or Jaeger dropped that trace), the "
+            "earliest trace of the object stands in, with a note on stderr."
         ),
     )
     trace_cmd.add_argument("object", metavar="KIND/NAME", help="e.g. job/pi or configmap/x")
@@ -243,7 +250,23 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="Jaeger query URL (default: $STEWARD_JAEGER_QUERY_URL, else the local cluster's)",
     )
-    trace_cmd.add_argument("--traces", type=int, default=1, help="how many traces to print")
+    which = trace_cmd.add_mutually_exclusive_group()
+    which.add_argument(
+        "--latest", action="store_true", help="print the object's newest trace instead"
+    )
+    which.add_argument(
+        "--trace",
+        metavar="ID",
+        help="print the trace of this ID instead (the list of later traces shows theirs); "
+        "exit status 1 when Jaeger has no such trace; one with no event of the object is "
+        "printed all the same, with a note on stderr",
+    )
+    trace_cmd.add_argument(
+        "--limit",
+        type=int,
+        default=20,
+        help="how many of the object's newest traces to ask Jaeger for (default: %(default)s)",
+    )
     _add_cluster_target(trace_cmd)
     from steward import deploy
 
@@ -258,22 +281,61 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     if not sep or not kind or not name:
         print("steward trace: error: give the object as KIND/NAME, e.g. job/pi", file=sys.stderr)
         return 2
+    if args.trace is not None and not (
+        0 < len(args.trace) <= 32 and all(c in "0123456789abcdefABCDEF" for c in args.trace)
+    ):
+        print(f"steward trace: error: {args.trace!r} is not a trace ID (hex)", file=sys.stderr)
+        return 2
+    if args.limit < 1:
+        print("steward trace: error: --limit must be at least 1", file=sys.stderr)
+        return 2
     jaeger = args.jaeger or os.environ.get("STEWARD_JAEGER_QUERY_URL")
     if not jaeger:
         jaeger = LocalCluster.find(_config(args)).jaeger_query_url
+    obj = traces.ObjectRef(kind, args.namespace, name)
+    where = f"{args.object} in namespace {args.namespace}"
     try:
-        found = traces.find_traces(jaeger, kind, args.namespace, name)
+        if args.trace is not None:
+            one = traces.get_trace(jaeger, args.trace)
+            if one is None:
+                print(f"steward trace: no trace {args.trace} in {jaeger}", file=sys.stderr)
+                return 1
+            if not traces.concerns(one, obj):
+                print(
+                    f"steward trace: note: trace {args.trace} has no event of {where}",
+                    file=sys.stderr,
+                )
+            print(traces.render(jaeger, one))
+            return 0
+        found = traces.find_traces(jaeger, kind, args.namespace, name, limit=args.limit)
+        added = (
+            []
+            if args.latest
+            else traces.find_traces(
+                jaeger, kind, args.namespace, name, limit=args.limit, event_type="ADDED"
+            )
+        )
     except traces.TraceError as err:
         print(f"steward trace: error: {err}", file=sys.stderr)
         return 1
-    if not found:
+    story = traces.select_story(found + added, obj)
+    if story is None:
         print(
-            f"steward trace: no trace of {args.object} in namespace {args.namespace} "
-            f"in {jaeger} (are the services exporting to it? OTEL_EXPORTER_OTLP_ENDPOINT)",
+            f"steward trace: no trace of {where} in {jaeger} (are the services exporting to "
+            "it? OTEL_EXPORTER_OTLP_ENDPOINT)",
             file=sys.stderr,
         )
         return 1
-    print("\n\n".join(traces.render(jaeger, t) for t in found[: args.traces]))
+    if args.latest:
+        newest = max(found + added, key=traces.trace_start)
+        print(traces.render(jaeger, newest))
+        return 0
+    if story.note:
+        print(f"steward trace: note: {story.note}", file=sys.stderr)
+    more = "print one with --trace ID"
+    if len(found) >= args.limit:
+        more += f"; only the newest {args.limit} were asked for, see --limit"
+    print(traces.render_story(jaeger, story, more=more))
     return 0
 
 

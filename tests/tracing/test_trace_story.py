@@ -1,0 +1,370 @@
+"""``steward trace``'s choice of trace: the object's cause, its earlier and later traces,
+their one-line summaries, and the command against a Jaeger query API that serves recorded
+traces."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+
+import pytest
+
+from steward import cli
+from steward.traces import (
+    ObjectRef,
+    listing,
+    render_story,
+    select_story,
+    summarize,
+    timestamp,
+)
+
+pytestmark = pytest.mark.unit
+
+T0 = 1_796_400_000_000_000  # 2026-12-04T16:00:00Z, in µs
+JOB = ObjectRef("job", "default", "pi")
+
+
+class Recorder:
+    """Builds traces in the shape Jaeger's query API returns them, with the tags Steward's
+    services put on their spans."""
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def _id(self) -> str:
+        self._next += 1
+        return f"{self._next:016x}"
+
+    def event(
+        self,
+        type_: str,
+        resource: str = "jobs.v1.batch",
+        name: str = "pi",
+        uid: str = "uid-1",
+        namespace: str = "default",
+    ) -> dict[str, Any]:
+        """The informer's span of one event."""
+        return self.span(
+            "steward-informer",
+            f"informer {type_} {resource}",
+            tags={
+                "k8s.resource": resource,
+                "k8s.event.type": type_,
+                "k8s.namespace.name": namespace,
+                "k8s.object.name": name,
+                "k8s.object.uid": uid,
+                "span.kind": "consumer",
+            },
+        )
+
+    def reconcile(self, result: str = "success", *, error: bool = False) -> dict[str, Any]:
+        tags: dict[str, Any] = {"steward.controller": "job", "steward.result": result}
+        if error:
+            tags["otel.status_code"] = "ERROR"
+        return self.span("steward-controller-job", "reconcile job", tags=tags)
+
+    def span(self, service: str, name: str, *, tags: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "spanID": self._id(),
+            "operationName": name,
+            "service": service,
+            "tags": [{"key": k, "type": "string", "value": v} for k, v in tags.items()],
+        }
+
+    def trace(self, start_s: float, *spans: dict[str, Any]) -> dict[str, Any]:
+        """A trace of ``spans``, each the child of the one before, 1 ms apart, starting
+        ``start_s`` seconds after :data:`T0`."""
+        trace_id = self._id() + self._id()
+        services = sorted({s["service"] for s in spans})
+        pids = {name: f"p{i + 1}" for i, name in enumerate(services)}
+        out = []
+        for i, span in enumerate(spans):
+            refs = []
+            if i:
+                parent = spans[i - 1]["spanID"]
+                refs = [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": parent}]
+            out.append(
+                {
+                    "traceID": trace_id,
+                    "spanID": span["spanID"],
+                    "operationName": span["operationName"],
+                    "references": refs,
+                    "startTime": T0 + int(start_s * 1_000_000) + i * 1000,
+                    "duration": 500,
+                    "tags": span["tags"],
+                    "processID": pids[span["service"]],
+                }
+            )
+        return {
+            "traceID": trace_id,
+            "spans": out,
+            "processes": {pid: {"serviceName": name} for name, pid in pids.items()},
+        }
+
+
+@pytest.fixture
+def rec() -> Recorder:
+    return Recorder()
+
+
+def _job_history(rec: Recorder) -> dict[str, dict[str, Any]]:
+    """A Job's life in traces: its creation (with its pod's), two resyncs, one failing."""
+    return {
+        "created": rec.trace(
+            0,
+            rec.event("ADDED"),
+            rec.reconcile(),
+            rec.span("apiserver", "POST /api/v1/namespaces/{:namespace}/pods", tags={}),
+            rec.event("ADDED", "pods.v1", "pi-x7k2p", "uid-p"),
+            rec.event("MODIFIED", "pods.v1", "pi-x7k2p", "uid-p"),
+        ),
+        "resync": rec.trace(30, rec.reconcile(), rec.event("MODIFIED")),
+        "failed": rec.trace(
+            60,
+            rec.event("MODIFIED"),
+            rec.reconcile("error", error=True),
+            rec.span("apiserver", "PUT status", tags={"otel.status_code": "ERROR"}),
+        ),
+    }
+
+
+def test_the_cause_is_the_trace_of_the_objects_added_event(rec: Recorder) -> None:
+    t = _job_history(rec)
+    newest_first = [t["failed"], t["resync"], t["created"]]
+    story = select_story(newest_first, JOB)
+    assert story is not None
+    assert story.cause is t["created"]
+    assert story.note == ""
+    assert story.earlier == []
+    assert story.later == [t["resync"], t["failed"]]
+
+
+def test_a_pods_cause_is_the_trace_its_controller_created_it_in(rec: Recorder) -> None:
+    t = _job_history(rec)
+    story = select_story(list(t.values()), ObjectRef("pod", "default", "pi-x7k2p"))
+    assert story is not None
+    assert story.cause is t["created"]
+    assert story.later == []
+
+
+def test_a_relisted_added_event_is_a_cause_too(rec: Recorder) -> None:
+    relisted = rec.trace(5, rec.event("ADDED (relist)"), rec.reconcile())
+    later = rec.trace(9, rec.event("MODIFIED"))
+    story = select_story([later, relisted], JOB)
+    assert story is not None
+    assert story.cause is relisted
+    assert story.later == [later]
+
+
+def test_the_newest_object_of_a_name_is_the_story_and_older_ones_are_earlier(
+    rec: Recorder,
+) -> None:
+    first = rec.trace(0, rec.event("ADDED", uid="uid-1"))
+    deleted = rec.trace(10, rec.event("DELETED", uid="uid-1"))
+    again = rec.trace(20, rec.event("ADDED", uid="uid-2"), rec.reconcile())
+    resync = rec.trace(30, rec.reconcile(), rec.event("MODIFIED", uid="uid-2"))
+    story = select_story([resync, again, deleted, first], JOB)
+    assert story is not None
+    assert story.cause is again
+    assert story.earlier == [first, deleted]
+    assert story.later == [resync]
+
+
+def test_without_an_added_event_the_earliest_trace_stands_in_with_a_note(
+    rec: Recorder,
+) -> None:
+    older = rec.trace(0, rec.event("MODIFIED"), rec.reconcile())
+    newer = rec.trace(10, rec.event("MODIFIED"))
+    story = select_story([newer, older], JOB)
+    assert story is not None
+    assert story.cause is older
+    assert story.later == [newer]
+    assert "no trace holds the ADDED event of job/pi" in story.note
+    assert "earliest of its 2 traces" in story.note
+
+
+def test_traces_of_other_objects_are_left_out(rec: Recorder) -> None:
+    other_namespace = rec.trace(0, rec.event("ADDED", namespace="prod"))
+    other_kind = rec.trace(1, rec.event("ADDED", "configmaps.v1"))
+    other_name = rec.trace(2, rec.event("ADDED", name="pi2"))
+    unrelated = [other_namespace, other_kind, other_name]
+    assert select_story(unrelated, JOB) is None
+    mine = rec.trace(3, rec.event("MODIFIED"))
+    story = select_story([*unrelated, mine], JOB)
+    assert story is not None
+    assert story.cause is mine
+    assert story.earlier == story.later == []
+
+
+def test_a_trace_found_twice_is_listed_once(rec: Recorder) -> None:
+    t = _job_history(rec)
+    story = select_story([t["resync"], t["created"], t["resync"]], JOB)
+    assert story is not None
+    assert story.later == [t["resync"]]
+
+
+def test_summaries_say_when_what_and_how_it_ended(rec: Recorder) -> None:
+    t = _job_history(rec)
+    requeued = rec.trace(90, rec.event("MODIFIED"), rec.reconcile("requeue_after"))
+    assert summarize(t["created"]).outcome == "ok"
+    assert summarize(requeued).outcome == "ok (requeue_after)"
+    failed = summarize(t["failed"])
+    assert failed.outcome == "error: steward-controller-job: reconcile job (+1 more)"
+    assert failed.spans == 3
+    assert failed.services == ("apiserver", "steward-controller-job", "steward-informer")
+    assert failed.start_us == T0 + 60_000_000
+    assert timestamp(T0 + 60_123_456) == "2026-12-04T16:01:00.123Z"
+
+    lines = listing([t["resync"], t["failed"]])
+    resync_id, failed_id = t["resync"]["traceID"], t["failed"]["traceID"]
+    assert lines == [
+        f"2026-12-04T16:00:30.000Z  {resync_id}  2 spans  "
+        "steward-controller-job, steward-informer             ok",
+        f"2026-12-04T16:01:00.000Z  {failed_id}  3 spans  "
+        "apiserver, steward-controller-job, steward-informer  "
+        "error: steward-controller-job: reconcile job (+1 more)",
+    ]
+
+
+def test_the_story_prints_the_cause_then_a_line_per_later_trace(rec: Recorder) -> None:
+    t = _job_history(rec)
+    story = select_story(list(t.values()), JOB)
+    assert story is not None
+    out = render_story("http://jaeger:16686/", story, more="print one with --trace ID")
+    cause, later = out.split("\n\n")
+    assert cause.startswith(f"trace {t['created']['traceID']}: 5 spans from 3 services")
+    assert "steward-informer: informer ADDED jobs.v1.batch" in cause
+    assert cause.endswith(f"Jaeger: http://jaeger:16686/trace/{t['created']['traceID']}")
+    heading, *rows = later.splitlines()
+    assert heading == "later traces (2; print one with --trace ID):"
+    assert [row.split()[1] for row in rows] == [t["resync"]["traceID"], t["failed"]["traceID"]]
+
+    alone = select_story([t["created"]], JOB)
+    assert alone is not None
+    assert render_story("http://jaeger:16686", alone).endswith("\n\nlater traces: none")
+
+
+# The command, against a Jaeger query API serving recorded traces.
+
+
+class _Jaeger(BaseHTTPRequestHandler):
+    """``/api/traces`` (search by service and tags, each tag matched on one span, newest
+    first, ``limit``) and ``/api/traces/{id}``, like Jaeger's query API."""
+
+    traces: ClassVar[list[dict[str, Any]]] = []
+
+    def do_GET(self) -> None:
+        url = urllib.parse.urlparse(self.path)
+        if url.path.startswith("/api/traces/"):
+            wanted = url.path.rsplit("/", 1)[1]
+            found = [t for t in self.traces if t["traceID"] == wanted]
+            return self._answer(200 if found else 404, found)
+        query = urllib.parse.parse_qs(url.query)
+        tags = json.loads(query["tags"][0])
+        limit = int(query["limit"][0])
+
+        def matches(trace: dict[str, Any]) -> bool:
+            return any(
+                trace["processes"][s["processID"]]["serviceName"] == query["service"][0]
+                and tags.items() <= {t["key"]: t["value"] for t in s["tags"]}.items()
+                for s in trace["spans"]
+            )
+
+        newest_first = sorted(self.traces, key=lambda t: -t["spans"][0]["startTime"])
+        self._answer(200, [t for t in newest_first if matches(t)][:limit])
+
+    def _answer(self, status: int, data: list[dict[str, Any]]) -> None:
+        body = json.dumps({"data": data}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def jaeger(rec: Recorder) -> Iterator[tuple[str, dict[str, dict[str, Any]]]]:
+    """A recorded Job's history served as Jaeger would: its URL and the traces by role."""
+    history = _job_history(rec)
+    history["resyncs"] = rec.trace(45, rec.reconcile(), rec.event("MODIFIED"))
+
+    class Handler(_Jaeger):
+        traces: ClassVar[list[dict[str, Any]]] = list(history.values())
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", history
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _run(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
+    code = cli.main(["trace", *args, "--jaeger", url])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_command_prints_the_cause_and_lists_the_rest(
+    jaeger: tuple[str, dict[str, dict[str, Any]]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, t = jaeger
+    code, out, err = _run(capsys, url, "job/pi")
+    assert (code, err) == (0, "")
+    assert out.startswith(f"trace {t['created']['traceID']}: 5 spans")
+    assert "later traces (3; print one with --trace ID):" in out
+    assert out.index(t["resync"]["traceID"]) < out.index(t["resyncs"]["traceID"])
+
+    # Only the newest two asked for: the cause is still found by its ADDED event.
+    code, out, err = _run(capsys, url, "job/pi", "--limit", "2")
+    assert code == 0
+    assert out.startswith(f"trace {t['created']['traceID']}")
+    assert "only the newest 2 were asked for, see --limit" in out
+
+    code, out, err = _run(capsys, url, "job/pi", "--latest")
+    assert code == 0
+    assert out.startswith(f"trace {t['failed']['traceID']}: 3 spans")
+    assert "later traces" not in out
+
+
+def test_the_command_prints_a_trace_by_id(
+    jaeger: tuple[str, dict[str, dict[str, Any]]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, t = jaeger
+    resync = t["resync"]["traceID"]
+    code, out, err = _run(capsys, url, "job/pi", "--trace", resync)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"trace {resync}: 2 spans")
+
+    code, out, err = _run(capsys, url, "configmap/pi", "--trace", resync)
+    assert code == 0
+    assert out.startswith(f"trace {resync}")
+    assert f"note: trace {resync} has no event of configmap/pi in namespace default" in err
+
+    code, out, err = _run(capsys, url, "job/pi", "--trace", "0123abcd")
+    assert (code, out) == (1, "")
+    assert f"no trace 0123abcd in {url}" in err
+
+    code, out, err = _run(capsys, url, "job/pi", "--trace", "not-an-id")
+    assert code == 2
+    assert "'not-an-id' is not a trace ID" in err
+
+
+def test_the_command_says_when_nothing_is_found(
+    jaeger: tuple[str, dict[str, dict[str, Any]]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, _ = jaeger
+    code, out, err = _run(capsys, url, "job/none")
+    assert (code, out) == (1, "")
+    assert "no trace of job/none in namespace default" in err
