@@ -218,9 +218,15 @@ class Stack:
         wait_for(check, f"{service.name} to serve at {address}:\n{service.tail()}", within)
 
     def start_controller(
-        self, kind: str, *, informer: str = "", kubeconfig: Path | None = None
+        self,
+        kind: str,
+        *,
+        informer: str = "",
+        kubeconfig: Path | None = None,
+        flags: Sequence[str] = (),
     ) -> Service:
-        """Start an instance of controller ``kind`` (a standby if another is active)."""
+        """Start an instance of controller ``kind`` (a standby if another is active), with
+        ``flags`` added to its command line."""
         count = sum(1 for s in self.services if s.name.startswith(f"{kind}-"))
         argv = service_argv(
             kind,
@@ -228,7 +234,7 @@ class Stack:
             kubeconfig=kubeconfig or self.cluster.component_kubeconfig(f"controller-{kind}"),
             informer=informer or self.informer_address,
             manager=self.manager_address,
-            extra=["--standby", "--workers=4"],
+            extra=["--standby", "--workers=4", *flags],
         )
         return self._start(f"{kind}-{count}", argv)
 
@@ -510,9 +516,17 @@ class RecordingApiProxy:
         )
 
     def writes(self, since: float = 0.0) -> list[Recorded]:
-        """Write requests that arrived at ``since`` (monotonic) or later."""
+        """Write requests whose headers arrived at ``since`` (monotonic) or later."""
         with self._lock:
             return [r for r in self.requests if r.method in self.WRITES and r.at >= since]
+
+    def writes_completed(self, since: float, until: float = float("inf")) -> list[Recorded]:
+        """Write requests whose last byte arrived in [``since``, ``until``): each one
+        that reached the API server in that time, however early it began."""
+        with self._lock:
+            return [
+                r for r in self.requests if r.method in self.WRITES and since <= r.complete < until
+            ]
 
     def close(self) -> None:
         self._server.shutdown()
