@@ -1,4 +1,5 @@
-"""``steward trace``: the waterfall's layout, and a real trace from a real Jaeger."""
+"""``steward trace``: the waterfall's layout, and a real object's traces from a real Jaeger:
+the trace of its creation first, its later ones listed, each printable by ID."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from steward import cli
 from steward.cluster import LocalCluster
 from steward.cluster.process import free_port
 from steward.traces import Span, waterfall
@@ -41,8 +43,11 @@ def test_waterfall_orders_children_under_parents_and_scales_bars() -> None:
 
 
 @pytest.mark.integration
-def test_steward_trace_prints_the_informers_event_span(
-    cluster: LocalCluster, core: client.CoreV1Api, namespace: str
+def test_steward_trace_prints_the_creation_and_lists_the_later_traces(
+    cluster: LocalCluster,
+    core: client.CoreV1Api,
+    namespace: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     import grpc
 
@@ -82,6 +87,10 @@ def test_steward_trace_prints_the_informers_event_span(
             for response in stream:
                 if any(e.metadata.name == "traced" for e in response.events):
                     break
+            core.patch_namespaced_config_map("traced", namespace, {"data": {"k": "v"}})
+            for response in stream:
+                if any(e.metadata.name == "traced" for e in response.events):
+                    break
             stream.cancel()
         deadline = time.monotonic() + 60
         out = subprocess.CompletedProcess(args=[], returncode=1, stdout="", stderr="")
@@ -100,28 +109,29 @@ def test_steward_trace_prints_the_informers_event_span(
                 text=True,
                 check=False,
             )
-            if out.returncode == 0:
+            # Each event of an object without a traceparent annotation starts a trace.
+            if out.returncode == 0 and "later traces (1;" in out.stdout:
                 break
             time.sleep(1)
         assert out.returncode == 0, out.stderr
-        assert "steward-informer: informer ADDED configmaps.v1" in out.stdout
-        assert f"Jaeger: {cluster.jaeger_query_url}/trace/" in out.stdout
-        missing = subprocess.run(
-            [
-                str(BIN / "steward"),
-                "trace",
-                "configmap/none",
-                "-n",
-                namespace,
-                "--jaeger",
-                cluster.jaeger_query_url,
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert missing.returncode == 1
-        assert "no trace of configmap/none" in missing.stderr
+        cause, later = out.stdout.split("\n\n")
+        assert "steward-informer: informer ADDED configmaps.v1" in cause
+        assert "MODIFIED" not in cause
+        assert f"Jaeger: {cluster.jaeger_query_url}/trace/" in cause
+        heading, line = later.splitlines()
+        assert heading == "later traces (1; print one with --trace ID):"
+        _, trace_id, spans, _, services, outcome = line.split()
+        assert (spans, services, outcome) == ("1", "steward-informer", "ok")
+        # The other ways in, run in this process (the command's entry point ran above).
+        jaeger = ["-n", namespace, "--jaeger", cluster.jaeger_query_url]
+        for choice in (["--trace", trace_id], ["--latest"]):
+            code = cli.main(["trace", "configmap/traced", *jaeger, *choice])
+            printed = capsys.readouterr().out
+            assert code == 0
+            assert printed.startswith(f"trace {trace_id}: 1 spans"), choice
+            assert "informer MODIFIED configmaps.v1" in printed
+        assert cli.main(["trace", "configmap/none", *jaeger]) == 1
+        assert "no trace of configmap/none" in capsys.readouterr().err
     finally:
         proc.terminate()
         proc.wait(timeout=30)

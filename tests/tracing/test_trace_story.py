@@ -229,6 +229,10 @@ def test_summaries_say_when_what_and_how_it_ended(rec: Recorder) -> None:
         "apiserver, steward-controller-job, steward-informer  "
         "error: steward-controller-job: reconcile job (+1 more)",
     ]
+    single = rec.trace(120, rec.event("MODIFIED"))
+    one, five = listing([single, t["created"]])
+    assert " 1 span   steward-informer  " in one
+    assert " 5 spans  apiserver, " in five
 
 
 def test_the_story_prints_the_cause_then_a_line_per_later_trace(rec: Recorder) -> None:

@@ -274,7 +274,8 @@ def listing(traces: list[Trace]) -> list[str]:
     count_width = max(len(str(r.spans)) for r in rows)
     services_width = max(len(", ".join(r.services)) for r in rows)
     return [
-        f"{timestamp(r.start_us)}  {r.trace_id}  {r.spans:>{count_width}} spans  "
+        f"{timestamp(r.start_us)}  {r.trace_id}  {r.spans:>{count_width}} "
+        f"{'span ' if r.spans == 1 else 'spans'}  "
         f"{', '.join(r.services):{services_width}}  {r.outcome}"
         for r in rows
     ]
