@@ -45,6 +45,7 @@ import { InformerServiceClient, type ResourceType } from "./gen/steward/v1/infor
 import type { InstanceStatus } from "./gen/steward/v1/manager";
 import type { FencedError, KubeClient } from "./kube";
 import { log } from "./log";
+import { type Metrics, defaultMetrics } from "./metrics";
 import { type Change, Mirror, type MirrorObject, type TypeKey, typeKey } from "./mirror";
 import {
   type ReconcileInfo,
@@ -100,6 +101,12 @@ export interface ControllerOptions {
    * plaintext with `STEWARD_INSECURE_PLAINTEXT=true`.
    */
   credentials?: ChannelCredentials;
+  /**
+   * Where the controller's work queue and workers report (`workqueue_*{name}`,
+   * `controller_runtime_*{controller}`, named after the controller); the counts go on across
+   * the worker pools of successive activations. Defaults to {@link defaultMetrics}.
+   */
+  metrics?: Metrics;
 }
 
 /** How to run a controller. */
@@ -126,6 +133,8 @@ export class Controller {
   /** Aborted when the workers stop, to end a promotion still waiting for the mirror. */
   private activation: AbortController | undefined;
   private readonly options: ControllerOptions;
+  /** Where the controller's queue and workers report ({@link ControllerOptions.metrics}). */
+  readonly metrics: Metrics;
   /** Reconcile counts of the pools before the current one. */
   private readonly retired: Record<Outcome, number> = {
     success: 0,
@@ -145,6 +154,7 @@ export class Controller {
     types: ResourceType[] = [primary],
   ) {
     this.options = options;
+    this.metrics = options.metrics ?? defaultMetrics;
     this.mirror = new Mirror(client, types, {
       namespace: options.namespace ?? "",
       labelSelector: options.labelSelector ?? "",
@@ -347,6 +357,7 @@ export class Controller {
     return new WorkerPool(this.name, fenced, undefined, {
       maxConcurrentReconciles: this.options.maxConcurrentReconciles ?? 1,
       shutdownGraceMs: this.options.shutdownGraceMs ?? 30_000,
+      metrics: this.metrics,
     });
   }
 }

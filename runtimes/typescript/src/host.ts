@@ -47,8 +47,10 @@
  *   {@link Controller.run}: the same sync, resync and graceful shutdown either way; under a
  *   manager it also stands by, catches up before its first reconcile, and deregisters).
  * - Serves `/healthz` and `/readyz` (ready once the caches have synced, not while shutting
- *   down) over HTTP with `--health-listen`, and Prometheus metrics (controller-runtime's
- *   reconcile and work queue names) on `/metrics` with `--metrics-listen`.
+ *   down) over HTTP with `--health-listen`, and Prometheus metrics on `/metrics` with
+ *   `--metrics-listen`: the Python runtime's `workqueue_*` and `controller_runtime_*`
+ *   families (controller-runtime's and client-go's names; see {@link Metrics}), then the
+ *   host's `steward_*` and `rest_client_rate_limiter_duration_seconds`.
  * - On SIGTERM or SIGINT stops taking work, lets running reconciles finish, deregisters and
  *   exits 0; a second signal exits 1 at once. A registration the manager refuses exits 3,
  *   any other failure 1.
@@ -64,6 +66,7 @@ import { DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS, RequestRateLimiter } from
 import { HealthServer, splitAddress } from "./health";
 import { KubeClient, clusterAccess } from "./kube";
 import { log } from "./log";
+import { familyHeader, histogramLines, sampleLine } from "./metrics";
 import type { Mirror } from "./mirror";
 import type { Reconciler } from "./reconcile";
 import { type ClientSecurity, SecurityConfigError, channelCredentials, clientSecurityFromEnv } from "./security";
@@ -487,10 +490,6 @@ export function parseHostArgs<const F extends FlagSpecs>(
   return { help: false, settings, flags: flags as FlagValues<F> };
 }
 
-function escapeLabel(value: string): string {
-  return value.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
-}
-
 /** One hosted controller; see the module docs. Run it once. */
 export class Host {
   /** The controller, wired (its mirror, session and worker pool). */
@@ -577,61 +576,44 @@ export class Host {
     return this.#failed;
   }
 
-  /** The controller's metrics in Prometheus' text format. */
+  /**
+   * The process's metrics in Prometheus' text format: the runtime's (`workqueue_*` and
+   * `controller_runtime_*`, from {@link Controller.metrics}), then the host's own
+   * (`steward_*`, `rest_client_rate_limiter_duration_seconds`).
+   */
   metrics(): string {
-    const c = escapeLabel(this.controller.name);
-    const st = this.controller.status();
-    const totals = this.controller.reconcileTotals();
+    const c = ["controller", this.controller.name];
     const session = this.controller.session;
     const lines = [
-      "# HELP controller_runtime_reconcile_total Total number of reconciliations per controller.",
-      "# TYPE controller_runtime_reconcile_total counter",
-      `controller_runtime_reconcile_total{controller="${c}",result="success"} ${totals.success}`,
-      `controller_runtime_reconcile_total{controller="${c}",result="error"} ${totals.error + totals.terminal_error}`,
-      `controller_runtime_reconcile_total{controller="${c}",result="requeue"} ${totals.requeue}`,
-      `controller_runtime_reconcile_total{controller="${c}",result="requeue_after"} ${totals.requeue_after}`,
-      "# HELP controller_runtime_reconcile_errors_total Total number of reconciliation errors per controller.",
-      "# TYPE controller_runtime_reconcile_errors_total counter",
-      `controller_runtime_reconcile_errors_total{controller="${c}"} ${totals.error + totals.terminal_error}`,
-      "# HELP controller_runtime_terminal_reconcile_errors_total Total number of terminal reconciliation errors per controller.",
-      "# TYPE controller_runtime_terminal_reconcile_errors_total counter",
-      `controller_runtime_terminal_reconcile_errors_total{controller="${c}"} ${totals.terminal_error}`,
-      "# HELP controller_runtime_active_workers Number of currently used workers per controller.",
-      "# TYPE controller_runtime_active_workers gauge",
-      `controller_runtime_active_workers{controller="${c}"} ${st.busyWorkers}`,
-      "# HELP controller_runtime_max_concurrent_reconciles Maximum number of concurrent reconciles per controller.",
-      "# TYPE controller_runtime_max_concurrent_reconciles gauge",
-      `controller_runtime_max_concurrent_reconciles{controller="${c}"} ${st.workers}`,
-      "# HELP workqueue_depth Current depth of the work queue.",
-      "# TYPE workqueue_depth gauge",
-      `workqueue_depth{name="${c}"} ${st.queueDepth}`,
-      "# HELP steward_controller_active Whether this instance may reconcile (holds its lease, or runs alone).",
-      "# TYPE steward_controller_active gauge",
-      `steward_controller_active{controller="${c}"} ${this.controller.working && this.controller.mayReconcile() ? 1 : 0}`,
-      "# HELP steward_fenced_writes_total Writes to the API server refused because this instance did not hold its lease.",
-      "# TYPE steward_fenced_writes_total counter",
-      `steward_fenced_writes_total{controller="${c}"} ${this.#api.fencedWrites}`,
+      ...familyHeader(
+        "steward_controller_active",
+        "gauge",
+        "Whether this instance may reconcile (holds its lease, or runs alone).",
+      ),
+      sampleLine("steward_controller_active", this.controller.working && this.controller.mayReconcile() ? 1 : 0, c),
+      ...familyHeader(
+        "steward_fenced_writes_total",
+        "counter",
+        "Writes to the API server refused because this instance did not hold its lease.",
+      ),
+      sampleLine("steward_fenced_writes_total", this.#api.fencedWrites, c),
     ];
     if (this.#api.rateLimited) {
       const name = "rest_client_rate_limiter_duration_seconds";
       lines.push(
-        `# HELP ${name} Client side rate limiter latency in seconds. Broken down by verb, and host.`,
-        `# TYPE ${name} histogram`,
+        ...familyHeader(name, "histogram", "Client side rate limiter latency in seconds. Broken down by verb, and host."),
       );
       for (const w of this.#api.rateLimiterWaits()) {
-        const labels = `verb="${escapeLabel(w.verb)}",host="${escapeLabel(w.host)}"`;
-        w.bounds.forEach((bound, i) => lines.push(`${name}_bucket{${labels},le="${bound}"} ${w.counts[i] ?? 0}`));
-        lines.push(`${name}_bucket{${labels},le="+Inf"} ${w.count}`, `${name}_sum{${labels}} ${w.sum}`, `${name}_count{${labels}} ${w.count}`);
+        lines.push(...histogramLines(name, w.bounds, w.counts, w.sum, w.count, ["verb", w.verb, "host", w.host]));
       }
     }
     if (session !== undefined) {
       lines.push(
-        "# HELP steward_manager_epoch The epoch of the last START from the manager.",
-        "# TYPE steward_manager_epoch gauge",
-        `steward_manager_epoch{controller="${c}"} ${session.epoch}`,
+        ...familyHeader("steward_manager_epoch", "gauge", "The epoch of the last START from the manager."),
+        sampleLine("steward_manager_epoch", Number(session.epoch), c),
       );
     }
-    return `${lines.join("\n")}\n`;
+    return `${this.controller.metrics.text()}${lines.join("\n")}\n`;
   }
 
   /**

@@ -67,6 +67,7 @@ export {
   loadKubeconfig,
 } from "./kube";
 export { log } from "./log";
+export { Metrics, RECONCILE_RESULTS, defaultMetrics } from "./metrics";
 export {
   type Change,
   type ChangeKind,

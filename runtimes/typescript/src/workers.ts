@@ -11,12 +11,15 @@
  * - any other error → add again rate-limited (`error`).
  *
  * Errors are logged, counted and kept as {@link WorkerStatus.lastError}; an error never ends
- * a worker. When the work is not finished (an ordinary error, `requeue`), the key's trace
+ * a worker. Every reconcile is counted in `controller_runtime_reconcile_total` by result (a
+ * terminal error as `error`, and in `..._terminal_reconcile_errors_total` too) and timed in
+ * `controller_runtime_reconcile_time_seconds` (see {@link Metrics}). When the work is not finished (an ordinary error, `requeue`), the key's trace
  * contexts go back into the queue with it.
  */
 
 import { SpanStatusCode } from "@opentelemetry/api";
 import { log } from "./log";
+import { type ControllerMetrics, type Metrics, defaultMetrics } from "./metrics";
 import {
   type Reconciler,
   type Request,
@@ -35,6 +38,9 @@ export interface WorkerOptions {
   /** On shutdown, how long in-flight reconciles may go on before their signal aborts.
    * Defaults to 30 000 ms, controller-runtime's graceful shutdown timeout. */
   shutdownGraceMs?: number;
+  /** Where the pool reports (`controller_runtime_*{controller=name}`), and the queue it
+   * makes when given none (`workqueue_*{name=name}`). Defaults to {@link defaultMetrics}. */
+  metrics?: Metrics;
 }
 
 /** How a reconcile ended. */
@@ -69,7 +75,8 @@ export interface ReconcileReport {
 /** Runs a reconciler over the keys of a work queue with N concurrent workers. */
 export class WorkerPool {
   readonly queue: WorkQueue;
-  readonly options: Required<WorkerOptions>;
+  readonly options: Required<Omit<WorkerOptions, "metrics">>;
+  private readonly metrics: ControllerMetrics;
   /** Called after every reconcile, with its outcome. */
   onReconciled: ((report: ReconcileReport) => void) | undefined;
   private busy = 0;
@@ -91,7 +98,6 @@ export class WorkerPool {
     queue?: WorkQueue,
     options: WorkerOptions = {},
   ) {
-    this.queue = queue ?? new WorkQueue();
     this.options = {
       maxConcurrentReconciles: options.maxConcurrentReconciles ?? 1,
       shutdownGraceMs: options.shutdownGraceMs ?? 30_000,
@@ -99,6 +105,10 @@ export class WorkerPool {
     if (this.options.maxConcurrentReconciles < 1) {
       throw new RangeError("maxConcurrentReconciles must be at least 1");
     }
+    const metrics = options.metrics ?? defaultMetrics;
+    this.queue = queue ?? new WorkQueue({ name, metrics });
+    this.metrics = metrics.controller(name);
+    this.metrics.setMaxConcurrentReconciles(this.options.maxConcurrentReconciles);
   }
 
   /** The pool's numbers now. */
@@ -155,10 +165,12 @@ export class WorkerPool {
         return;
       }
       this.busy += 1;
+      this.metrics.activeWorkers(1);
       try {
         await this.reconcileItem(item);
       } finally {
         this.busy -= 1;
+        this.metrics.activeWorkers(-1);
         this.queue.done(item.key);
       }
     }
@@ -171,6 +183,7 @@ export class WorkerPool {
     let outcome = "success" as Outcome;
     let failure: unknown;
     let requeueAfter = 0;
+    const started = performance.now();
     try {
       await withReconcileSpan({ controller: this.name, key, attempt }, item.contexts, async (span) => {
         let result: Result | void;
@@ -204,6 +217,7 @@ export class WorkerPool {
     } catch {
       // Recorded on the span; acted on below.
     }
+    const took = performance.now() - started;
     switch (outcome) {
       case "success":
         this.queue.forget(key);
@@ -221,6 +235,7 @@ export class WorkerPool {
         break;
     }
     this.counts[outcome] += 1;
+    this.metrics.reconciled(outcome, took);
     if (failure !== undefined) this.recordError(request, failure, outcome === "terminal_error");
     this.onReconciled?.({ item, attempt, outcome, error: failure });
   }

@@ -15,10 +15,16 @@
  * - After {@link WorkQueue.shutDown}, adds are ignored and waiting items are dropped; `get`
  *   still hands out what is queued, then resolves `null` for ever.
  *
+ * A named queue reports client-go's work queue metrics (`workqueue_*{name="..."}`, see
+ * {@link Metrics}): adds, depth, time queued, time processed, retries and the work in
+ * progress; its depth and work in progress stop counting once it has shut down and nothing
+ * is being processed.
+ *
  * Keys are strings (a controller uses `namespace/name`). Times are in milliseconds.
  */
 
 import { type Clock, MonotonicClock } from "./clock";
+import { type Metrics, type QueueMetrics, defaultMetrics } from "./metrics";
 import { type RateLimiter, defaultControllerRateLimiter } from "./ratelimit";
 
 /** How many trace contexts a queued item keeps by default; later ones are only counted. */
@@ -51,6 +57,11 @@ export interface WorkQueueOptions {
   clock?: Clock;
   /** Trace contexts kept per item. Defaults to {@link MAX_CONTEXTS_PER_ITEM} (32). */
   maxContexts?: number;
+  /** Labels the queue's metrics (`workqueue_*{name="..."}`). Defaults to "": an unnamed
+   * queue records none. */
+  name?: string;
+  /** Where a named queue reports. Defaults to {@link defaultMetrics}. */
+  metrics?: Metrics;
 }
 
 class Contexts {
@@ -147,6 +158,7 @@ export class WorkQueue {
   private readonly clock: Clock;
   private readonly rateLimiter: RateLimiter<string>;
   private readonly maxContexts: number;
+  private readonly metrics: QueueMetrics | undefined;
   private queue: string[] = [];
   private head = 0;
   private readonly dirty = new Map<string, Contexts>();
@@ -165,6 +177,7 @@ export class WorkQueue {
     this.clock = options.clock ?? new MonotonicClock();
     this.rateLimiter = options.rateLimiter ?? defaultControllerRateLimiter<string>(this.clock);
     this.maxContexts = options.maxContexts ?? MAX_CONTEXTS_PER_ITEM;
+    this.metrics = options.name ? (options.metrics ?? defaultMetrics).queue(options.name) : undefined;
   }
 
   // -- adding -----------------------------------------------------------------------------
@@ -185,6 +198,7 @@ export class WorkQueue {
       bag.extend(contexts, this.maxContexts);
       return bag;
     }
+    this.metrics?.add(key);
     bag = new Contexts();
     bag.extend(contexts, this.maxContexts);
     this.dirty.set(key, bag);
@@ -202,6 +216,7 @@ export class WorkQueue {
    */
   addAfter(key: string, delayMs: number, context?: TraceContext | Iterable<TraceContext> | null): void {
     if (this.shuttingDownFlag) return;
+    this.metrics?.retry();
     if (delayMs <= 0) {
       this.addNow(key, asContexts(context));
       return;
@@ -249,6 +264,7 @@ export class WorkQueue {
       this.queue = this.queue.slice(this.head);
       this.head = 0;
     }
+    this.metrics?.get(key);
     this.processingSet.add(key);
     const bag = this.dirty.get(key)!;
     this.dirty.delete(key);
@@ -277,13 +293,16 @@ export class WorkQueue {
 
   /** Mark `key` finished; if it was added meanwhile, queue it again now. */
   done(key: string): void {
-    if (!this.processingSet.delete(key)) return;
+    if (!this.processingSet.has(key)) return;
+    this.metrics?.done(key);
+    this.processingSet.delete(key);
     if (this.dirty.has(key)) {
       this.queue.push(key);
       this.wakeOne();
     } else if (this.processingSet.size === 0) {
       this.resolveAll("drain");
     }
+    this.releaseMetrics();
   }
 
   // -- shutting down ----------------------------------------------------------------------
@@ -294,6 +313,7 @@ export class WorkQueue {
     this.drain = false;
     this.stopWaiting();
     this.resolveAll("drain");
+    this.releaseMetrics();
   }
 
   /**
@@ -304,6 +324,7 @@ export class WorkQueue {
     this.shuttingDownFlag = true;
     this.drain = true;
     this.stopWaiting();
+    this.releaseMetrics();
     while (this.processingSet.size > 0 && this.drain) {
       await new Promise<void>((resolve) => this.drainWaiters.push(resolve));
     }
@@ -333,6 +354,11 @@ export class WorkQueue {
   }
 
   // -- internals --------------------------------------------------------------------------
+
+  /** Once shut down and idle, the queue's depth and work in progress stop counting. */
+  private releaseMetrics(): void {
+    if (this.shuttingDownFlag && this.processingSet.size === 0) this.metrics?.release();
+  }
 
   private promoteReady(): void {
     if (this.heap.size === 0) return;
