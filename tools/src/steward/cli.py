@@ -240,7 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
             "result other than success; or error and the first span with an error status). "
             "When no trace holds the ADDED event (the informer found the object in its "
             "first LIST rather than watched it arrive, or Jaeger dropped that trace), the "
-            "earliest trace of the object stands in, with a note on stderr."
+            "earliest trace of the object stands in, with a note on stderr. Of an object "
+            "deleted and created again under its name, the story is the newest one's; the "
+            "earlier one's traces are listed apart."
         ),
     )
     trace_cmd.add_argument("object", metavar="KIND/NAME", help="e.g. job/pi or configmap/x")
@@ -265,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit",
         type=int,
         default=20,
+        metavar="N",
         help="how many of the object's newest traces to ask Jaeger for (default: %(default)s)",
     )
     _add_cluster_target(trace_cmd)
