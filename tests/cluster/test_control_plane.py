@@ -3,16 +3,22 @@ nodes, upstream's Job controller, Jaeger receiving the API server's spans, clean
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 from kubernetes import client
 from kubernetes import config as k8s_config
 
@@ -24,6 +30,8 @@ from steward.cluster import (
 )
 from steward.cluster.control_plane import STEWARD_CONTROLLERS
 from steward.cluster.progress import Progress
+from steward.cluster.supervisor import RestartBackoff
+from steward.v1 import manager_pb2, manager_pb2_grpc
 from steward.v1.informer_pb2 import ListRequest, ResourceType
 from steward.v1.informer_pb2_grpc import InformerServiceStub
 from tests.polling import wait_for
@@ -165,6 +173,7 @@ def test_down_leaves_no_process_alive(tmp_path: Path) -> None:
         "kube-controller-manager",
         "kube-scheduler",
         "kwok",
+        "supervisor",
         "informer",
         "manager",
         *(f"{name}-controller" for name in STEWARD_CONTROLLERS),
@@ -426,3 +435,142 @@ def test_client_limits_audit_log_and_a_chosen_steward_controller(tmp_path: Path)
         assert "steward-admin" not in audit.read_text()
     finally:
         running.down(progress=Progress(quiet=True))
+
+
+def _job(name: str) -> client.V1Job:
+    return client.V1Job(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1JobSpec(
+            template=client.V1PodTemplateSpec(
+                spec=client.V1PodSpec(
+                    restart_policy="Never",
+                    containers=[client.V1Container(name="work", image="busybox:1.36")],
+                )
+            )
+        ),
+    )
+
+
+def _serving(cluster: LocalCluster, address: str) -> bool:
+    with cluster.client_security().sync_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=1.0
+            )
+        except grpc.RpcError:
+            return False
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def _holders(cluster: LocalCluster) -> dict[str, str]:
+    """Each controller's lease holder at the manager (an instance id names its pid)."""
+    with cluster.client_security().sync_channel(cluster.state.manager_address) as channel:
+        try:
+            reply = manager_pb2_grpc.ManagerServiceStub(channel).ListControllers(
+                manager_pb2.ListControllersRequest(), timeout=2.0
+            )
+        except grpc.RpcError:
+            return {}
+    return {c.name: c.holder for c in reply.controllers}
+
+
+@pytest.mark.slow
+def test_killed_steward_services_are_restarted_and_the_workload_converges(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kill -9 of the informer, the manager and each controller in turn, while Jobs are
+    created: the supervisor starts each again (after 1 s here; kubelet's 10 s by
+    default), ``status`` shows the restart and the SIGKILL, every Job completes, and
+    ``down`` stops the new processes too."""
+    from steward.cli import main
+
+    cfg = ClusterConfig(
+        name="steward-test-restarts",
+        state_dir=tmp_path / "c",
+        nodes=1,
+        die_with_parent=True,
+        steward=True,
+        steward_tracing=False,
+        restart_backoff=RestartBackoff(initial=1.0, maximum=2.0),
+    )
+    running = LocalCluster.up(cfg, progress=Progress(quiet=True))
+    first = {r.name: r for r in running.iter_processes()}
+    services = ["informer", "manager", *(f"{name}-controller" for name in STEWARD_CONTROLLERS)]
+    api = k8s_config.new_client_from_config(config_file=str(running.kubeconfig))
+    created: list[str] = []
+    done = threading.Event()
+
+    def create_jobs() -> None:
+        # A client of its own: the kubernetes client is not shared between threads.
+        own = k8s_config.new_client_from_config(config_file=str(running.kubeconfig))
+        batch = client.BatchV1Api(own)
+        try:
+            while not done.is_set():
+                name = f"load-{len(created)}"
+                batch.create_namespaced_job("default", _job(name))
+                created.append(name)
+                done.wait(1.0)
+        finally:
+            own.close()
+
+    load = threading.Thread(target=create_jobs, name="create-jobs")
+    load.start()
+    try:
+        for name in services:
+            old = next(r for r in running.iter_processes() if r.name == name)
+            os.kill(old.pid, signal.SIGKILL)
+
+            def restarted(name: str = name, pid: int = old.pid) -> dict[str, Any] | None:
+                status = LocalCluster.find(cfg).status()  # as `steward cluster status` reads it
+                comp = next(c for c in status["components"] if c["name"] == name)
+                return comp if comp["alive"] and comp["pid"] != pid else None
+
+            comp = wait_for(restarted, f"{name} to be started again", within=30)
+            assert comp["restarts"] == 1, comp
+            assert comp["last_exit"] == "signal SIGKILL", comp
+            if name in ("informer", "manager"):
+                address = getattr(running.state, f"{name}_address")
+                wait_for(functools.partial(_serving, running, address), f"{name} serving")
+        done.set()
+        load.join(timeout=30)
+        assert len(created) >= len(services)
+
+        # Every controller is active again, in its new process.
+        def all_active() -> bool:
+            holders = _holders(running)
+            pids = {r.name: r.pid for r in running.iter_processes()}
+            return all(
+                f"-{pids[f'{c}-controller']}-" in holders.get(c, "") for c in STEWARD_CONTROLLERS
+            )
+
+        wait_for(all_active, "every controller active in its new process", within=60)
+        batch = client.BatchV1Api(api)
+
+        def unfinished() -> list[str]:
+            jobs = batch.list_namespaced_job("default").items
+            finished = {
+                j.metadata.name
+                for j in jobs
+                if any(
+                    c.type == "Complete" and c.status == "True" for c in j.status.conditions or []
+                )
+            }
+            return sorted(set(created) - finished)
+
+        wait_for(lambda: not unfinished(), "every Job to complete", within=60)
+
+        # The CLI shows each service's restart and how it last exited.
+        assert main(["cluster", "status", "--state-dir", str(cfg.directory())]) == 0
+        printed = capsys.readouterr().out
+        for name in services:
+            line = next(ln for ln in printed.splitlines() if ln.strip().startswith(name + " "))
+            assert "restarts 1, last exit signal SIGKILL at " in line, line
+        line = next(ln for ln in printed.splitlines() if ln.strip().startswith("kwok "))
+        assert "restarts" not in line  # only the supervised ones
+    finally:
+        done.set()
+        load.join(timeout=30)
+        api.close()
+        current = list(running.iter_processes())
+        running.down(progress=Progress(quiet=True))
+    assert [r.name for r in [*first.values(), *current] if r.alive()] == []

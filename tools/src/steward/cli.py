@@ -139,8 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--steward",
         action="store_true",
         help=(
-            "also run Steward's informer, manager and Job controller against the cluster, "
-            "upstream's Job controller off unless --controllers says otherwise (make up does)"
+            "also run Steward's informer, manager and controllers against the cluster, "
+            "upstream's controllers of the same names off unless --controllers says "
+            "otherwise; a supervisor process starts each again when it exits, after 10s "
+            "doubling to 5m, reset after 10m of running (make up does)"
         ),
     )
     up.add_argument(
@@ -166,9 +168,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = csub.add_parser(
         "status",
-        help="show components, ports and nodes",
-        description="Show each component's pid and liveness, the "
-        "endpoints, and which nodes are Ready.",
+        help="show components, restarts, ports and nodes",
+        description="Show each component's pid, liveness and memory, the "
+        "endpoints, and which nodes are Ready. Steward's services (started with --steward) "
+        "also show how often the supervisor started them again and how they last exited. "
+        "Exits 1 when a component is not running.",
     )
     _add_cluster_target(status)
     status.add_argument("--json", action="store_true", help="print JSON")
@@ -509,7 +513,14 @@ def _print_status(info: dict[str, object]) -> None:
         state = "running" if comp["alive"] else "NOT RUNNING"
         rss = comp["rss_bytes"] / 2**20
         total += comp["rss_bytes"]
-        print(f"  {comp['name']:25} pid {comp['pid']:<8} {state:12} {rss:7.0f} MiB")
+        line = f"  {comp['name']:25} pid {comp['pid']:<8} {state:12} {rss:7.0f} MiB"
+        if "restarts" in comp:  # one of Steward's services, run by the supervisor
+            line += f"  restarts {comp['restarts']}"
+            if comp["last_exit"]:
+                line += f", last exit {comp['last_exit']} at {comp['last_exit_at']}"
+            if comp["restart_at"]:
+                line += f", starts again at {comp['restart_at']}"
+        print(line)
     print(f"memory      {total / 2**20:.0f} MiB resident in all")
     nodes = info.get("nodes")
     if isinstance(nodes, dict):

@@ -16,6 +16,14 @@ kube-controller-manager runs without its own controllers of those names unless
 stays unhealthy stops the whole start-up: everything already started is stopped again
 and the error shows the component's last log lines.
 
+# Supervision
+Steward's services are not started by ``up`` itself but by the cluster's supervisor
+(:mod:`steward.cluster.supervisor`, the component ``supervisor``), which outlives ``up``
+and starts each service again whenever it exits, with kubelet's backoff
+(:attr:`ClusterConfig.restart_backoff`). ``status`` shows each one's restarts and last
+exit; their records in :attr:`ClusterState.processes` are those of the processes running
+now. ``down`` stops the supervisor first (it stops its services), then the rest.
+
 # Identities
 Each of Steward's components gets its own client certificate and kubeconfig
 (:data:`STEWARD_IDENTITIES`, :meth:`ClusterState.component_kubeconfig`), in the group
@@ -63,6 +71,14 @@ from steward.cluster.nodes import RealNode
 from steward.cluster.process import ProcessRecord, free_port, spawn, stop, tail
 from steward.cluster.progress import Progress
 from steward.cluster.registry import controller_names, steward_controllers, upstream_runs
+from steward.cluster.supervisor import (
+    RestartBackoff,
+    ServiceSpec,
+    ServiceStatus,
+    read_spec,
+    read_status,
+    write_spec,
+)
 from steward.security import ClientSecurity
 from steward.serving.security import ServerTLS, ServingSecurity
 
@@ -119,6 +135,13 @@ COMPONENTS = (
     "kwok",
 )
 """Every component, in start order (stopped in reverse); Steward's own services follow."""
+
+SUPERVISOR = "supervisor"
+"""The component that runs Steward's services (see :mod:`steward.cluster.supervisor`)."""
+
+SUPERVISOR_STOP_GRACE = 60.0
+"""Seconds ``down`` gives the supervisor to stop its services (each has 10 s) and exit
+before it is killed; whatever it left running is then stopped by ``down`` itself."""
 
 METRICS_COMPONENTS = ("metrics-server", "metrics-adapter")
 """The metrics pipeline's components (:attr:`ClusterConfig.metrics`), started once the
@@ -266,6 +289,11 @@ class ClusterConfig:
     (``system:kube-controller-manager`` and its service accounts) and Steward's. The
     benchmarks count requests by verb and resource from it. Defaults to False."""
 
+    restart_backoff: RestartBackoff = field(default_factory=RestartBackoff)
+    """With :attr:`steward`, how long the supervisor waits before it starts a Steward
+    service again that exited. Defaults to kubelet's: 10 s doubling to 300 s, reset after
+    600 s of running (tests shorten it)."""
+
     def directory(self) -> Path:
         return self.state_dir if self.state_dir is not None else state_root() / self.name
 
@@ -391,6 +419,24 @@ class ClusterState:
     def alive(self) -> dict[str, bool]:
         return {p.name: p.alive() for p in self.processes}
 
+    def services(self) -> dict[str, ServiceStatus]:
+        """The supervised services' status by name, as the supervisor last wrote it
+        (empty without Steward's services)."""
+        return {s.name: s for s in read_status(self.directory) or []}
+
+    def refresh_services(self) -> None:
+        """Replace the records of supervised services in :attr:`processes` by those of
+        the processes the supervisor runs now (a restarted service has a new pid). A
+        service waiting to be started again keeps the record of its last process."""
+        for name, service in self.services().items():
+            if service.process is None:
+                continue
+            index = next((i for i, p in enumerate(self.processes) if p.name == name), None)
+            if index is None:
+                self.processes.append(service.process)
+            else:
+                self.processes[index] = service.process
+
     def save(self) -> None:
         data = {
             "name": self.name,
@@ -422,7 +468,7 @@ class ClusterState:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             raise NotUpError(f"no cluster state in {directory}") from None
-        return cls(
+        state = cls(
             name=data["name"],
             directory=directory,
             ports={k: int(v) for k, v in data["ports"].items()},
@@ -434,6 +480,8 @@ class ClusterState:
             host=data.get("host", LOOPBACK),
             real_nodes=[RealNode.from_json(n) for n in data.get("real_nodes", [])],
         )
+        state.refresh_services()
+        return state
 
 
 # --------------------------------------------------------------------------- ports
@@ -611,12 +659,20 @@ class LocalCluster:
     def down(self, *, progress: Progress | None = None, keep_state: bool = False) -> list[str]:
         """Stop exactly the processes this cluster started, then remove its state.
 
-        Returns the names of components that had to be killed after the grace period.
+        The supervisor goes first, so that nothing is started again, and stops Steward's
+        services itself; any it left running (it was killed, or it took longer than
+        :data:`SUPERVISOR_STOP_GRACE`) are stopped here with the rest, in reverse start
+        order. Returns the names of components that had to be killed after the grace
+        period.
         """
         out = progress or Progress()
         if self.state.real_nodes:
             self._cordon_and_drain(out)
-        killed = stop(list(reversed(self.state.processes)))
+        supervisor = [p for p in self.state.processes if p.name == SUPERVISOR]
+        killed = stop(supervisor, grace=SUPERVISOR_STOP_GRACE)
+        self.state.refresh_services()
+        rest = [p for p in self.state.processes if p.name != SUPERVISOR]
+        killed += stop(list(reversed(rest)))
         if killed:
             out.say(f"killed after the grace period: {', '.join(killed)}")
         if self.state.real_nodes:
@@ -1477,12 +1533,25 @@ class LocalCluster:
                 )
 
     def _start_steward(self, config: ClusterConfig, out: Progress, timeout: float) -> None:
-        """Steward's informer and manager, as processes of this cluster (own logs, stopped
-        by ``down``), each waited on until its gRPC health service says SERVING; then
-        Steward's Job controller, waited on until the manager made it active. It takes
-        Jobs without ``spec.managedBy`` only when upstream's Job controller is off. Each
-        runs as its own identity (:data:`STEWARD_IDENTITIES`), not as admin."""
+        """The supervisor, then through it Steward's informer and manager (own logs,
+        restarted when they exit), each waited on until its gRPC health service says
+        SERVING; then Steward's controllers, each waited on until the manager made it
+        active. A controller takes objects without ``spec.managedBy`` only when
+        upstream's controller of its name is off. Each runs as its own identity
+        (:data:`STEWARD_IDENTITIES`), not as admin."""
         st = self.state
+        self._launch(
+            SUPERVISOR,
+            [
+                sys.executable,
+                "-m",
+                "steward.cluster.supervisor",
+                f"--state-dir={st.directory}",
+                *config.restart_backoff.args(),
+                *(["--die-with-parent"] if config.die_with_parent else []),
+            ],
+            config,
+        )
         cli = [sys.executable, "-m", "steward.cli"]
         limits = [
             f"--kube-api-qps={config.kube_api_qps:g}",
@@ -1510,7 +1579,7 @@ class LocalCluster:
             ],
         }
         for name, argv in services.items():
-            self._launch(name, argv, config, traced=config.steward_tracing)
+            self._supervise(name, argv, timeout, traced=config.steward_tracing)
             address = st.informer_address if name == "informer" else st.manager_address
             self._wait_grpc_health(name, address, timeout, out)
         for registered in steward_controllers():
@@ -1530,9 +1599,41 @@ class LocalCluster:
                 *st.client_args(f"controller-{name}"),
                 *limits,
                 *((registered.beside_upstream or ()) if upstream else registered.alone),
+                # Started again after a crash, a controller finds the lease of its dead
+                # process still running (up to 15 s): it waits for it as a standby instead
+                # of exiting 1 again and again, its restarts backing off ever longer.
+                "--standby",
             ]
-            self._launch(f"{name}-controller", argv, config, traced=config.steward_tracing)
+            self._supervise(f"{name}-controller", argv, timeout, traced=config.steward_tracing)
             self._wait_active(f"{name}-controller", name, timeout, out)
+
+    def _supervise(self, name: str, argv: list[str], timeout: float, *, traced: bool) -> None:
+        """Add service ``name`` to the supervisor's spec and wait until it runs it; its
+        first process is recorded in :attr:`ClusterState.processes`, so that the waits for
+        its health fail as soon as it exits."""
+        st = self.state
+        env = {}
+        if traced and "OTEL_EXPORTER_OTLP_ENDPOINT" not in os.environ:
+            # Steward's own services send their spans to this cluster's Jaeger, unless the
+            # user pointed OTLP somewhere else.
+            env["OTEL_EXPORTER_OTLP_ENDPOINT"] = st.otlp_endpoint
+        specs = [s for s in read_spec(st.directory) if s.name != name]
+        write_spec(st.directory, [*specs, ServiceSpec(name, argv, str(st.log(name)), env)])
+        supervisor = next(p for p in st.processes if p.name == SUPERVISOR)
+        started = time.monotonic()
+        while True:
+            service = st.services().get(name)
+            if service is not None and service.process is not None:
+                st.processes.append(service.process)
+                st.save()
+                return
+            if service is not None and service.last_exit:
+                raise self._failure(name, f"exited during start-up ({service.last_exit})")
+            if not supervisor.alive():
+                raise self._failure(SUPERVISOR, f"exited before it started {name}")
+            if time.monotonic() - started > timeout:
+                raise self._failure(SUPERVISOR, f"did not start {name} in {timeout:.0f}s")
+            time.sleep(0.05)
 
     def _audit_args(self) -> list[str]:
         """kube-apiserver's flags for :attr:`ClusterConfig.audit_log`: Metadata-level events
@@ -1827,7 +1928,13 @@ class LocalCluster:
 
     # Status --------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        """Components with pid and liveness, ports, endpoints, and Ready nodes if reachable."""
+        """Components with pid and liveness, ports, endpoints, and Ready nodes if reachable.
+
+        A supervised component (one of Steward's services) also has ``restarts``,
+        ``last_exit`` (``signal SIGKILL``, ``exit code 1``, or empty), ``last_exit_at`` and,
+        while it waits to be started again, ``restart_at`` (ISO 8601, UTC)."""
+        self.state.refresh_services()
+        services = self.state.services()
         alive = self.state.alive()
         result: dict[str, Any] = {
             "name": self.state.name,
@@ -1850,6 +1957,7 @@ class LocalCluster:
                     "alive": alive[p.name],
                     "rss_bytes": p.rss_bytes(),
                     "log": p.log,
+                    **(_supervised(services[p.name]) if p.name in services else {}),
                 }
                 for p in self.state.processes
             ],
@@ -1862,7 +1970,19 @@ class LocalCluster:
         return result
 
     def iter_processes(self) -> Iterator[ProcessRecord]:
+        """Every component's process; a restarted service's current one."""
+        self.state.refresh_services()
         yield from self.state.processes
+
+
+def _supervised(service: ServiceStatus) -> dict[str, Any]:
+    """What :meth:`LocalCluster.status` adds for a service the supervisor runs."""
+    return {
+        "restarts": service.restarts,
+        "last_exit": service.last_exit,
+        "last_exit_at": service.last_exit_at,
+        "restart_at": service.restart_at,
+    }
 
 
 def _service_names(service: str, namespace: str = "kube-system") -> tuple[str, ...]:
