@@ -5,7 +5,8 @@ The binary is built with ``make -C runtimes/go build`` once per module, runs as 
 subprocess, and keeps each Deployment's pod template annotated with the hash of the
 ConfigMaps it uses; the manager decides which instance is active. The informer and the
 manager serve mutual TLS with RBAC authorization, and the binary dials them with the
-admin's client certificate from the ``STEWARD_TLS_*`` variables.
+admin's client certificate from the ``STEWARD_TLS_*`` variables. Its ``/metrics`` has the
+Python runtime's ``workqueue_*`` and ``controller_runtime_*`` families, alike.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import pytest
 from kubernetes import client
 
 from steward.cluster import LocalCluster
+from steward.cluster.process import free_port
 from steward.v1 import manager_pb2 as mpb
+from tests.e2e.runtime_metrics import assert_runtime_metrics, reconciles, scrape
 from tests.manager.conftest import RunningManager
 from tests.services import host_flags, security_env
 
@@ -217,13 +220,17 @@ def test_confighash_rolls_deployments_and_fails_over(
         except Exception:  # NOT_FOUND until the first registration
             return []
 
-    first = start_confighash("first")
+    metrics = f"127.0.0.1:{free_port()}"
+    first = start_confighash("first", "--metrics-listen", metrics)
     # A Deployment mounting a ConfigMap gets the hash of its data.
     eventually(lambda: annotation() is not None, "the config-hash annotation")
     before = annotation()
     assert before is not None
     eventually(lambda: replicaset_with(before), "the ReplicaSet of the annotated template")
     assert first.running(), first.logs()
+    # Its metrics are the Python runtime's, and count what it reconciled.
+    eventually(lambda: reconciles(metrics, NAME) > 0, "a reconcile counted in /metrics")
+    assert_runtime_metrics(scrape(metrics), NAME)
     [first_id] = instances()
     assert controller().holder == first_id
 

@@ -3,7 +3,8 @@ node against a real informer and manager and the session's cluster, labels names
 rule, follows rule changes and label edits, and hands over to a standby. The informer and
 the manager serve mutual TLS with RBAC authorization; the example dials them with the
 admin's client certificate from the ``STEWARD_TLS_*`` variables, and refuses to start
-without them."""
+without them. Its ``/metrics`` has the Python runtime's ``workqueue_*`` and
+``controller_runtime_*`` families, alike."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ import pytest_asyncio
 from kubernetes import client
 
 from steward.cluster import LocalCluster
+from steward.cluster.process import free_port
 from steward.v1 import manager_pb2 as mpb
+from tests.e2e.runtime_metrics import assert_runtime_metrics, reconciles, scrape
 from tests.manager.conftest import RunningManager
 from tests.services import security_env
 
@@ -94,7 +97,7 @@ async def start(
     """Start example instances (node subprocesses); all are stopped after the test."""
     instances: list[Instance] = []
 
-    async def launch(*rules: str, standby: bool = False) -> Instance:
+    async def launch(*rules: str, standby: bool = False, metrics: str | None = None) -> Instance:
         args = [
             str(built),
             "--informer",
@@ -110,6 +113,8 @@ async def start(
             args += ["--rule", rule]
         if standby:
             args.append("--standby")
+        if metrics is not None:
+            args += ["--metrics-listen", metrics]
         log_path = tmp_path / f"instance-{len(instances)}.log"
         env = {**_environment(), **_tls_env(cluster)}
         with log_path.open("wb") as log:
@@ -169,11 +174,15 @@ async def test_labels_follow_rules_and_changes(
     prefix = f"tsl-{uuid.uuid4().hex[:6]}"
     pay = await asyncio.to_thread(namespaces, f"{prefix}-pay-api")
     web = await asyncio.to_thread(namespaces, f"{prefix}-web")
-    first = await start(f"team=payments:^{prefix}-pay-")
+    metrics = f"127.0.0.1:{free_port()}"
+    first = await start(f"team=payments:^{prefix}-pay-", metrics=metrics)
 
     await _eventually(
         lambda: _labels(core, pay).get("team") == "payments", "the matching namespace", first
     )
+    # Its metrics are the Python runtime's, and count what it reconciled.
+    await _eventually(lambda: reconciles(metrics, NAME) > 0, "a reconcile in /metrics", first)
+    assert_runtime_metrics(await asyncio.to_thread(scrape, metrics), NAME)
     late = await asyncio.to_thread(namespaces, f"{prefix}-pay-late")
     await _eventually(
         lambda: _labels(core, late).get("team") == "payments", "a namespace made later", first

@@ -64,7 +64,9 @@ def test_controllers_needs_tls_files_or_plaintext_said_out_loud(
     for var in ("STEWARD_TLS_CA_FILE", "STEWARD_TLS_CERT_FILE", "STEWARD_TLS_KEY_FILE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.delenv("STEWARD_INSECURE_PLAINTEXT", raising=False)
-    assert cli.main(["controllers", "--manager", "127.0.0.1:1"]) == 2
+    # Some credentials given: all must be, none is taken from the local cluster.
+    argv = ["controllers", "--manager", "127.0.0.1:1", "--tls-ca-file", "ca.crt"]
+    assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "--tls-ca-file, --tls-cert-file and --tls-key-file" in err
     assert "--insecure-plaintext" in err

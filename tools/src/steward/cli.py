@@ -8,17 +8,24 @@ results (paths, JSON, shell lines) to standard output so they can be captured.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from steward.cluster import binaries
 from steward.cluster.control_plane import ClusterConfig, LocalCluster, state_root
-from steward.cluster.errors import ClusterError
-from steward.security import SecurityConfigError, add_client_arguments, client_from_args
+from steward.cluster.errors import ClusterError, NotUpError
+from steward.security import (
+    ClientSecurity,
+    SecurityConfigError,
+    add_client_arguments,
+    client_from_args,
+)
 
 _EPILOG = """\
 environment:
@@ -219,15 +226,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the manager's controllers: state, instances, queue, reconciles/s, errors",
         description="Ask the manager (ListControllers) for every known controller and print "
         "a table: name, state, active instance, standbys, queue depth, reconciles per "
-        "second and last error.",
+        "second and last error. Without --manager and the security flags (or their "
+        "STEWARD_* variables) it dials the local cluster's manager (`make up`; --name or "
+        "--state-dir pick another) with the cluster admin's client certificate, as "
+        "`steward cluster env` exports them; each flag or variable given overrides.",
     )
     controllers.add_argument(
         "--manager",
-        default=os.environ.get("STEWARD_MANAGER_ADDRESS", "127.0.0.1:50062"),
-        help="the manager's gRPC address, host:port (default: $STEWARD_MANAGER_ADDRESS or "
-        "%(default)s)",
+        default=None,
+        help="the manager's gRPC address, host:port (default: $STEWARD_MANAGER_ADDRESS, "
+        "else the local cluster's)",
     )
     controllers.add_argument("--timeout", type=float, default=10.0, help="seconds to wait")
+    _add_cluster_target(controllers)
     add_client_arguments(controllers)
     controllers.add_argument("--json", action="store_true", help="print JSON")
     trace_cmd = sub.add_parser(
@@ -355,6 +366,76 @@ _STATES = {
 }
 
 
+_CREDENTIAL_FLAGS = ("tls_ca_file", "tls_cert_file", "tls_key_file", "token_file")
+
+
+def _local_cluster(args: argparse.Namespace, *, instead: str) -> LocalCluster:
+    """The local cluster of ``--name``/``--state-dir``, which a client command dials when
+    not told where and as whom; ``instead`` names what would do without it.
+
+    Raises:
+        NotUpError: no cluster state there; the message says how to start one.
+    """
+    config = _config(args)
+    try:
+        return LocalCluster.find(config)
+    except NotUpError:
+        where = (
+            f"in {config.directory()}"
+            if args.state_dir is not None
+            else f"{args.name!r} (no state in {config.directory()})"
+        )
+        raise NotUpError(
+            f"no local cluster {where}: start one with `make up` (or `steward cluster "
+            f"up --steward`), pick a running one with --name or --state-dir, or give {instead}"
+        ) from None
+
+
+def _manager_client(args: argparse.Namespace) -> tuple[str, ClientSecurity]:
+    """Where the manager is and how to dial it: ``--manager`` (else
+    ``$STEWARD_MANAGER_ADDRESS``) and the security flags (else ``$STEWARD_TLS_*``, ...)
+    when given; what is not given comes from the local cluster, as ``steward cluster env``
+    exports it: its manager's address, its CA and the admin's client certificate. The
+    credentials come all from the flags or all from the cluster, never some of each.
+
+    Raises:
+        NotUpError: something is missing and there is no local cluster to take it from.
+        ClusterError: the local cluster runs no manager, or its manager has stopped.
+        SecurityConfigError: the credentials given are incomplete or unreadable.
+    """
+    address = args.manager or os.environ.get("STEWARD_MANAGER_ADDRESS")
+    explicit = args.insecure_plaintext or any(getattr(args, f) for f in _CREDENTIAL_FLAGS)
+    if address and explicit:
+        return address, client_from_args(args)
+    cluster = _local_cluster(
+        args,
+        instead="--manager and --tls-ca-file, --tls-cert-file and --tls-key-file (or "
+        "STEWARD_MANAGER_ADDRESS and STEWARD_TLS_CA_FILE, STEWARD_TLS_CERT_FILE and "
+        "STEWARD_TLS_KEY_FILE)",
+    )
+    if not address:
+        name = f"cluster {cluster.state.name!r} ({cluster.directory})"
+        manager = next((p for p in cluster.state.processes if p.name == "manager"), None)
+        if manager is None:
+            raise ClusterError(
+                f"{name} runs no Steward manager of its own (`make up` starts one: "
+                "`steward cluster up --steward`); give --manager to dial another"
+            )
+        if not manager.alive():
+            raise ClusterError(
+                f"the manager of {name}, pid {manager.pid}, is not running "
+                f"(log: {manager.log}); `steward cluster status` shows the rest"
+            )
+        address = cluster.state.manager_address
+    if explicit:
+        return address, client_from_args(args)
+    security = cluster.client_security()  # the admin, system:masters
+    if args.tls_server_name:
+        security = dataclasses.replace(security, server_name=args.tls_server_name)
+    security.credentials()  # fail now with the file's name
+    return address, security
+
+
 def _cmd_controllers(args: argparse.Namespace) -> int:
     import grpc
     from google.protobuf import json_format
@@ -362,12 +443,12 @@ def _cmd_controllers(args: argparse.Namespace) -> int:
     from steward.v1 import manager_pb2, manager_pb2_grpc
 
     try:
-        security = client_from_args(args)
+        address, security = _manager_client(args)
     except SecurityConfigError as err:
         print(f"steward: error: {err}", file=sys.stderr)
         return 2
     try:
-        with security.sync_channel(args.manager) as channel:
+        with security.sync_channel(address) as channel:
             response = manager_pb2_grpc.ManagerServiceStub(channel).ListControllers(
                 manager_pb2.ListControllersRequest(), timeout=args.timeout
             )
@@ -375,7 +456,7 @@ def _cmd_controllers(args: argparse.Namespace) -> int:
         code = err.code() if isinstance(err, grpc.Call) else None
         details = err.details() if isinstance(err, grpc.Call) else str(err)
         name = code.name if code is not None else "error"
-        print(f"steward: error: manager at {args.manager}: {name}: {details}", file=sys.stderr)
+        print(f"steward: error: manager at {address}: {name}: {details}", file=sys.stderr)
         return 1
     if args.json:
         print(json_format.MessageToJson(response))
@@ -402,6 +483,111 @@ def _cmd_controllers(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class Hint:
+    """One line of what ``steward cluster up`` prints when done: a label, then either a
+    shell command that works as printed, in any shell (absolute paths, no environment
+    needed), or a note."""
+
+    label: str
+    command: str = ""
+    """The command, empty for a note."""
+    note: str = ""
+    """Said after the command as a shell comment, or the whole line of a note."""
+
+    @property
+    def text(self) -> str:
+        """What follows the label: the command and its note (``# ...``), or the note."""
+        if not self.command:
+            return self.note
+        return f"{self.command}  # {self.note}" if self.note else self.command
+
+
+def _executable(name: str) -> str:
+    """``name`` by the absolute path it has beside this Python (the environment's bin
+    directory, which a new shell may not have on its PATH), else by name alone."""
+    path = Path(sys.executable).parent / name
+    return shlex.quote(str(path)) if path.exists() else name
+
+
+def cluster_flags(cluster: LocalCluster) -> list[str]:
+    """The ``--name``/``--state-dir`` flags that find ``cluster`` from a shell with a
+    clean environment: none for the default cluster in the default state root, else
+    ``--name`` in that root, else ``--state-dir``."""
+    root = Path.home() / ".local" / "state" / "steward" / "clusters"
+    directory = cluster.directory
+    if directory == root / "default":
+        return []
+    if directory.parent == root:
+        return ["--name", shlex.quote(directory.name)]
+    return ["--state-dir", shlex.quote(str(directory))]
+
+
+def up_hints(cluster: LocalCluster, *, steward_pods: bool = False) -> list[Hint]:
+    """What to try on the running ``cluster``, as ``steward cluster up`` prints it: what
+    the cluster runs (Steward's services, the metrics pipeline, real nodes) from its
+    state; ``steward_pods`` when Steward was deployed as pods. Run in order, every command
+    works as printed in a shell with a clean environment."""
+    kubectl = f"{_executable('kubectl')} --kubeconfig {shlex.quote(str(cluster.kubeconfig))}"
+    steward = _executable("steward")
+    target = "".join(f" {flag}" for flag in cluster_flags(cluster))
+    st = cluster.state
+    running = {p.name for p in st.processes}
+    hints = [
+        Hint("kubeconfig", note=str(cluster.kubeconfig)),
+        Hint("try", f"{kubectl} get nodes"),
+        Hint("Jaeger UI", note=f"{st.jaeger_query_url}  (OTLP gRPC in: {st.otlp_endpoint})"),
+    ]
+    if "manager" in running:
+        hints += [
+            Hint(
+                "informer",
+                note=f"{st.informer_address}   manager: {st.manager_address}   "
+                f"(mTLS: `{steward} cluster env{target}` exports the admin's files)",
+            ),
+            Hint("controllers", f"{steward} controllers{target}"),
+        ]
+    if st.real_nodes:
+        hints.append(
+            Hint(
+                "real nodes",
+                note=f"{', '.join(n.name for n in st.real_nodes)} "
+                f"(containerd, runc, kubelet; kube-proxy and CoreDNS on {st.host})",
+            )
+        )
+    if steward_pods:
+        hints.append(Hint("Steward", f"{kubectl} -n steward get pods -o wide", "as pods"))
+    if "manager" in running or steward_pods:
+        hints += [
+            Hint("trace a Job", f"{kubectl} create job pi --image=busybox -- true"),
+            Hint(
+                "then",
+                f"{steward} trace job/pi{target}",
+                "its spans reach Jaeger within seconds",
+            ),
+        ]
+    if "metrics-server" in running:
+        # Usage shows for running pods only (and a node's is its pods'): run some first.
+        rollout = "rolled out by Steward's controllers" if "manager" in running else ""
+        hints += [
+            Hint("deploy", f"{kubectl} create deployment web --image=nginx --replicas=2", rollout),
+            Hint(
+                "metrics",
+                f"{kubectl} top pods",
+                "once scraped (every 10 s); a pod's usage: its annotations "
+                "steward.io/cpu-usage and steward.io/memory-usage",
+            ),
+        ]
+    hints.append(Hint("stop with", f"{steward} cluster down{target}"))
+    return hints
+
+
+def render_hints(hints: Sequence[Hint]) -> str:
+    """The hints as printed: one line each, the label padded to one column."""
+    width = max(len(h.label) for h in hints) + 2
+    return "\n".join(f"{h.label + ':':<{width}}{h.text}" for h in hints)
+
+
 def _cmd_cluster(args: argparse.Namespace) -> int:
     if args.action == "up":
         if args.nodes < 0:
@@ -421,47 +607,8 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
             metrics=args.metrics,
         )
         cluster = LocalCluster.up(config)
-        kubectl = Path(sys.executable).parent / "kubectl"
-        print(
-            f"\nkubeconfig:  {cluster.kubeconfig}\n"
-            f"try:         {kubectl if kubectl.exists() else 'kubectl'} "
-            f"--kubeconfig {cluster.kubeconfig} get nodes\n"
-            f"Jaeger UI:   {cluster.jaeger_query_url}  "
-            f"(OTLP gRPC in: {cluster.otlp_endpoint})\n"
-            + (
-                f"informer:    {cluster.state.informer_address}   "
-                f"manager: {cluster.state.manager_address}   "
-                f"(try: steward controllers --manager {cluster.state.manager_address})\n"
-                f"trace a Job: kubectl --kubeconfig {cluster.kubeconfig} create job pi "
-                f"--image=busybox -- true; then: steward trace job/pi\n"
-                if config.steward
-                else ""
-            )
-            + (
-                f"real nodes:  {', '.join(n.name for n in cluster.state.real_nodes)} "
-                f"(containerd, runc, kubelet; kube-proxy and CoreDNS on {cluster.state.host})\n"
-                if cluster.state.real_nodes
-                else ""
-            )
-            + (
-                f"Steward:     as pods, try: {kubectl if kubectl.exists() else 'kubectl'} "
-                f"--kubeconfig {cluster.kubeconfig} -n steward get pods -o wide\n"
-                f"trace a Job: kubectl --kubeconfig {cluster.kubeconfig} create job pi "
-                f"--image=busybox -- true; then: steward trace job/pi\n"
-                if config.steward_pods
-                else ""
-            )
-            + (
-                f"metrics:     {kubectl if kubectl.exists() else 'kubectl'} --kubeconfig "
-                f"{cluster.kubeconfig} top pods -A (a pod's usage: its annotations "
-                "steward.io/cpu-usage and steward.io/memory-usage)\n"
-                if config.metrics
-                else ""
-            )
-            + "stop with:   steward cluster down"
-            + ("" if config.name == "default" else f" --name {config.name}"),
-            file=sys.stderr,
-        )
+        hints = up_hints(cluster, steward_pods=config.steward_pods)
+        print("\n" + render_hints(hints), file=sys.stderr)
         print(cluster.kubeconfig)
         return 0
     cluster = LocalCluster.find(_config(args))
@@ -564,7 +711,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2  # pragma: no cover - parser.error exits
 
 
-__all__ = ["build_parser", "main", "state_root"]
+__all__ = [
+    "Hint",
+    "build_parser",
+    "cluster_flags",
+    "main",
+    "render_hints",
+    "state_root",
+    "up_hints",
+]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -467,7 +467,10 @@ class ClusterState:
         try:
             data = json.loads(path.read_text())
         except FileNotFoundError:
-            raise NotUpError(f"no cluster state in {directory}") from None
+            raise NotUpError(
+                f"no cluster state in {directory}: no local cluster is up there "
+                "(`make up` or `steward cluster up` starts one)"
+            ) from None
         state = cls(
             name=data["name"],
             directory=directory,
