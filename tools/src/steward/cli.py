@@ -415,6 +415,7 @@ def _manager_client(args: argparse.Namespace) -> tuple[str, ClientSecurity]:
     )
     if not address:
         name = f"cluster {cluster.state.name!r} ({cluster.directory})"
+        cluster.state.refresh_services()  # the supervisor's current process of each
         manager = next((p for p in cluster.state.processes if p.name == "manager"), None)
         if manager is None:
             raise ClusterError(
@@ -423,8 +424,8 @@ def _manager_client(args: argparse.Namespace) -> tuple[str, ClientSecurity]:
             )
         if not manager.alive():
             raise ClusterError(
-                f"the manager of {name}, pid {manager.pid}, is not running "
-                f"(log: {manager.log}); `steward cluster status` shows the rest"
+                f"the manager of {name} is not running (log: {manager.log}); "
+                "`steward cluster status` shows its restarts and last exit"
             )
         address = cluster.state.manager_address
     if explicit:
