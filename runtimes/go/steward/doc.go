@@ -44,4 +44,9 @@
 // coalesced into its key (links to the others); TracingTransport carries the span's
 // traceparent to kube-apiserver. SetupTracing configures the OpenTelemetry SDK from the
 // standard OTEL_* environment variables.
+//
+// Every named WorkQueue and every WorkerPool reports the Python runtime's Prometheus
+// metrics (client-go's workqueue_* and controller-runtime's controller_runtime_*, same
+// names, labels, help texts and buckets) to a Metrics, DefaultMetrics unless their
+// options name one; the Host serves them on --metrics-listen.
 package steward
