@@ -130,6 +130,20 @@ def test_steward_trace_prints_the_creation_and_lists_the_later_traces(
             assert code == 0
             assert printed.startswith(f"trace {trace_id}: 1 spans"), choice
             assert "informer MODIFIED configmaps.v1" in printed
+        # Only the newest trace asked for: the creation is still found by its ADDED event.
+        assert cli.main(["trace", "configmap/traced", *jaeger, "--limit", "1"]) == 0
+        printed = capsys.readouterr().out
+        assert "informer ADDED configmaps.v1" in printed.split("\n\n")[0]
+        assert "only the newest 1 were asked for, see --limit" in printed
+        # A trace of something else is printed with a note; unknown and malformed IDs.
+        assert cli.main(["trace", "job/traced", *jaeger, "--trace", trace_id]) == 0
+        printed, err = capsys.readouterr()
+        assert printed.startswith(f"trace {trace_id}")
+        assert f"note: trace {trace_id} has no event of job/traced" in err
+        assert cli.main(["trace", "configmap/traced", *jaeger, "--trace", "0123abcd"]) == 1
+        assert f"no trace 0123abcd in {cluster.jaeger_query_url}" in capsys.readouterr().err
+        assert cli.main(["trace", "configmap/traced", *jaeger, "--trace", "not-an-id"]) == 2
+        assert "'not-an-id' is not a trace ID" in capsys.readouterr().err
         assert cli.main(["trace", "configmap/none", *jaeger]) == 1
         assert "no trace of configmap/none" in capsys.readouterr().err
     finally:

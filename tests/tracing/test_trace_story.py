@@ -1,19 +1,13 @@
 """``steward trace``'s choice of trace: the object's cause, its earlier and later traces,
-their one-line summaries, and the command against a Jaeger query API that serves recorded
-traces."""
+their one-line summaries (on traces in the shape of Jaeger's query API; the command itself
+runs against a real Jaeger in test_steward_trace.py)."""
 
 from __future__ import annotations
 
-import json
-import threading
-import urllib.parse
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
-from steward import cli
 from steward.traces import (
     ObjectRef,
     listing,
@@ -251,124 +245,3 @@ def test_the_story_prints_the_cause_then_a_line_per_later_trace(rec: Recorder) -
     alone = select_story([t["created"]], JOB)
     assert alone is not None
     assert render_story("http://jaeger:16686", alone).endswith("\n\nlater traces: none")
-
-
-# The command, against a Jaeger query API serving recorded traces.
-
-
-class _Jaeger(BaseHTTPRequestHandler):
-    """``/api/traces`` (search by service and tags, each tag matched on one span, newest
-    first, ``limit``) and ``/api/traces/{id}``, like Jaeger's query API."""
-
-    traces: ClassVar[list[dict[str, Any]]] = []
-
-    def do_GET(self) -> None:
-        url = urllib.parse.urlparse(self.path)
-        if url.path.startswith("/api/traces/"):
-            wanted = url.path.rsplit("/", 1)[1]
-            found = [t for t in self.traces if t["traceID"] == wanted]
-            return self._answer(200 if found else 404, found)
-        query = urllib.parse.parse_qs(url.query)
-        tags = json.loads(query["tags"][0])
-        limit = int(query["limit"][0])
-
-        def matches(trace: dict[str, Any]) -> bool:
-            return any(
-                trace["processes"][s["processID"]]["serviceName"] == query["service"][0]
-                and tags.items() <= {t["key"]: t["value"] for t in s["tags"]}.items()
-                for s in trace["spans"]
-            )
-
-        newest_first = sorted(self.traces, key=lambda t: -t["spans"][0]["startTime"])
-        self._answer(200, [t for t in newest_first if matches(t)][:limit])
-
-    def _answer(self, status: int, data: list[dict[str, Any]]) -> None:
-        body = json.dumps({"data": data}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def jaeger(rec: Recorder) -> Iterator[tuple[str, dict[str, dict[str, Any]]]]:
-    """A recorded Job's history served as Jaeger would: its URL and the traces by role."""
-    history = _job_history(rec)
-    history["resyncs"] = rec.trace(45, rec.reconcile(), rec.event("MODIFIED"))
-
-    class Handler(_Jaeger):
-        traces: ClassVar[list[dict[str, Any]]] = list(history.values())
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", history
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
-
-
-def _run(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
-    code = cli.main(["trace", *args, "--jaeger", url])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_the_command_prints_the_cause_and_lists_the_rest(
-    jaeger: tuple[str, dict[str, dict[str, Any]]], capsys: pytest.CaptureFixture[str]
-) -> None:
-    url, t = jaeger
-    code, out, err = _run(capsys, url, "job/pi")
-    assert (code, err) == (0, "")
-    assert out.startswith(f"trace {t['created']['traceID']}: 5 spans")
-    assert "later traces (3; print one with --trace ID):" in out
-    assert out.index(t["resync"]["traceID"]) < out.index(t["resyncs"]["traceID"])
-
-    # Only the newest two asked for: the cause is still found by its ADDED event.
-    code, out, err = _run(capsys, url, "job/pi", "--limit", "2")
-    assert code == 0
-    assert out.startswith(f"trace {t['created']['traceID']}")
-    assert "only the newest 2 were asked for, see --limit" in out
-
-    code, out, err = _run(capsys, url, "job/pi", "--latest")
-    assert code == 0
-    assert out.startswith(f"trace {t['failed']['traceID']}: 3 spans")
-    assert "later traces" not in out
-
-
-def test_the_command_prints_a_trace_by_id(
-    jaeger: tuple[str, dict[str, dict[str, Any]]], capsys: pytest.CaptureFixture[str]
-) -> None:
-    url, t = jaeger
-    resync = t["resync"]["traceID"]
-    code, out, err = _run(capsys, url, "job/pi", "--trace", resync)
-    assert (code, err) == (0, "")
-    assert out.startswith(f"trace {resync}: 2 spans")
-
-    code, out, err = _run(capsys, url, "configmap/pi", "--trace", resync)
-    assert code == 0
-    assert out.startswith(f"trace {resync}")
-    assert f"note: trace {resync} has no event of configmap/pi in namespace default" in err
-
-    code, out, err = _run(capsys, url, "job/pi", "--trace", "0123abcd")
-    assert (code, out) == (1, "")
-    assert f"no trace 0123abcd in {url}" in err
-
-    code, out, err = _run(capsys, url, "job/pi", "--trace", "not-an-id")
-    assert code == 2
-    assert "'not-an-id' is not a trace ID" in err
-
-
-def test_the_command_says_when_nothing_is_found(
-    jaeger: tuple[str, dict[str, dict[str, Any]]], capsys: pytest.CaptureFixture[str]
-) -> None:
-    url, _ = jaeger
-    code, out, err = _run(capsys, url, "job/none")
-    assert (code, out) == (1, "")
-    assert "no trace of job/none in namespace default" in err
