@@ -2,7 +2,8 @@
 
 - :func:`serve_until_signalled`: serve until SIGTERM/SIGINT, then stop gracefully;
 - :mod:`steward.serving.security`: serving TLS, caller identity, authorization (Guard);
-- :mod:`steward.serving.tracing`: SERVER spans continuing the callers' traces.
+- :mod:`steward.serving.tracing`: SERVER spans continuing the callers' traces;
+- :mod:`steward.serving.reflection`: server reflection as grpc.reflection.v1 and v1alpha.
 
 The health and metrics endpoints live in :mod:`steward.runtime.health`: controllers serve
 them too."""
