@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="start a cluster and wait until it is ready",
         description=(
             "Build what is missing, start every component, create the simulated nodes and "
-            "wait until all are Ready. Prints the kubeconfig path when done."
+            "wait until all are Ready. Prints the kubeconfig path when done, and before it, "
+            "on standard error, what to try: commands that work as printed, in any shell."
         ),
     )
     _add_cluster_target(up)
