@@ -255,3 +255,12 @@ def test_supervisor_refuses_a_bad_backoff(tmp_path: Path) -> None:
     )
     assert out.returncode == 2
     assert "initial must be a positive number" in out.stderr
+
+
+def test_a_spec_that_is_not_valid_is_ignored(tmp_path: Path) -> None:
+    out = io.StringIO()
+    supervisor = Supervisor(tmp_path, out=out, clock=FakeClock())
+    (tmp_path / "supervisor-spec.json").write_text('{"services": [{"name": "x"}]}')
+    supervisor.step()
+    assert supervisor.services == {}
+    assert "not a valid spec" in out.getvalue()

@@ -330,8 +330,13 @@ class Supervisor:
         if seen == self._spec_seen:
             return False
         self._spec_seen = seen
+        try:
+            specs = read_spec(self.directory)
+        except (ValueError, KeyError, TypeError) as err:
+            self.say(f"ignoring {path}, which is not a valid spec: {err}")
+            return False
         changed = False
-        for spec in read_spec(self.directory):
+        for spec in specs:
             if spec.name in self.services:
                 continue  # services are only ever added; a running one keeps its spec
             service = _Running(spec=spec, status=ServiceStatus(name=spec.name))
