@@ -25,10 +25,12 @@ type nopReconciler struct{}
 
 func (nopReconciler) Reconcile(context.Context, Request) (Result, error) { return Result{}, nil }
 
+// testBuilder's controller reports to metrics of its own (not DefaultMetrics), which its
+// host serves.
 func testBuilder() *Builder {
 	return NewBuilder("host-test").
 		For(ConfigMaps, "ConfigMap").
-		WithOptions(ControllerOptions{MaxConcurrentReconciles: 3, Namespace: "default"})
+		WithOptions(ControllerOptions{MaxConcurrentReconciles: 3, Namespace: "default", Metrics: NewMetrics()})
 }
 
 func quietHost(b *Builder, newReconciler func(Deps) Reconciler) *Host {
@@ -336,6 +338,8 @@ func TestHostAloneWritesAndServesHealth(t *testing.T) {
 		`controller_runtime_reconcile_total{controller="host-test",result="success"} 0`,
 		`controller_runtime_max_concurrent_reconciles{controller="host-test"} 3`,
 		`workqueue_depth{name="host-test"} 0`,
+		`controller_runtime_terminal_reconcile_errors_total{controller="host-test"} 0`,
+		`workqueue_longest_running_processor_seconds{name="host-test"} 0`,
 		`steward_mirror_synced{controller="host-test"} 0`,
 		`steward_fenced_writes_total{controller="host-test"} 0`,
 		"# TYPE controller_runtime_reconcile_total counter",
