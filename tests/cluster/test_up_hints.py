@@ -20,7 +20,7 @@ CLEAN_PATH = "/usr/bin:/bin"
 
 EXPECTED = {
     "try": ("kwok-node-0", "Ready"),
-    "controllers": ("NAME", "job "),
+    "controllers": ("NAME", "job ", "active"),
     "trace a Job": ("job.batch/pi created",),
     "then": ("steward-informer: informer", "jobs.v1.batch", "Jaeger: http://"),
     "deploy": ("deployment.apps/web created",),
