@@ -184,6 +184,8 @@ def test_an_unstartable_service_is_retried_with_backoff(tmp_path: Path) -> None:
     assert (status.process, status.last_exit) == (None, "exit code 127")
     assert "missing could not be started" in out.getvalue()
     assert status.restart_at
+    supervisor.shutdown()  # it waits no longer
+    assert _status(tmp_path)["missing"].restart_at == ""
 
 
 # The supervisor as the process the cluster runs ------------------------------------------

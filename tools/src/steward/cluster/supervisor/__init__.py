@@ -310,10 +310,9 @@ class Supervisor:
             [s.status.process for s in reversed(running) if s.status.process is not None],
             grace=STOP_GRACE_SECONDS,
         )
-        for service in running:
+        for service in self.services.values():
             if service.proc is not None:
-                code = service.proc.poll()
-                self._record_exit(service, code)
+                self._record_exit(service, service.proc.poll())
             service.status.process = None
             service.proc = None
             service.restart_at = None
