@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from steward.cluster import ClusterConfig, LocalCluster
 from steward.cluster.progress import Progress
@@ -38,6 +41,39 @@ def query(cluster: LocalCluster, path: str, **params: str) -> Any:
     url = f"{cluster.jaeger_query_url}{path}?{urllib.parse.urlencode(params)}"
     with urllib.request.urlopen(url, timeout=10) as resp:
         return json.loads(resp.read())
+
+
+def wait_for_story(
+    cluster: LocalCluster,
+    resource: str,
+    name: str,
+    missing_from: Callable[[dict[str, Any]], str],
+    what: str,
+    timeout: float = 90.0,
+) -> dict[str, Any]:
+    """Poll Jaeger until one of the informer's traces of object ``name`` of ``resource``
+    (e.g. ``jobs.v1.batch``) tells the whole story: ``missing_from(trace)`` says what a
+    trace lacks, empty when nothing. Each service exports its spans in batches of its
+    own, so a story fills in over a few seconds. Returns that trace; fails saying what
+    the last one lacked."""
+    wanted = json.dumps({"k8s.object.name": name, "k8s.resource": resource})
+    deadline = time.monotonic() + timeout
+    missing = "no trace yet"
+    while time.monotonic() < deadline:
+        found = query(
+            cluster,
+            "/api/traces",
+            service="steward-informer",
+            tags=wanted,
+            lookback="1h",
+            limit="50",
+        )["data"]
+        for trace in found or []:
+            missing = missing_from(trace)
+            if not missing:
+                return dict(trace)
+        time.sleep(1)
+    pytest.fail(f"no trace tells {what}: {missing}")
 
 
 def tags(span: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,6 @@ kube-apiserver's spans beneath it, and the Pod's later events, all in one Jaeger
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -40,31 +39,12 @@ def test_a_job_reads_as_one_trace(steward_cluster: LocalCluster) -> None:
         ),
     )
     batch.create_namespaced_job("default", job)
-    tags = json.dumps({"k8s.object.name": "traced", "k8s.resource": "jobs.v1.batch"})
-    # Each service exports its spans in batches of its own: poll until one trace holds
-    # the whole story, then check it piece by piece.
-    deadline = time.monotonic() + 90
-    missing = "no trace yet"
-    while time.monotonic() < deadline:
-        found = (
-            jaeger.query(
-                steward_cluster,
-                "/api/traces",
-                service="steward-informer",
-                tags=tags,
-                lookback="1h",
-                limit="50",
-            )["data"]
-            or []
+    try:
+        jaeger.wait_for_story(
+            steward_cluster, "jobs.v1.batch", "traced", _check_story, "the Job's whole story"
         )
-        for trace in found:
-            missing = _check_story(trace)
-            if not missing:
-                api.close()
-                return
-        time.sleep(1)
-    api.close()
-    pytest.fail(f"no trace tells the Job's whole story: {missing}")
+    finally:
+        api.close()
 
 
 def _check_story(trace: dict[str, Any]) -> str:
@@ -144,24 +124,13 @@ def test_a_rollout_reads_as_one_trace(steward_cluster: LocalCluster) -> None:
         ),
     )
     api.close()
-    tags = json.dumps({"k8s.object.name": "traced-web", "k8s.resource": "deployments.v1.apps"})
-    deadline = time.monotonic() + 90
-    missing = "no trace yet"
-    while time.monotonic() < deadline:
-        found = jaeger.query(
-            steward_cluster,
-            "/api/traces",
-            service="steward-informer",
-            tags=tags,
-            lookback="1h",
-            limit="50",
-        )["data"]
-        for trace in found or []:
-            missing = _check_rollout(jaeger.Tree(trace))
-            if not missing:
-                return
-        time.sleep(1)
-    pytest.fail(f"no trace tells the rollout's whole story: {missing}")
+    jaeger.wait_for_story(
+        steward_cluster,
+        "deployments.v1.apps",
+        "traced-web",
+        lambda trace: _check_rollout(jaeger.Tree(trace)),
+        "the rollout's whole story",
+    )
 
 
 def _check_rollout(tree: jaeger.Tree) -> str:
@@ -225,24 +194,13 @@ def test_a_daemonset_reads_as_one_trace(steward_cluster: LocalCluster) -> None:
         ),
     )
     api.close()
-    tags = json.dumps({"k8s.object.name": "traced-daemon", "k8s.resource": "daemonsets.v1.apps"})
-    deadline = time.monotonic() + 90
-    missing = "no trace yet"
-    while time.monotonic() < deadline:
-        found = jaeger.query(
-            steward_cluster,
-            "/api/traces",
-            service="steward-informer",
-            tags=tags,
-            lookback="1h",
-            limit="50",
-        )["data"]
-        for trace in found or []:
-            missing = _check_daemonset(jaeger.Tree(trace), len(nodes))
-            if not missing:
-                return
-        time.sleep(1)
-    pytest.fail(f"no trace tells the DaemonSet's whole story ({len(nodes)} nodes): {missing}")
+    jaeger.wait_for_story(
+        steward_cluster,
+        "daemonsets.v1.apps",
+        "traced-daemon",
+        lambda trace: _check_daemonset(jaeger.Tree(trace), len(nodes)),
+        f"the DaemonSet's whole story ({len(nodes)} nodes)",
+    )
 
 
 def _check_daemonset(tree: jaeger.Tree, nodes: int) -> str:
@@ -342,26 +300,13 @@ def test_an_hpa_scale_decision_reads_as_one_trace(steward_cluster: LocalCluster)
     }
     client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler("default", hpa)
     api.close()
-    tags = json.dumps(
-        {"k8s.object.name": "traced-hpa", "k8s.resource": "horizontalpodautoscalers.v2.autoscaling"}
+    jaeger.wait_for_story(
+        steward_cluster,
+        "horizontalpodautoscalers.v2.autoscaling",
+        "traced-hpa",
+        lambda trace: _check_hpa(jaeger.Tree(trace)),
+        "the HPA's scale decision",
     )
-    deadline = time.monotonic() + 90
-    missing = "no trace yet"
-    while time.monotonic() < deadline:
-        found = jaeger.query(
-            steward_cluster,
-            "/api/traces",
-            service="steward-informer",
-            tags=tags,
-            lookback="1h",
-            limit="50",
-        )["data"]
-        for trace in found or []:
-            missing = _check_hpa(jaeger.Tree(trace))
-            if not missing:
-                return
-        time.sleep(1)
-    pytest.fail(f"no trace tells the HPA's scale decision: {missing}")
 
 
 def _check_hpa(tree: jaeger.Tree) -> str:
