@@ -176,9 +176,11 @@ def test_a_workload_without_a_sync_is_an_error() -> None:
 @pytest.mark.integration
 @pytest.mark.slow
 def test_tiny_hpa_run(tmp_path: Path) -> None:
-    """Both sides with 5 HPAs and a 20 s window: every figure there and positive (no
-    wall-clock assertion). About three minutes: two clusters, each waiting for
-    metrics-server's first samples."""
+    """Steward's side with 5 HPAs and a 20 s window: every figure there and positive (no
+    wall-clock assertion). Upstream's side differs only in which controller its
+    kube-controller-manager runs and which identity is counted (its figures and the
+    ratios are checked above on measured data); a cluster of its own would add another
+    minute and a half of waiting for metrics-server's first samples."""
     out = tmp_path / "controllers.json"
     subprocess.run(
         [
@@ -187,7 +189,7 @@ def test_tiny_hpa_run(tmp_path: Path) -> None:
             "bench.controllers",
             "--settings=defaults",
             "--workloads=hpa",
-            "--sides=upstream,steward",
+            "--sides=steward",
             "--hpas=5",
             "--hpa-window=20",
             "--timeout=300",
@@ -198,20 +200,13 @@ def test_tiny_hpa_run(tmp_path: Path) -> None:
         timeout=900,
     )
     results = json.loads(out.read_text())
-    sides = results["settings"]["defaults"]
-    for name in ("upstream", "steward"):
-        measured = sides[name]["hpa"]
-        assert measured["hpas"] == 5, name
-        assert measured["syncs"] > 0 and measured["syncs_per_s"] > 0, name
-        assert measured["targets_rescaled"] == 0, name
-        summary = measured["summary"]
-        for key in controllers.HPA_CPU_FIGURES:
-            assert summary[key] > 0, (name, key)
-        assert summary["hpa_controller_requests_per_unit"]["get deployments/scale"] == 1.0
-    assert (
-        "horizontalpodautoscaling-controller"
-        in sides["steward"]["hpa"]["summary"]["own_cpu_per_unit"]
-    )
-    for key in ("syncs_per_s", *controllers.HPA_CPU_FIGURES):
-        ratio = results["ratios"]["defaults"][f"hpa_{key.removesuffix('_per_unit')}_ratio"]
-        assert ratio > 0, key
+    measured = results["settings"]["defaults"]["steward"]["hpa"]
+    assert measured["hpas"] == 5
+    assert measured["syncs"] > 0 and measured["syncs_per_s"] > 0
+    assert measured["targets_rescaled"] == 0
+    summary = measured["summary"]
+    for key in controllers.HPA_CPU_FIGURES:
+        assert summary[key] > 0, key
+    assert summary["hpa_controller_requests_per_unit"]["get deployments/scale"] == 1.0
+    assert "horizontalpodautoscaling-controller" in summary["own_cpu_per_unit"]
+    assert "upstream" not in results["settings"]["defaults"]
