@@ -658,11 +658,12 @@ def _print_status(info: dict[str, object]) -> None:
     components = info["components"]
     assert isinstance(components, list)
     total = 0
+    width = max((len(comp["name"]) for comp in components), default=0)
     for comp in components:
         state = "running" if comp["alive"] else "NOT RUNNING"
         rss = comp["rss_bytes"] / 2**20
         total += comp["rss_bytes"]
-        line = f"  {comp['name']:25} pid {comp['pid']:<8} {state:12} {rss:7.0f} MiB"
+        line = f"  {comp['name']:{width}} pid {comp['pid']:<8} {state:12} {rss:7.0f} MiB"
         if "restarts" in comp:  # one of Steward's services, run by the supervisor
             line += f"  restarts {comp['restarts']}"
             if comp["last_exit"]:

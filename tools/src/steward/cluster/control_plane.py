@@ -1538,10 +1538,10 @@ class LocalCluster:
     def _start_steward(self, config: ClusterConfig, out: Progress, timeout: float) -> None:
         """The supervisor, then through it Steward's informer and manager (own logs,
         restarted when they exit), each waited on until its gRPC health service says
-        SERVING; then Steward's controllers, each waited on until the manager made it
-        active. A controller takes objects without ``spec.managedBy`` only when
-        upstream's controller of its name is off. Each runs as its own identity
-        (:data:`STEWARD_IDENTITIES`), not as admin."""
+        SERVING; then Steward's controllers, all started first, then each waited on until
+        the manager made it active. A controller takes objects without
+        ``spec.managedBy`` only when upstream's controller of its name is off. Each runs
+        as its own identity (:data:`STEWARD_IDENTITIES`), not as admin."""
         st = self.state
         self._launch(
             SUPERVISOR,
@@ -1585,6 +1585,7 @@ class LocalCluster:
             self._supervise(name, argv, timeout, traced=config.steward_tracing)
             address = st.informer_address if name == "informer" else st.manager_address
             self._wait_grpc_health(name, address, timeout, out)
+        started: list[str] = []
         for registered in steward_controllers():
             name = registered.name
             upstream = upstream_runs(st.controllers, name)
@@ -1608,6 +1609,9 @@ class LocalCluster:
                 "--standby",
             ]
             self._supervise(f"{name}-controller", argv, timeout, traced=config.steward_tracing)
+            started.append(name)
+        # Started together (each one's start-up is mostly its own imports), waited on in turn.
+        for name in started:
             self._wait_active(f"{name}-controller", name, timeout, out)
 
     def _supervise(self, name: str, argv: list[str], timeout: float, *, traced: bool) -> None:
