@@ -183,3 +183,17 @@ def host_flags(informer: str, manager: str, kubeconfig: str, namespace: str) -> 
         "--namespace",
         namespace,
     ]
+
+
+def serving(cluster: LocalCluster, address: str) -> bool:
+    """The gRPC health service at ``address`` says SERVING (asked as the cluster's admin)."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
+
+    with cluster.client_security().sync_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=1.0
+            )
+        except grpc.RpcError:
+            return False
+        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)

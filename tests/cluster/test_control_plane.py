@@ -18,7 +18,6 @@ from typing import Any
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 from kubernetes import client
 from kubernetes import config as k8s_config
 
@@ -35,6 +34,7 @@ from steward.v1 import manager_pb2, manager_pb2_grpc
 from steward.v1.informer_pb2 import ListRequest, ResourceType
 from steward.v1.informer_pb2_grpc import InformerServiceStub
 from tests.polling import wait_for
+from tests.services import serving
 
 pytestmark = pytest.mark.integration
 
@@ -451,17 +451,6 @@ def _job(name: str) -> client.V1Job:
     )
 
 
-def _serving(cluster: LocalCluster, address: str) -> bool:
-    with cluster.client_security().sync_channel(address) as channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=1.0
-            )
-        except grpc.RpcError:
-            return False
-    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
-
-
 def _holders(cluster: LocalCluster) -> dict[str, str]:
     """Each controller's lease holder at the manager (an instance id names its pid)."""
     with cluster.client_security().sync_channel(cluster.state.manager_address) as channel:
@@ -530,7 +519,7 @@ def test_killed_steward_services_are_restarted_and_the_workload_converges(
             assert comp["last_exit"] == "signal SIGKILL", comp
             if name in ("informer", "manager"):
                 address = getattr(running.state, f"{name}_address")
-                wait_for(functools.partial(_serving, running, address), f"{name} serving")
+                wait_for(functools.partial(serving, running, address), f"{name} serving")
         done.set()
         load.join(timeout=30)
         assert len(created) >= len(services)

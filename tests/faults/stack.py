@@ -33,7 +33,6 @@ from typing import Any
 
 import grpc
 import yaml
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 from prometheus_client.parser import text_string_to_metric_families
 
 from steward.cluster import LocalCluster
@@ -41,6 +40,7 @@ from steward.cluster.pki import CertificateAuthority
 from steward.cluster.process import free_port, spawn, stop
 from steward.v1 import manager_pb2, manager_pb2_grpc
 from tests.polling import wait_for
+from tests.services import serving
 
 SETPRIV = shutil.which("setpriv")
 CONTROLLERS = ("job", "replicaset", "deployment")
@@ -145,18 +145,6 @@ class Service:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except FileNotFoundError:
             return ""
-
-
-def serving(cluster: LocalCluster, address: str) -> bool:
-    """The gRPC health service at ``address`` says SERVING (asked as the cluster's admin)."""
-    with cluster.client_security().sync_channel(address) as channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=1.0
-            )
-        except grpc.RpcError:
-            return False
-        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
 @dataclass

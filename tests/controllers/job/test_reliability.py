@@ -16,7 +16,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
 from steward.cluster import LocalCluster
 from steward.cluster.process import free_port
@@ -27,6 +26,7 @@ from steward.v1 import manager_pb2
 from tests.controllers.job.conftest import condition, get_job, job_body
 from tests.manager.conftest import FAST, RunningManager
 from tests.polling import wait_for
+from tests.services import serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -78,17 +78,6 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
         yield running
     finally:
         running.stop()
-
-
-def serving(cluster: LocalCluster, address: str) -> bool:
-    with cluster.client_security().sync_channel(address) as channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=1.0
-            )
-        except grpc.RpcError:
-            return False
-        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
 def job_state(manager: RunningManager) -> manager_pb2.Controller:
