@@ -17,9 +17,16 @@ and stopped after it, so that the API server's work under one side is not the ot
   them: each under its own identity (RBAC, and API Priority and Fairness: none is in
   ``system:masters``), registered with the manager (leases, write fencing), over mTLS;
   tracing off;
-* **steward, tracing on** (the ``high`` setting only): the same, every span exported to
-  the cluster's Jaeger (sampling everything). The cost of tracing is ``1 - traced /
-  untraced`` Jobs per second, and the growth of Steward's CPU per Job;
+* **the cost of tracing** (the ``high`` setting, on Steward's side): after its measured
+  workloads, Steward's cluster runs ``--tracing-rounds`` more Job rounds (4 by default),
+  its services with every span exported to the cluster's Jaeger (sampling everything) in
+  the middle two and not in the others (off, on, on, off: a drift over the rounds, as the
+  cluster fills, weighs on both alike); between rounds the supervisor replaces Steward's
+  services with tracing switched (``LocalCluster.set_steward_tracing``). Comparing rounds
+  of one cluster takes out the difference between clusters, larger than the effect. The
+  cost is ``1 - on / off`` of the mean Jobs per second, and the growth of Steward's CPU
+  per Job; a span the SDK's queue dropped (its ``Queue full`` warning in a service's log)
+  is counted and reported, as it would make tracing look cheaper;
 * **upstream speaking JSON** (the ``high`` setting only): kube-controller-manager with
   ``--kube-api-content-type application/json``, Steward's encoding, to show what
   protobuf saves kube-apiserver.
@@ -77,6 +84,7 @@ import argparse
 import datetime
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -142,14 +150,12 @@ class Side:
 
     name: str
     steward: bool
-    traced: bool = False
     content_type: str = ""
     """kube-controller-manager's ``--kube-api-content-type``; empty for protobuf."""
 
 
 UPSTREAM = Side("upstream", steward=False)
 STEWARD = Side("steward", steward=True)
-STEWARD_TRACED = Side("steward_traced", steward=True, traced=True)
 UPSTREAM_JSON = Side("upstream_json", steward=False, content_type="application/json")
 """Upstream speaking JSON to kube-apiserver, as Steward does: what protobuf saves it."""
 
@@ -329,7 +335,7 @@ def start_cluster(
             controllers=controllers,
             steward=side.steward,
             steward_controllers=only if side.steward else None,
-            steward_tracing=side.traced,
+            steward_tracing=False,
             metrics=metrics,
             kube_api_qps=setting.qps,
             kube_api_burst=setting.burst,
@@ -398,6 +404,95 @@ def profile_job_controller(
         "self": [(f, round(100 * n / max(total, 1), 1)) for f, n in own.most_common(15)],
         "total": [(f, round(100 * n / max(total, 1), 1)) for f, n in anywhere.most_common(25)],
     }
+
+
+SPANS_DROPPED = "Queue full, dropping"
+"""The OpenTelemetry SDK's warning for each span its batch processor's full queue drops."""
+
+
+def tracing_order(rounds: int) -> list[bool]:
+    """Whether each tracing round exports spans: off, on, on, off, off, on, ..."""
+    return [i % 4 in (1, 2) for i in range(rounds)]
+
+
+def log_sizes(cluster: LocalCluster) -> dict[str, int]:
+    """The size of each of Steward's services' logs now, to read what a round adds."""
+    sizes = {}
+    for name in STEWARD_PROCESSES:
+        log = cluster.state.log(name)
+        sizes[name] = log.stat().st_size if log.exists() else 0
+    return sizes
+
+
+def spans_dropped(cluster: LocalCluster, since: dict[str, int]) -> int:
+    """How many spans Steward's services dropped (:data:`SPANS_DROPPED` lines) in their
+    logs since ``since`` (:func:`log_sizes`)."""
+    dropped = 0
+    for name, offset in since.items():
+        log = cluster.state.log(name)
+        if not log.exists():
+            continue
+        with log.open("rb") as f:
+            f.seek(offset)
+            dropped += f.read().count(SPANS_DROPPED.encode())
+    return dropped
+
+
+def tracing_rounds(
+    cluster: LocalCluster, api: Api, args: argparse.Namespace, out: Progress
+) -> dict[str, Any]:
+    """Job rounds in one cluster with Steward's tracing off and on (module docs: the cost
+    of tracing); tracing is off again at the end."""
+    rounds: list[dict[str, Any]] = []
+    for i, traced in enumerate(tracing_order(args.tracing_rounds)):
+        cluster.set_steward_tracing(traced, progress=out)
+        mode = "on" if traced else "off"
+        out.say(f"high: steward: tracing round {i + 1} of {args.tracing_rounds}: tracing {mode}")
+        logs = log_sizes(cluster)
+        timing = job.run_phase(
+            api, f"bench-tracing-{i}", args.jobs, args.threads, args.timeout, Meter(cluster)
+        )
+        cpu = timing["cpu_seconds"]
+        own = sum(cpu.get(n, 0.0) for n in STEWARD_PROCESSES) / timing["jobs"]
+        rounds.append(
+            {
+                "traced": traced,
+                "seconds": timing["seconds"],
+                "jobs_per_s": timing["jobs_per_s"],
+                "steward_cpu_per_job": round(own, 5),
+                "apiserver_cpu_per_job": round(cpu.get("kube-apiserver", 0.0) / timing["jobs"], 5),
+                "spans_dropped": spans_dropped(cluster, logs),
+            }
+        )
+        out.say(
+            f"  {timing['seconds']:.2f} s, {timing['jobs_per_s']:.0f} Jobs/s, Steward's CPU "
+            f"per Job {own * 1000:.1f} ms, spans dropped {rounds[-1]['spans_dropped']}"
+        )
+    cluster.set_steward_tracing(False, progress=Progress(quiet=True))
+    return summarize_tracing(rounds)
+
+
+def summarize_tracing(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rounds, and the cost of tracing from their means (module docs)."""
+    on = [r for r in rounds if r["traced"]]
+    off = [r for r in rounds if not r["traced"]]
+    result: dict[str, Any] = {"rounds": rounds}
+    if on and off:
+
+        def mean(rs: list[dict[str, Any]], key: str) -> float:
+            return statistics.fmean(r[key] for r in rs)
+
+        result |= {
+            "throughput_cost": round(1 - mean(on, "jobs_per_s") / mean(off, "jobs_per_s"), 3),
+            "cpu_cost": round(
+                mean(on, "steward_cpu_per_job") / mean(off, "steward_cpu_per_job") - 1, 3
+            ),
+            "apiserver_cpu_cost": round(
+                mean(on, "apiserver_cpu_per_job") / mean(off, "apiserver_cpu_per_job") - 1, 3
+            ),
+            "spans_dropped": sum(r["spans_dropped"] for r in on),
+        }
+    return result
 
 
 def _where(frame: str) -> str:
@@ -555,8 +650,11 @@ def run_shared(
                 f"{timing['endpoints_latency_p99_ms']:.0f} ms, slices "
                 f"{timing['slices_latency_p50_ms']:.0f}/{timing['slices_latency_p99_ms']:.0f} ms"
             )
-        if args.profile and side == STEWARD and setting.name == "high" and "job" in args.workloads:
-            result["profile"] = profile_job_controller(cluster, api, args, out)
+        if side == STEWARD and setting.name == "high" and "job" in args.workloads:
+            if args.tracing_rounds:
+                result["tracing"] = tracing_rounds(cluster, api, args, out)
+            if args.profile:
+                result["profile"] = profile_job_controller(cluster, api, args, out)
     finally:
         cluster.down(progress=Progress(quiet=True))
     return result
@@ -715,13 +813,6 @@ def compare(results: dict[str, Any]) -> dict[str, Any]:
             u, s = up["hpa"]["summary"], st["hpa"]["summary"]
             for key in HPA_CPU_FIGURES:
                 c[f"hpa_{key.removesuffix('_per_unit')}_ratio"] = _ratio(s[key], u[key])
-        traced = sides.get("steward_traced", {})
-        if "job" in traced and "job" in st:
-            c["tracing_cost"] = round(1 - traced["job"]["jobs_per_s"] / st["job"]["jobs_per_s"], 3)
-            own = STEWARD_PROCESSES
-            on = sum(traced["job"]["summary"]["own_cpu_per_unit"].get(n, 0.0) for n in own)
-            off = sum(st["job"]["summary"]["own_cpu_per_unit"].get(n, 0.0) for n in own)
-            c["tracing_cpu_cost"] = round(on / off - 1, 3) if off else float("nan")
         as_json = sides.get("upstream_json", {})
         if "job" in as_json and "job" in up:
             c["upstream_json_apiserver_cpu_ratio"] = _ratio(
@@ -881,6 +972,26 @@ def _hpa_rows(
     return rows
 
 
+def _tracing_rows(tracing: dict[str, Any]) -> list[tuple[str, str, str]]:
+    rounds = tracing["rounds"]
+    listed = ", ".join(f"{'on' if r['traced'] else 'off'} {r['jobs_per_s']:.0f}" for r in rounds)
+    return [
+        (
+            f"tracing on, every span exported: {len(rounds)} more Job rounds in Steward's cluster",
+            "",
+            f"Jobs/s {listed}",
+        ),
+        (
+            "  cost of tracing (mean on ÷ mean off)",
+            "",
+            f"throughput {tracing['throughput_cost'] * 100:.1f} %; Steward's CPU per Job "
+            f"{tracing['cpu_cost'] * 100:+.1f} %; kube-apiserver's "
+            f"{tracing['apiserver_cpu_cost'] * 100:+.1f} %; spans dropped "
+            f"{tracing['spans_dropped']}",
+        ),
+    ]
+
+
 def table(results: dict[str, Any]) -> str:
     lines: list[str] = []
     for name, sides in results["settings"].items():
@@ -925,17 +1036,9 @@ def table(results: dict[str, Any]) -> str:
                 ("  Jobs/s", f"{up['job']['jobs_per_s']:.0f}", f"{st['job']['jobs_per_s']:.0f}")
             )
             rows += _per_job_table(up["job"], st["job"], "Job")
-        if "job" in sides.get("steward_traced", {}):
-            tr = sides["steward_traced"]["job"]
-            rows.append(
-                (
-                    "Jobs/s with tracing on (every span exported)",
-                    "",
-                    f"{tr['jobs_per_s']:.0f} (throughput cost "
-                    f"{ratios['tracing_cost'] * 100:.1f} %; "
-                    f"Steward's CPU per Job {ratios['tracing_cpu_cost'] * 100:+.1f} %)",
-                )
-            )
+        tracing = st.get("tracing", {})
+        if "throughput_cost" in tracing:
+            rows += _tracing_rows(tracing)
         if "job" in sides.get("upstream_json", {}):
             js = sides["upstream_json"]["job"]
             rows.append(
@@ -1016,7 +1119,7 @@ def run(args: argparse.Namespace) -> int:
     }
     for name in args.settings:
         setting = SETTINGS[name]
-        sides = [UPSTREAM, STEWARD] + ([STEWARD_TRACED, UPSTREAM_JSON] if name == "high" else [])
+        sides = [UPSTREAM, STEWARD] + ([UPSTREAM_JSON] if name == "high" else [])
         sides = [s for s in sides if s.name in args.sides]
         per_side: dict[str, Any] = {}
         for side in sides:
@@ -1056,9 +1159,16 @@ def main() -> int:
     parser.add_argument(
         "--sides",
         type=lambda s: s.split(","),
-        default=["upstream", "steward", "steward_traced", "upstream_json"],
-        help="comma-separated sides: upstream, steward, steward_traced, upstream_json "
-        "(default: all; the last two run in the high setting only)",
+        default=["upstream", "steward", "upstream_json"],
+        help="comma-separated sides: upstream, steward, upstream_json (default: all; the "
+        "last runs in the high setting only)",
+    )
+    parser.add_argument(
+        "--tracing-rounds",
+        type=int,
+        default=4,
+        help="Job rounds in Steward's high-setting cluster that measure the cost of tracing, "
+        "off, on, on, off, ... (default 4; 0 skips them)",
     )
     parser.add_argument("--jobs", type=int, default=500, help="Jobs per phase (default 500)")
     parser.add_argument("--deployments", type=int, default=100, help="Deployments (default 100)")

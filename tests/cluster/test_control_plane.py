@@ -563,3 +563,66 @@ def test_killed_steward_services_are_restarted_and_the_workload_converges(
         current = list(running.iter_processes())
         running.down(progress=Progress(quiet=True))
     assert [r.name for r in [*first.values(), *current] if r.alive()] == []
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+
+
+@pytest.mark.slow
+def test_steward_tracing_is_switched_in_a_running_cluster(tmp_path: Path) -> None:
+    """``set_steward_tracing``: the supervisor replaces Steward's services with their spans
+    exported to the cluster's Jaeger or not, not counted as restarts; each comes back
+    serving or active in its new process, and a Job reconciled while tracing is on leaves
+    the Job controller's spans in Jaeger."""
+    from tests.tracing.jaeger import query
+
+    cfg = ClusterConfig(
+        name="steward-test-tracing-switch",
+        state_dir=tmp_path / "c",
+        nodes=1,
+        die_with_parent=True,
+        steward=True,
+        steward_tracing=False,
+        steward_controllers=("job",),
+    )
+    running = LocalCluster.up(cfg, progress=Progress(quiet=True))
+    key = "OTEL_EXPORTER_OTLP_ENDPOINT"
+    services = ["informer", "manager", "job-controller"]
+    try:
+        before = {r.name: r.pid for r in running.iter_processes()}
+        replaced = []
+        assert all(not _environ(before[n]).get(key) for n in services)
+
+        assert running.set_steward_tracing(True, progress=Progress(quiet=True)) == services
+        on = {r.name: r.pid for r in running.iter_processes()}
+        for name in services:
+            assert on[name] != before[name]
+            assert _environ(on[name])[key] == running.otlp_endpoint
+        assert on["kube-apiserver"] == before["kube-apiserver"]  # only Steward's services
+        status = {c["name"]: c for c in running.status()["components"]}
+        assert all(status[n]["alive"] and status[n]["restarts"] == 0 for n in services)
+        assert f"-{on['job-controller']}-" in _holders(running)["job"]
+        # Asked again, nothing changes.
+        assert running.set_steward_tracing(True, progress=Progress(quiet=True)) == []
+
+        api = k8s_config.new_client_from_config(config_file=str(running.kubeconfig))
+        client.BatchV1Api(api).create_namespaced_job("default", _job("traced"))
+
+        def job_controller_spans() -> int:
+            found = query(running, "/api/traces", service="steward-controller-job", limit="20")
+            return sum(len(t["spans"]) for t in found.get("data") or [])
+
+        wait_for(job_controller_spans, "the Job controller's spans in Jaeger", within=60)
+
+        assert running.set_steward_tracing(False, progress=Progress(quiet=True)) == services
+        off = {r.name: r.pid for r in running.iter_processes()}
+        replaced = [r for r in running.iter_processes() if r.name in services]
+        for name in services:
+            assert off[name] != on[name]
+            assert not _environ(off[name]).get(key)
+        assert serving(running, running.state.informer_address)
+    finally:
+        running.down(progress=Progress(quiet=True))
+    assert replaced and [r.name for r in replaced if r.alive()] == []

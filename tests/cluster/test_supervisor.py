@@ -266,3 +266,52 @@ def test_a_spec_that_is_not_valid_is_ignored(tmp_path: Path) -> None:
     supervisor.step()
     assert supervisor.services == {}
     assert "not a valid spec" in out.getvalue()
+
+
+def test_a_changed_spec_replaces_the_running_service(tmp_path: Path) -> None:
+    """A service whose command or environment changed is stopped and started by its new
+    spec at once, with no backoff and not counted as a restart; an unchanged one runs on."""
+    clock = FakeClock()
+    out = io.StringIO()
+    supervisor = Supervisor(tmp_path, out=out, clock=clock)
+    env_printer = [
+        sys.executable,
+        "-c",
+        "import os, time; print('MODE=' + os.environ.get('MODE', ''), flush=True); time.sleep(600)",
+    ]
+    one = ServiceSpec("one", env_printer, str(tmp_path / "one.log"), {"MODE": "off"})
+    two = ServiceSpec("two", SLEEPER, str(tmp_path / "two.log"))
+    write_spec(tmp_path, [one, two])
+    try:
+        supervisor.step()
+        before = _status(tmp_path)
+        first, other = before["one"].process, before["two"].process
+        assert first is not None and other is not None
+        wait_for(
+            lambda: "MODE=off" in (tmp_path / "one.log").read_text(),
+            "the first process to print its environment",
+            within=10,
+        )
+
+        write_spec(tmp_path, [ServiceSpec(one.name, one.argv, one.log, {"MODE": "on"}), two])
+        supervisor.step()
+        after = _status(tmp_path)
+        replaced = after["one"]
+        assert replaced.process is not None and replaced.process.pid != first.pid
+        assert not first.alive()
+        assert (replaced.restarts, replaced.last_exit, replaced.restart_at) == (
+            0,
+            "signal SIGTERM",
+            "",
+        )
+        assert after["two"].process == other and other.alive()
+        assert "spec changed: replacing one" in out.getvalue()
+        wait_for(
+            lambda: "MODE=on" in (tmp_path / "one.log").read_text(),
+            "the new process to print its environment",
+            within=10,
+        )
+        log = (tmp_path / "one.log").read_text()
+        assert log.index("MODE=off") < log.index("with a changed spec") < log.index("MODE=on")
+    finally:
+        supervisor.shutdown()

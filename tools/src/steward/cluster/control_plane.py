@@ -1619,11 +1619,7 @@ class LocalCluster:
         first process is recorded in :attr:`ClusterState.processes`, so that the waits for
         its health fail as soon as it exits."""
         st = self.state
-        env = {}
-        if traced and "OTEL_EXPORTER_OTLP_ENDPOINT" not in os.environ:
-            # Steward's own services send their spans to this cluster's Jaeger, unless the
-            # user pointed OTLP somewhere else.
-            env["OTEL_EXPORTER_OTLP_ENDPOINT"] = st.otlp_endpoint
+        env = self._tracing_env({}, traced)
         specs = [s for s in read_spec(st.directory) if s.name != name]
         write_spec(st.directory, [*specs, ServiceSpec(name, argv, str(st.log(name)), env)])
         supervisor = next(p for p in st.processes if p.name == SUPERVISOR)
@@ -1641,6 +1637,75 @@ class LocalCluster:
             if time.monotonic() - started > timeout:
                 raise self._failure(SUPERVISOR, f"did not start {name} in {timeout:.0f}s")
             time.sleep(0.05)
+
+    def _tracing_env(self, env: dict[str, str], traced: bool) -> dict[str, str]:
+        """``env`` (a service's own variables) with its spans exported to this cluster's
+        Jaeger (``traced``) or not at all. A user's own ``OTEL_EXPORTER_OTLP_ENDPOINT``
+        is left to be inherited when traced, and blanked (no export) when not."""
+        env = dict(env)
+        key = "OTEL_EXPORTER_OTLP_ENDPOINT"
+        env.pop(key, None)
+        if traced and key not in os.environ:
+            env[key] = self.state.otlp_endpoint
+        elif not traced and key in os.environ:
+            env[key] = ""
+        return env
+
+    def set_steward_tracing(
+        self, traced: bool, *, timeout: float = 120.0, progress: Progress | None = None
+    ) -> list[str]:
+        """Export the spans of Steward's services to this cluster's Jaeger, or stop
+        exporting them (``ClusterConfig.steward_tracing`` of a running cluster): each
+        service whose setting differs is replaced by the supervisor (stopped, then started
+        again with the new environment; not counted as a restart), then waited on as
+        ``up`` waits (the informer and the manager until their gRPC health says SERVING,
+        the controllers until the manager names them active). Returns the names of the
+        services replaced.
+
+        Raises:
+            ClusterError: the cluster runs none of Steward's services, or one did not come
+                back within ``timeout`` seconds.
+        """
+        out = progress or Progress()
+        st = self.state
+        specs = read_spec(st.directory)
+        if not specs:
+            raise ClusterError(f"cluster {st.name!r} runs none of Steward's services")
+        wanted = [
+            ServiceSpec(s.name, s.argv, s.log, self._tracing_env(s.env, traced)) for s in specs
+        ]
+        changed = [new.name for new, old in zip(wanted, specs, strict=True) if new != old]
+        if not changed:
+            return []
+        before = {n: s.process.pid for n, s in st.services().items() if s.process is not None}
+        out.say(f"tracing {'on' if traced else 'off'}: replacing {', '.join(changed)}")
+        write_spec(st.directory, wanted)
+
+        def replaced(name: str, now: dict[str, ServiceStatus]) -> bool:
+            service = now.get(name)
+            return bool(service and service.process and service.process.pid != before.get(name))
+
+        started = time.monotonic()
+        while True:
+            now = st.services()
+            if all(replaced(n, now) for n in changed):
+                break
+            if time.monotonic() - started > timeout:
+                raise self._failure(SUPERVISOR, f"did not replace {', '.join(changed)}")
+            time.sleep(0.05)
+        st.refresh_services()
+        st.save()
+        for name in changed:
+            if name == "informer":
+                self._wait_grpc_health(name, st.informer_address, timeout, out)
+            elif name == "manager":
+                self._wait_grpc_health(name, st.manager_address, timeout, out)
+        pids = {r.name: r.pid for r in st.processes}
+        for name in changed:
+            if name.endswith("-controller"):
+                controller = name.removesuffix("-controller")
+                self._wait_active(name, controller, timeout, out, pid=pids[name])
+        return changed
 
     def _audit_args(self) -> list[str]:
         """kube-apiserver's flags for :attr:`ClusterConfig.audit_log`: Metadata-level events
@@ -1679,8 +1744,11 @@ class LocalCluster:
             "--audit-log-maxbackup=0",
         ]
 
-    def _wait_active(self, name: str, controller: str, timeout: float, out: Progress) -> None:
-        """Wait until the manager names an instance of ``controller`` as its holder."""
+    def _wait_active(
+        self, name: str, controller: str, timeout: float, out: Progress, *, pid: int = 0
+    ) -> None:
+        """Wait until the manager names an instance of ``controller`` as its holder (with
+        ``pid``: the instance of that process, whose id names it)."""
         from steward.v1 import manager_pb2, manager_pb2_grpc
 
         record = next(p for p in self.state.processes if p.name == name)
@@ -1696,7 +1764,8 @@ class LocalCluster:
                     reply = stub.GetController(
                         manager_pb2.GetControllerRequest(name=controller), timeout=1.0
                     )
-                    if reply.controller.holder:
+                    holder = reply.controller.holder
+                    if holder and (not pid or f"-{pid}-" in holder):
                         out.say(f"{name} is active after {time.monotonic() - started:.1f}s")
                         return
                 except grpc.RpcError:

@@ -13,7 +13,11 @@ Both live in the cluster's state directory and are replaced atomically:
 
 * ``supervisor-spec.json`` (:func:`write_spec`, written by ``up``): the services, in start
   order. The supervisor reads it again whenever it changes and starts the services it
-  does not run yet, so ``up`` can add them one by one and wait for each to be healthy.
+  does not run yet, so ``up`` can add them one by one and wait for each to be healthy. A
+  running service whose spec changed (its command or environment) is replaced, as a
+  Deployment replaces a pod whose template changed: stopped, then started by the new
+  spec at once (several changed together are all stopped first). A service left out of
+  the spec keeps running.
 * ``supervisor-status.json`` (:func:`read_status`, written by the supervisor): each
   service's current process (pid and start time, as :class:`ProcessRecord`), its restarts,
   and how and when it last exited. ``steward cluster status`` shows them.
@@ -334,26 +338,62 @@ class Supervisor:
         except (ValueError, KeyError, TypeError) as err:
             self.say(f"ignoring {path}, which is not a valid spec: {err}")
             return False
-        changed = False
+        changed = self._replace([s for s in specs if self._changed(s)])
         for spec in specs:
             if spec.name in self.services:
-                continue  # services are only ever added; a running one keeps its spec
+                continue
             service = _Running(spec=spec, status=ServiceStatus(name=spec.name))
             self.services[spec.name] = service
             self._start(service, self.clock())
             changed = True
         return changed
 
+    def _changed(self, spec: ServiceSpec) -> bool:
+        service = self.services.get(spec.name)
+        return service is not None and service.spec != spec
+
+    def _replace(self, specs: list[ServiceSpec]) -> bool:
+        """Run the services of ``specs`` (already running ones whose spec changed) by their
+        new specs: every old process is stopped first (reverse spec order, as
+        :meth:`shutdown`), then each is started at once, its backoff forgotten. A
+        replacement is not a restart: ``restarts`` stays as it was."""
+        if not specs:
+            return False
+        replaced = [self.services[s.name] for s in specs]
+        self.say(f"spec changed: replacing {', '.join(s.name for s in specs)}")
+        stop(
+            [s.status.process for s in reversed(replaced) if s.status.process is not None],
+            grace=STOP_GRACE_SECONDS,
+        )
+        now = self.clock()
+        for service, spec in zip(replaced, specs, strict=True):
+            if service.proc is not None:
+                self._record_exit(service, service.proc.poll())
+            service.spec = spec
+            service.proc = None
+            service.status.process = None
+            service.delay = None
+            service.restart_at = None
+            self._log_marker(spec, "started again by the supervisor with a changed spec")
+            self._start(service, now)
+        return True
+
+    @staticmethod
+    def _log_marker(spec: ServiceSpec, what: str) -> None:
+        log = Path(spec.log)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as out:
+            out.write(f"--- {_now_iso()} {what} ---\n")
+
     def _start(self, service: _Running, now: float) -> None:
         spec = service.spec
         log = Path(spec.log)
-        if service.status.restarts:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with log.open("a") as out:
-                out.write(
-                    f"--- {_now_iso()} started again by the supervisor (restart "
-                    f"{service.status.restarts}; last exit: {service.status.last_exit}) ---\n"
-                )
+        if service.status.restarts and service.restart_at is not None:
+            self._log_marker(
+                spec,
+                f"started again by the supervisor (restart {service.status.restarts}; last exit: "
+                f"{service.status.last_exit})",
+            )
         try:
             proc, record = spawn(
                 spec.name,
