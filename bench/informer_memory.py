@@ -14,13 +14,15 @@ informer's own code, with only the API server faked:
 4. left: the subscriber leaves.
 
 After each phase it prints resident memory over the raw JSON size (the objects' bytes as
-the API server serves them), then a table of what each part of the footprint costs per
-object, counted by walking the informer's structures (``sys.getsizeof`` of every object
-reached, each counted once, in the part that reaches it first):
+the API server serves them) and the CPU time the phase took, then a table of what each
+part of the footprint costs per object, counted by walking the informer's structures
+(``sys.getsizeof`` of every object reached, each counted once, in the part that reaches
+it first):
 
 - stored JSON: the objects' JSON bytes;
 - parsed metadata: the object records and the fields parsed out of the JSON;
-- encoded events: wire encodings cached on the objects (snapshot events, metadata);
+- encoded events: the wire encodings the history's events hold (their tuples of chunks,
+  the encoded metadata and framing, not the JSON they share), and any cached on objects;
 - history: the ring of past events, with object versions only it keeps alive;
 - indexes: the store's key map and its namespace, owner and label indexes;
 - subscriber queues: what the subscriber's feed still holds.
@@ -472,16 +474,22 @@ async def _run(
     if trace:
         tracemalloc.start(8)
     phases: list[tuple[str, int]] = []
+    cpu: dict[str, float] = {}
+    clock = time.process_time()
 
     async def phase(name: str) -> None:
+        nonlocal clock
+        cpu[name] = time.process_time() - clock
         for _ in range(3):  # let the loop drop what finished futures still hold
             await asyncio.sleep(0)
         gc.collect()
         phases.append((name, rss()))
+        clock = time.process_time()
 
     base = rss()
     phases.append(("start", base))
     started = time.perf_counter()
+    clock = time.process_time()
     await reflector._list()
     await phase("list")
     raw_json = served["bytes"]
@@ -557,6 +565,7 @@ async def _run(
         "raw_json": raw_json,
         "delivered": delivered,
         "phases": phases,
+        "cpu": cpu,
         "base": base,
         "peak": peak_rss() - base,
         "parts": parts,
@@ -571,10 +580,12 @@ def breakdown(store: Any, pb_cost: int) -> list[tuple[str, int]]:
     walker = Walker(stop=[store])
     objects = list(store)
     json_bytes = sum(walker.size(o.raw) for o in objects)
+    # Encodings cached on objects (none since objects keep none; older versions did).
     wire_slots = [s for s in type(objects[0]).__slots__ if s.startswith("wire")] if objects else []
     walker.pb_messages = 0
     encoded = sum(walker.size(*(getattr(o, s) for s in wire_slots)) for o in objects)
     encoded += walker.pb_messages * pb_cost
+    encoded += event_encodings(walker, store.history)
     meta = sum(walker.size(o) for o in objects)
     # Shared label sets, if the store keeps a table of them.
     meta += walker.size(getattr(sys.modules[type(store).__module__], "_label_sets", None))
@@ -591,6 +602,23 @@ def breakdown(store: Any, pb_cost: int) -> list[tuple[str, int]]:
     ]
 
 
+def event_encodings(walker: Walker, history: Any) -> int:
+    """Bytes of the encoded forms (``wire``, ``framed``) the history's events hold: their
+    tuples and chunks, but not the objects' JSON they share (counted with the objects, or
+    with the history for versions only it keeps)."""
+    total = 0
+    for event in getattr(history, "_events", ()):
+        shared = {id(o.raw) for o in (event.obj, event.previous) if o is not None}
+        for name in ("wire", "framed"):
+            parts = getattr(event, name, None)
+            if parts is None or id(parts) in walker.seen:
+                continue
+            walker.mark(parts)
+            total += sys.getsizeof(parts)
+            total += walker.size(*(chunk for chunk in parts if id(chunk) not in shared))
+    return total
+
+
 def _report(result: dict[str, Any]) -> None:
     n = result["objects"]
     raw = result["raw_json"]
@@ -599,10 +627,15 @@ def _report(result: dict[str, Any]) -> None:
         f"({raw / 2**20:.1f} MiB); {result['updates']} watch events, "
         f"{result['history']} in the history; {result['seconds']:.1f} s"
     )
-    print(f"  {'phase':<16}{'resident growth':>18}{'per object':>13}{'/ raw JSON':>12}")
+    print(f"  {'phase':<16}{'resident growth':>18}{'per object':>13}{'/ raw JSON':>12}{'CPU':>9}")
+    cpu = result.get("cpu", {})
     for name, value in result["phases"][1:]:
         grown = value - result["base"]
-        print(f"  {name:<16}{grown / 2**20:>14.1f} MiB{grown / n:>11,.0f} B{grown / raw:>12.2f}")
+        took = f"{cpu[name]:>7.2f} s" if name in cpu else ""
+        print(
+            f"  {name:<16}{grown / 2**20:>14.1f} MiB{grown / n:>11,.0f} B{grown / raw:>12.2f}"
+            + took
+        )
     peak = result["peak"]
     print(f"  {'peak':<16}{peak / 2**20:>14.1f} MiB{peak / n:>11,.0f} B{peak / raw:>12.2f}")
     print(f"  {'part (after churn)':<24}{'bytes per object':>18}{'/ raw JSON':>12}")

@@ -1,5 +1,6 @@
 """The cache's memory: one exact-size copy of each object's JSON, shared labels, lazy
-indexes, events that share the object's bytes, and LIST pages that do not outlive it."""
+indexes, events that share the object's bytes, objects that keep no encoding, and LIST
+pages that do not outlive it."""
 
 from __future__ import annotations
 
@@ -123,18 +124,83 @@ def test_events_share_the_objects_json_bytes() -> None:
     assert count == 2  # the snapshot's ADDED, then INITIAL_EVENTS_END
     assert any(chunk is listed.raw for chunk in chunks)
     assert [e.type for e in wire.decode_batch(chunks)] == [1, 5]
+    assert_holds_no_encoding(listed)
 
     changed = obj("a", 3, data="y" * 500)
     event = store.apply(EventKind.MODIFIED, changed, 3)
     fanout.publish(CM, [event])
     chunks, count = sub.take()
     assert count == 1
-    assert event.framed is not None and event.wire is None  # one encoded form kept
+    # Both forms kept, sharing every chunk but the framed one's first and last.
+    assert event.framed is not None and event.wire is not None
+    assert all(a is b for a, b in zip(event.framed[1:-1], event.wire[1:-1], strict=True))
     assert any(chunk is changed.raw for chunk in event.framed)
     assert any(chunk is changed.raw for chunk in chunks)
     (decoded,) = wire.decode_batch(chunks)
     assert decoded.object == changed.raw and decoded.resource_version == "3"
     assert decoded == wire.event(EventKind.MODIFIED, wire.resource_type(CM), changed, "3")
+
+
+def assert_holds_no_encoding(stored: StoredObject) -> None:
+    """``stored`` keeps its JSON and parsed fields only: no encoded head (wire.py)."""
+    assert not hasattr(stored, "__dict__")
+    assert [s for s in StoredObject.__slots__ if s.startswith("wire")] == []
+    assert [r for r in gc.get_referents(stored) if isinstance(r, bytes)] == [stored.raw]
+
+
+def test_a_snapshot_leaves_no_encoding_on_the_objects() -> None:
+    store = Store()
+    objects = [obj(f"o{i}", i + 2, labels={"app": "web"}, owner="o1") for i in range(20)]
+    store.replace(objects, 30)
+    for _ in range(2):  # a second subscriber builds the heads again, equal to the first's
+        feed = TypeFeed(CM, store, parse_filter("", "", ""), 100, False)
+        feed.start_with_snapshot(replaced=False)
+        chunks: list[bytes] = []
+        assert feed.take(1000, chunks) == 21
+        decoded = wire.decode_batch(chunks)
+        rtype = wire.resource_type(CM)
+        by_name = {o.name: o for o in objects}
+        assert decoded[:-1] == [
+            wire.event(EventKind.ADDED, rtype, by_name[e.metadata.name], "") for e in decoded[:-1]
+        ]
+        for stored in objects:
+            assert_holds_no_encoding(stored)
+
+
+def test_other_forms_of_an_event_reuse_its_encoded_metadata() -> None:
+    """A subscriber that gets the previous object, or another kind of event, takes the
+    object's head from the event's encoding instead of encoding the metadata again."""
+    store = Store()
+    store.replace([obj("a", 2, labels={"app": "db"})], 2)
+    fast = TypeFeed(CM, store, parse_filter("", "", ""), 100, False)
+    with_previous = TypeFeed(CM, store, parse_filter("", "", ""), 100, True)
+    entering = TypeFeed(CM, store, parse_filter("", "app=web", ""), 100, False)
+    feeds = [fast, with_previous, entering]
+    fanout = Fanout()
+    for i, feed in enumerate(feeds):
+        feed.start_with_snapshot(replaced=False)
+        fanout.add(Subscription(f"s{i}", [feed], 100))
+        feed.take(100, [])
+    changed = obj("a", 3, labels={"app": "web"})
+    event = store.apply(EventKind.MODIFIED, changed, 3)
+    fanout.publish(CM, [event])
+    assert event.wire is not None
+    head = wire.event_head(event.wire)
+    assert head is not None and head == wire.object_head(changed)
+    rtype = wire.resource_type(CM)
+    previous = event.previous
+    expected = {
+        "fast": wire.event(EventKind.MODIFIED, rtype, changed, "3"),
+        "with_previous": wire.event(EventKind.MODIFIED, rtype, changed, "3", previous=previous),
+        "entering": wire.event(EventKind.ADDED, rtype, changed, "3"),
+    }
+    for name, feed in zip(expected, feeds, strict=True):
+        out: list[bytes] = []
+        assert feed.take(100, out) == 1
+        assert any(chunk is head for chunk in out), name
+        assert wire.decode_batch(out) == [expected[name]], name
+    assert event.framed is not None and wire.event_head(event.framed) is head
+    assert_holds_no_encoding(changed)
 
 
 def test_event_parts_are_the_encoding_in_pieces() -> None:
@@ -207,7 +273,9 @@ def test_a_list_keeps_no_page_and_costs_little_more_than_the_json() -> None:
         tracemalloc.stop()
     assert len(reflector.store) == count
     assert not [o for o in gc.get_objects() if isinstance(o, ListPage)]
+    for stored in reflector.store:
+        assert_holds_no_encoding(stored)
     raw = sum(len(o.raw) for o in reflector.store)
-    # The JSON, the parsed metadata and the cached metadata encoding: within 1.5 times
-    # the JSON for 1 KB objects (before the store kept one copy, ten times).
+    # The JSON and the parsed metadata (the snapshot's encodings are gone): within 1.5
+    # times the JSON for 1 KB objects (before the store kept one copy, ten times).
     assert (held - before) / raw < 1.5

@@ -25,9 +25,9 @@ A type's queue holds at most ``bound`` objects. Past it, the queue is dropped an
 subscriber gets REPLACED, a fresh snapshot of the type and INITIAL_EVENTS_END: it is
 never left with a silent gap, and a stalled client costs at most ``bound`` entries plus,
 while a snapshot is being sent, one reference per cached object. Queues hold references
-to the store's events and objects, never copies: an encoded event is a few bytes of
-framing around the object's own JSON bytes (see wire.py), framed once for the fast lane
-and shared by every subscriber in it.
+to the store's events and objects, never copies: an encoded event is the object's encoded
+metadata and a few bytes of framing around its own JSON bytes (see wire.py), kept by the
+event, framed once for the fast lane and shared by every subscriber in it.
 
 # Resource versions
 Each delivered event carries a resource version the client may safely resume from: one
@@ -318,11 +318,11 @@ class TypeFeed:
                 if framed is None:
                     parts = event.wire
                     if parts is None:
-                        parts = encode_event(event, wtype)
-                    # Framed once for every fast subscriber; the unframed form goes (it
-                    # is cheap to build again from the object if a slow path needs it).
+                        parts = event.wire = encode_event(event, wtype)
+                    # Framed once for every fast subscriber. The unframed form stays: a
+                    # slow subscriber frames it with its own resource version, and other
+                    # forms reuse its head (the framed one shares all its chunks but two).
                     framed = event.framed = wire.frame_parts(parts, str(event.rv))
-                    event.wire = None
                 out.extend(framed)
             taken += end - start
             self.fast_len -= end - start
@@ -362,11 +362,15 @@ class TypeFeed:
             if parts is None:
                 parts = encode_event(event, self.wire_type)
             return wire.frame_parts(parts, str(rv))
+        # Another kind (coalesced, or the object entered or left the filter) or with the
+        # previous object: the same object's head, taken from the event's encoding rather
+        # than encoded again for every such subscriber.
         parts = wire.event_parts(
             item.kind,
             self.wire_type,
             event.obj,
             previous=previous,
+            head=wire.event_head(event.wire or event.framed),
             traceparent=event.traceparent,
             tracestate=event.tracestate,
         )

@@ -9,8 +9,12 @@ share (namespaces, owners, label keys and values) are interned, and objects with
 labels share one mapping of them. The indexes hold the objects themselves (no key tuples),
 and a value held by a single object costs no set. The history holds references to those
 same objects, at most ``history_size`` events per type; older events are forgotten, and a
-client resuming from before them gets a fresh snapshot instead. An event's encoding (see
-wire.py) adds only its few bytes of framing to the object's.
+client resuming from before them gets a fresh snapshot instead.
+
+Objects keep no wire encoding: an event keeps its own (see wire.py), which shares the
+object's JSON bytes and adds only the encoded metadata and a few bytes of framing, and
+goes with the event when the history drops it. A snapshot encodes each object's metadata
+anew, for the time it takes to send it.
 """
 
 from __future__ import annotations
@@ -131,7 +135,6 @@ class StoredObject:
         "raw",
         "resource_version",
         "uid",
-        "wire_head",
     )
 
     def __init__(self, raw: bytes, obj: Mapping[str, Any]) -> None:
@@ -166,9 +169,6 @@ class StoredObject:
         self.finalizers: tuple[str, ...] = (
             tuple(_interned(f) for f in finalizers) if finalizers else ()
         )
-        self.wire_head: bytes | None = None
-        """The encoded ``metadata`` field of an Event and the head of its ``object``
-        field, built once by whoever first needs it (see wire.py)."""
 
     @property
     def key(self) -> ObjectKey:
@@ -194,11 +194,13 @@ class StoreEvent:
     traceparent: str = ""
     tracestate: str = ""
     framed: tuple[bytes, ...] | None = field(default=None)
-    """``wire`` framed with this event's own resource version (the fast lane, fanout.py);
-    once built, ``wire`` is dropped (it can be built again from the object)."""
+    """``wire`` framed with this event's own resource version (the fast lane, fanout.py),
+    built by the first subscriber that needs it; it shares ``wire``'s chunks but the first
+    and the last."""
     wire: tuple[bytes, ...] | None = field(default=None)
     """The encoded Event without its resource version (wire.event_parts), built once, when
-    the event enters the cache or by whoever first needs it."""
+    the event enters the cache or by whoever first needs it; its object head serves the
+    other encodings of this event too (wire.event_head)."""
 
 
 class History:
