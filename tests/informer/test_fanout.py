@@ -262,3 +262,46 @@ def test_mirror_converges_and_resumes_without_gaps(
             mirror.apply(event)
     expected = {o.key: o.resource_version for o in w.store}
     assert mirror.objects == expected
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("linger", [0.0, 0.05])
+async def test_an_idle_stream_lingers_so_that_close_events_share_a_response(
+    linger: float,
+) -> None:
+    """Woken from idle by an event, a stream with a linger waits before it takes, so the
+    events published meanwhile go out in the same response; without one it sends the first
+    alone. A backlog (here: the snapshot) is sent at once either way."""
+    import asyncio
+
+    from steward.informer.fanout import Fanout, Subscription
+
+    world = World()
+    sub = Subscription("s", [world.feed], 100, linger=linger)
+    fanout = Fanout()
+    fanout.add(sub)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    snapshot = await sub.next_batch()
+    assert snapshot is not None and snapshot[1] == 1  # INITIAL_EVENTS_END, not delayed
+    if linger:
+        assert loop.time() - started < linger
+
+    def publish(name: str) -> None:
+        world.change(EventKind.ADDED, name)
+        sub.notify()
+
+    waiting = asyncio.ensure_future(sub.next_batch())
+    await asyncio.sleep(0.01)  # the stream is idle now
+    publish("a")
+    loop.call_later(0.02, publish, "b")  # within the linger
+    batch = await asyncio.wait_for(waiting, 5)
+    assert batch is not None
+    names = [e.metadata.name for e in wire.decode_batch([batch[0]])]
+    assert names == (["a"] if linger == 0 else ["a", "b"])
+    if linger == 0:
+        rest = await asyncio.wait_for(sub.next_batch(), 5)
+        assert rest is not None
+        assert [e.metadata.name for e in wire.decode_batch([rest[0]])] == ["b"]
+    sub.close()
+    assert await asyncio.wait_for(sub.next_batch(), 5) is None

@@ -169,6 +169,7 @@ def test_cli_help_explains_the_informer(capsys: pytest.CaptureFixture[str]) -> N
         "--history-size",
         "--subscriber-buffer",
         "--idle-grace",
+        "--watch-linger",
         "SIGTERM",
         "STEWARD_INFORMER_LISTEN",
     ):
@@ -179,6 +180,9 @@ def test_cli_help_explains_the_informer(capsys: pytest.CaptureFixture[str]) -> N
 def test_cli_rejects_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["informer", "--subscriber-buffer", "0", "--kubeconfig", "/none"]) == 2
     assert "--subscriber-buffer must be at least 1" in capsys.readouterr().err
+    for linger in ("-0.001", "5"):
+        assert cli.main(["informer", "--watch-linger", linger, "--kubeconfig", "/none"]) == 2
+        assert "--watch-linger must be between 0 and 1 seconds" in capsys.readouterr().err
 
 
 @pytest.mark.integration

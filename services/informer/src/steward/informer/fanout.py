@@ -397,10 +397,15 @@ class Subscription:
     is closed (server shutdown), so the stream ends cleanly.
     """
 
-    def __init__(self, name: str, feeds: list[TypeFeed], max_batch: int) -> None:
+    def __init__(
+        self, name: str, feeds: list[TypeFeed], max_batch: int, linger: float = 0.0
+    ) -> None:
         self.name = name
         self.feeds = feeds
         self.max_batch = max_batch
+        self.linger = linger
+        """Seconds the stream, woken from idle by new events, waits before it takes them
+        (see :meth:`next_batch`)."""
         self.closed = False
         self._wakeup = asyncio.Event()
         self._next = 0
@@ -431,7 +436,14 @@ class Subscription:
 
     async def next_batch(self) -> tuple[bytes, int] | None:
         """Wait for the next non-empty batch: an encoded WatchResponse and how many events
-        it holds; None when the subscription was closed."""
+        it holds; None when the subscription was closed.
+
+        A stream that had nothing to send and is woken by new events first waits
+        :attr:`linger` seconds, so that events close together (a Job's pod created, bound,
+        running, done) go out in one response rather than one each: every response costs
+        the subscriber and the informer a wake-up of gRPC's runtime, in Python about
+        0.1 ms of CPU whatever its size. A stream with events already waiting (a backlog,
+        a snapshot) sends at once."""
         while not self.closed:
             chunks, taken = self.take()
             if taken:
@@ -440,6 +452,8 @@ class Subscription:
             if any(feed.ready() for feed in self.feeds):
                 continue
             await self._wakeup.wait()
+            if self.linger > 0 and not self.closed:
+                await asyncio.sleep(self.linger)
         return None
 
 

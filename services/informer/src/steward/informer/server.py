@@ -61,6 +61,12 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME: str = informer_pb2.DESCRIPTOR.services_by_name["InformerService"].full_name
 DEFAULT_LISTEN = "127.0.0.1:50061"
+DEFAULT_WATCH_LINGER = 0.005
+"""Seconds an idle Watch stream waits after new events (``--watch-linger``): in the Job
+benchmark at high limits, 3 ms cut Steward's CPU per Job by about 14 % and 10 ms by about
+25 % (fewer, larger responses to every subscriber), for as much added delivery delay."""
+MAX_WATCH_LINGER = 1.0
+"""The longest ``--watch-linger`` accepted: longer would hold events back noticeably."""
 
 
 @dataclass
@@ -84,6 +90,10 @@ class InformerOptions:
     """Seconds a type nobody watches keeps being watched. Defaults to 30."""
     max_batch_size: int = 256
     """Default events per WatchResponse. Defaults to 256."""
+    watch_linger: float = DEFAULT_WATCH_LINGER
+    """Seconds an idle Watch stream waits after new events before it sends them, so that
+    events close together share one response (each response costs its subscriber about
+    0.1 ms of CPU); 0 sends at once. Defaults to 0.005."""
     shutdown_grace: float = 5.0
     """Seconds unary calls in flight may take to finish on shutdown. Defaults to 5."""
     max_selector_length: int = DEFAULT_MAX_SELECTOR_LENGTH
@@ -138,6 +148,7 @@ class InformerServer:
             ServiceOptions(
                 subscriber_buffer=options.subscriber_buffer,
                 default_batch=options.max_batch_size,
+                watch_linger=options.watch_linger,
                 max_selector_length=options.max_selector_length,
                 max_streams_per_peer=options.max_watch_streams_per_peer,
             ),
@@ -251,6 +262,7 @@ environment (flags win):
   STEWARD_INFORMER_HISTORY_SIZE                --history-size
   STEWARD_INFORMER_SUBSCRIBER_BUFFER           --subscriber-buffer
   STEWARD_INFORMER_IDLE_GRACE                  --idle-grace
+  STEWARD_INFORMER_WATCH_LINGER                --watch-linger
   STEWARD_INFORMER_MAX_SELECTOR_LENGTH         --max-selector-length
   STEWARD_INFORMER_MAX_WATCH_STREAMS_PER_PEER  --max-watch-streams-per-peer
   STEWARD_INFORMER_TLS_CERT_FILE, _TLS_KEY_FILE, _CLIENT_CA_FILE, _INSECURE_PLAINTEXT,
@@ -308,6 +320,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument(
+        "--watch-linger",
+        type=float,
+        default=float(env("STEWARD_INFORMER_WATCH_LINGER", str(DEFAULT_WATCH_LINGER))),
+        help="seconds a Watch stream that had nothing to send waits after new events "
+        "before it sends them, so that events close together share one response (each "
+        "response costs the subscriber a wake-up); 0 sends at once (default: %(default)s)",
+    )
+    parser.add_argument(
         "--max-selector-length",
         type=int,
         default=int(env("STEWARD_INFORMER_MAX_SELECTOR_LENGTH", str(DEFAULT_MAX_SELECTOR_LENGTH))),
@@ -346,6 +366,11 @@ def options_from_args(args: argparse.Namespace) -> InformerOptions:
     bucket_from_args(args)  # a burst below 1 with a qps above 0 is refused here
     if args.idle_grace < 0:
         raise ValueError(f"--idle-grace must not be negative, got {args.idle_grace}")
+    if not 0 <= args.watch_linger <= MAX_WATCH_LINGER:
+        raise ValueError(
+            f"--watch-linger must be between 0 and {MAX_WATCH_LINGER:g} seconds, "
+            f"got {args.watch_linger}"
+        )
     split_address(args.listen)
     if args.metrics_listen:
         split_address(args.metrics_listen)
@@ -357,6 +382,7 @@ def options_from_args(args: argparse.Namespace) -> InformerOptions:
         history_size=args.history_size,
         subscriber_buffer=args.subscriber_buffer,
         idle_grace=args.idle_grace,
+        watch_linger=args.watch_linger,
         max_selector_length=args.max_selector_length,
         max_watch_streams_per_peer=args.max_watch_streams_per_peer,
         security=serving_from_args(args),

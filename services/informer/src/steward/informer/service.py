@@ -87,6 +87,9 @@ class ServiceOptions:
     snapshot instead. Defaults to 10,000."""
     default_batch: int = DEFAULT_BATCH
     """Events per WatchResponse when the request does not say. Defaults to 256."""
+    watch_linger: float = 0.0
+    """Seconds an idle Watch stream waits after new events before it sends them
+    (``Subscription.next_batch``). Defaults to 0: at once."""
     sync_timeout: float = 30.0
     """How long List and Get wait for a type's first LIST. Defaults to 30 s."""
     max_selector_length: int = DEFAULT_MAX_SELECTOR_LENGTH
@@ -374,7 +377,7 @@ class InformerService(pb_grpc.InformerServiceServicer):
                 else:
                     feed.start_with_replay(history)
                 feeds.append(feed)
-            sub = Subscription(subscriber, feeds, max_batch)
+            sub = Subscription(subscriber, feeds, max_batch, self.options.watch_linger)
             self.fanout.add(sub)
             if self.guard.enabled:
                 recheck = asyncio.create_task(
