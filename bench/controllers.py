@@ -460,6 +460,9 @@ def tracing_rounds(
                 "seconds": timing["seconds"],
                 "jobs_per_s": timing["jobs_per_s"],
                 "steward_cpu_per_job": round(own, 5),
+                "cpu_per_job": {
+                    n: round(cpu[n] / timing["jobs"], 5) for n in STEWARD_PROCESSES if n in cpu
+                },
                 "apiserver_cpu_per_job": round(cpu.get("kube-apiserver", 0.0) / timing["jobs"], 5),
                 "spans_dropped": spans_dropped(cluster, logs),
             }

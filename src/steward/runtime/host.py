@@ -33,6 +33,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
+from steward import gctuning
 from steward.flowcontrol import add_rate_limit_arguments, bucket_from_args
 from steward.kube import KubeClient, load_access
 from steward.runtime.controller import Controller, ControllerDefinition
@@ -198,10 +199,12 @@ def run(
         parser.error(f"--workers must be at least 1, not {args.workers}")
     try:
         bucket_from_args(args)
+        young = gctuning.threshold_from_env()
     except ValueError as err:
         parser.error(str(err))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     configure_tracing(f"steward-controller-{definition.name}")
+    gctuning.tune(young)
     try:
         asyncio.run(_until_signalled(definition, args))
     except RegistrationRefusedError as err:

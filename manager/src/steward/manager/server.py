@@ -31,6 +31,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
+from steward import gctuning
 from steward.kube import ApiError, ClusterAccess, KubeClient, load_access
 from steward.manager.election import LeaderElector
 from steward.manager.enablement import Enablement, InvalidNameError
@@ -445,6 +446,7 @@ def main(args: argparse.Namespace) -> int:
     cannot start (no API server configuration, address in use); errors go to stderr."""
     try:
         options = options_from_args(args)
+        young = gctuning.threshold_from_env()
     except (ValueError, InvalidNameError) as err:
         print(f"steward manager: error: {err}", file=sys.stderr)
         return 2
@@ -458,6 +460,7 @@ def main(args: argparse.Namespace) -> int:
         return 1
     try:
         configure_tracing("steward-manager")
+        gctuning.tune(young)
         asyncio.run(server.run())
     except KeyboardInterrupt:
         pass

@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
+from steward import gctuning
 from steward.flowcontrol import (
     DEFAULT_BURST,
     DEFAULT_QPS,
@@ -396,6 +397,7 @@ def main(args: argparse.Namespace) -> int:
     cannot start (no API server configuration, address in use); errors go to stderr."""
     try:
         options = options_from_args(args)
+        young = gctuning.threshold_from_env()
     except ValueError as err:
         print(f"steward informer: error: {err}", file=sys.stderr)
         return 2
@@ -408,6 +410,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"steward informer: error: {err}", file=sys.stderr)
         return 1
     configure_tracing("steward-informer")
+    gctuning.tune(young)
     try:
         asyncio.run(server.run())
     except KeyboardInterrupt:
