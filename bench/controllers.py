@@ -1228,6 +1228,15 @@ def main() -> int:
     bad = [w for w in args.workloads if w not in WORKLOADS]
     if bad:
         parser.error(f"unknown workload {', '.join(bad)}; known: {', '.join(WORKLOADS)}")
+    sides = [s.name for s in (UPSTREAM, STEWARD, UPSTREAM_JSON)]
+    bad = [s for s in args.sides if s not in sides]
+    if bad:
+        parser.error(
+            f"unknown side {', '.join(bad)}; known: {', '.join(sides)} (the cost of tracing "
+            "is measured in Steward's cluster: --tracing-rounds)"
+        )
+    if args.tracing_rounds < 0:
+        parser.error(f"--tracing-rounds must not be negative, not {args.tracing_rounds}")
     return run(args)
 
 
