@@ -571,11 +571,14 @@ def _environ(pid: int) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_steward_tracing_is_switched_in_a_running_cluster(tmp_path: Path) -> None:
+def test_steward_tracing_is_switched_in_a_running_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``set_steward_tracing``: the supervisor replaces Steward's services with their spans
     exported to the cluster's Jaeger or not, not counted as restarts; each comes back
     serving or active in its new process, and a Job reconciled while tracing is on leaves
     the Job controller's spans in Jaeger."""
+    from steward.cli import main
     from tests.tracing.jaeger import query
 
     cfg = ClusterConfig(
@@ -616,7 +619,10 @@ def test_steward_tracing_is_switched_in_a_running_cluster(tmp_path: Path) -> Non
 
         wait_for(job_controller_spans, "the Job controller's spans in Jaeger", within=60)
 
-        assert running.set_steward_tracing(False, progress=Progress(quiet=True)) == services
+        # As a user switches it: `steward cluster tracing off`.
+        assert main(["cluster", "tracing", "off", "--state-dir", str(cfg.directory())]) == 0
+        printed = capsys.readouterr().out
+        assert printed.strip() == f"tracing off: replaced {', '.join(services)}"
         off = {r.name: r.pid for r in running.iter_processes()}
         replaced = [r for r in running.iter_processes() if r.name in services]
         for name in services:

@@ -185,6 +185,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_target(status)
     status.add_argument("--json", action="store_true", help="print JSON")
 
+    tracing = csub.add_parser(
+        "tracing",
+        help="switch the export of Steward's spans to the cluster's Jaeger on or off",
+        description="Replace Steward's services (the informer, the manager and the "
+        "controllers) with their spans exported to the cluster's Jaeger (on) or not (off), "
+        "and wait until each serves again or is active at the manager. A replacement is "
+        "not counted as a restart. Clusters started with --steward trace from the start.",
+    )
+    _add_cluster_target(tracing)
+    tracing.add_argument("state", choices=["on", "off"], help="export spans or not")
+
     kubeconfig = csub.add_parser(
         "kubeconfig",
         help="print the admin kubeconfig path",
@@ -618,6 +629,10 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
         cluster.down()
     elif args.action == "kubeconfig":
         print(cluster.kubeconfig)
+    elif args.action == "tracing":
+        replaced = cluster.set_steward_tracing(args.state == "on")
+        done = f"replaced {', '.join(replaced)}" if replaced else "already so, nothing replaced"
+        print(f"tracing {args.state}: {done}")
     elif args.action == "env":
         values = {
             "KUBECONFIG": str(cluster.kubeconfig),
