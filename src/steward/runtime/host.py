@@ -58,7 +58,8 @@ credentials of --kubeconfig (default: in-cluster, $KUBECONFIG or ~/.kube/config)
 second one is refused unless it says --standby. Every write is refused while this
 instance does not hold its lease. The informer and the manager are dialled with mutual
 TLS (--tls-*, or STEWARD_TLS_*); plaintext needs --insecure-plaintext. Spans go over OTLP
-when OTEL_EXPORTER_OTLP_ENDPOINT is set. SIGTERM or SIGINT drains: running reconciles
+when OTEL_EXPORTER_OTLP_ENDPOINT is set. STEWARD_GC_THRESHOLD sets the garbage collector's
+young threshold (default 50000; 0: CPython's own). SIGTERM or SIGINT drains: running reconciles
 finish within --shutdown-grace, the manager is told goodbye, and the process exits 0.
 Exit status 2: bad flags; 1: the registration or the watch was refused."""
 

@@ -308,6 +308,8 @@ environment (flags win):
   STEWARD_MANAGER_MAX_STANDBYS           --max-standbys
   KUBECONFIG                             --kubeconfig (in-cluster config is used in a pod)
   STEWARD_MANAGER_<FLAG>                 each security flag, e.g. STEWARD_MANAGER_TLS_CERT_FILE
+  STEWARD_GC_THRESHOLD                   the garbage collector's young threshold (default
+                                         50000; 0: CPython's own settings)
 """
 
 

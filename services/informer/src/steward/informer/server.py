@@ -271,6 +271,8 @@ environment (flags win):
                                                the security flags of the same names
   OTEL_EXPORTER_OTLP_ENDPOINT                  send a span per received event and per call
                                                there (OTLP gRPC)
+  STEWARD_GC_THRESHOLD                         the garbage collector's young threshold
+                                               (default 50000; 0: CPython's own settings)
 """
 
 
