@@ -78,6 +78,7 @@ lint: venv ## buf lint, generated code fresh (Python, Go, TypeScript), ruff, myp
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python scripts/check-imports.py
+	$(BIN)/python scripts/check-links.py
 	$(MAKE) -C runtimes/go lint check-generated
 	$(MAKE) -C runtimes/typescript deps lint check-generated
 
