@@ -4,20 +4,18 @@ Everything a controller author needs is here, in one import::
 
     import steward
 
-    CONFIGMAPS = steward.resource_type("", "v1", "configmaps")
-
     async def reconcile(ctx: steward.Context, request: steward.Request) -> steward.Result:
-        obj = ctx.mirror.get(CONFIGMAPS, request.namespace, request.name)
-        ...
+        obj = ctx.mirror.get(steward.CONFIGMAPS, request.namespace, request.name)
+        ...  # writes: ctx.client(steward.CONFIGMAPS).update(...), ctx.children(...)
         return steward.Result()
 
-    LABELLER = steward.ControllerBuilder("labeller").for_(CONFIGMAPS).complete(reconcile)
+    LABELLER = steward.ControllerBuilder("labeller").for_(steward.CONFIGMAPS).complete(reconcile)
 
     if __name__ == "__main__":
         raise SystemExit(steward.run(LABELLER))
 
 The layers underneath (``steward.runtime``: mirror, sources, work queue, workers, manager
-session) are usable alone; see each module's documentation.
+session, typed client, children) are usable alone; see each module's documentation.
 """
 
 from pkgutil import extend_path
@@ -34,8 +32,11 @@ from steward.kube import (
     FencedError,
     KubeClient,
     NotFoundError,
+    error_message,
 )
 from steward.runtime import endpoints, pods
+from steward.runtime.children import Children, namespace_terminating
+from steward.runtime.client import Client, ResourceClient
 from steward.runtime.controller import (
     Context,
     Controller,
@@ -52,19 +53,39 @@ from steward.runtime.mirror import (
     Mirror,
     MirrorObject,
     StaleRead,
-    api_path,
-    resource_type,
 )
 from steward.runtime.ownership import (
-    Ownership,
     controller_of,
     controller_ref,
-    create_child,
     index_by_controller,
     is_controlled_by,
     orphan_index,
 )
 from steward.runtime.reconcile import Reconciler, Request, Result, RetryAfter, TerminalError
+from steward.runtime.resources import (
+    CONFIGMAPS,
+    CONTROLLER_REVISIONS,
+    CRONJOBS,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    ENDPOINT_SLICES,
+    ENDPOINTS,
+    EVENTS,
+    HORIZONTAL_POD_AUTOSCALERS,
+    JOBS,
+    LEASES,
+    NAMESPACES,
+    NODES,
+    PODS,
+    REPLICASETS,
+    SECRETS,
+    SERVICE_ACCOUNTS,
+    SERVICES,
+    STATEFULSETS,
+    ObjectRef,
+    Resource,
+    owner_of,
+)
 from steward.runtime.selectors import (
     SelectorSyntaxError,
     format_selector,
@@ -72,6 +93,7 @@ from steward.runtime.selectors import (
     selector_matches,
 )
 from steward.runtime.source import (
+    EnqueueAdopters,
     generation_changed,
     labels_changed,
     resource_version_changed,
@@ -81,17 +103,39 @@ from steward.runtime.tracing import stamp_trace_context
 from steward.runtime.workqueue import TraceContext
 
 __all__ = [
+    "CONFIGMAPS",
+    "CONTROLLER_REVISIONS",
+    "CRONJOBS",
+    "DAEMONSETS",
+    "DEPLOYMENTS",
+    "ENDPOINTS",
+    "ENDPOINT_SLICES",
+    "EVENTS",
+    "HORIZONTAL_POD_AUTOSCALERS",
+    "JOBS",
+    "LEASES",
+    "NAMESPACES",
+    "NODES",
+    "PODS",
+    "REPLICASETS",
+    "SECRETS",
+    "SERVICES",
+    "SERVICE_ACCOUNTS",
+    "STATEFULSETS",
     "ApiError",
     "ApiStatusError",
     "BatchOutcome",
     "Change",
     "ChangeKind",
+    "Children",
+    "Client",
     "ConflictError",
     "Context",
     "Controller",
     "ControllerBuilder",
     "ControllerDefinition",
     "ControllerOptions",
+    "EnqueueAdopters",
     "EventRecorder",
     "Expectations",
     "FencedError",
@@ -99,32 +143,34 @@ __all__ = [
     "Mirror",
     "MirrorObject",
     "NotFoundError",
-    "Ownership",
+    "ObjectRef",
     "Reconciler",
     "Request",
+    "Resource",
+    "ResourceClient",
     "Result",
     "RetryAfter",
     "SelectorSyntaxError",
     "StaleRead",
     "TerminalError",
     "TraceContext",
-    "api_path",
     "controller_of",
     "controller_ref",
     "copy_json",
-    "create_child",
     "endpoints",
+    "error_message",
     "format_selector",
     "format_time",
     "generation_changed",
     "index_by_controller",
     "is_controlled_by",
     "labels_changed",
+    "namespace_terminating",
     "orphan_index",
+    "owner_of",
     "parse_selector",
     "parse_time",
     "pods",
-    "resource_type",
     "resource_version_changed",
     "run",
     "selector_matches",

@@ -368,6 +368,20 @@ class KubeClient:
         twin._async = None
         return twin
 
+    def fenced(
+        self, fence: Callable[[], bool], observer: WriteObserver | None = None
+    ) -> KubeClient:
+        """A client of the same server, identity, rate limiter, connections and threads
+        whose writes are fenced by ``fence`` and told to ``observer`` (see
+        :attr:`write_fence` and :attr:`write_observer`); this client is left as it is.
+        Close this one only: the derived client shares its pools."""
+        twin = copy.copy(self)
+        twin.write_fence = fence
+        twin.write_observer = observer
+        twin.fenced_writes = 0
+        twin._async = self._transport()  # one set of connections for both
+        return twin
+
     def close(self) -> None:
         """Drop pooled connections and threads; calls in flight may fail."""
         self._executor.shutdown(wait=False, cancel_futures=True)

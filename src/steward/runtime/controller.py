@@ -7,17 +7,18 @@ in controller-runtime); the result is a :class:`ControllerDefinition`, which
 
     LABELLER = (
         ControllerBuilder("configmap-labeller")
-        .for_(CONFIGMAPS, labels_changed, kind="ConfigMap")
+        .for_(CONFIGMAPS, labels_changed)
         .complete(reconcile)              # async def reconcile(ctx, request) -> Result
     )
 
 # Wiring, in a stated order
 The mirror is built first, then the :class:`Context` (mirror, fenced API client,
 expectations, options), then the reconciler from the context. The controller subscribes
-to its mirror once; for every change it runs, in this order: the observers declared with
-:meth:`ControllerBuilder.observe` (in declaration order; they lower expectations), then
-the sources (``for_``, ``owns``, ``watches``, in declaration order), which queue keys. So
-an expectation is always lowered before the key of the change that lowers it is queued.
+to its mirror once; for every change it runs, in this order: the expectation observers of
+``owns(..., expect=True)``, the observers declared with :meth:`ControllerBuilder.observe`
+(in declaration order), then the sources (``for_``, ``owns``, ``adopts``, ``watches``, in
+declaration order), which queue keys. So an expectation is always lowered before the key
+of the change that lowers it is queued.
 
 # Start-up, alone or under a manager
 There is one start path. The mirror starts at once and keeps syncing. The workers start
@@ -33,7 +34,8 @@ lease stops them at once — the lease is lost before another instance may start
 instances never reconcile together. Every worker checks the lease before each reconcile.
 
 # Writes
-The API client a controller is given is fenced by construction: every write first asks
+The API client a controller is given is fenced by construction (the controller derives a
+client of its own from the one it is handed, which stays as it was): every write first asks
 whether this instance holds its lease, on the thread that sends it, and is refused with
 :class:`~steward.kube.FencedError` otherwise (a process paused past its lease sends none
 of the writes it had under way). Its completed writes are told to the mirror, so no
@@ -65,36 +67,38 @@ import grpc
 from prometheus_client import CollectorRegistry
 
 from steward.kube import KubeClient, NotFoundError
+from steward.runtime.children import Children, expectation_observer
+from steward.runtime.client import Client
 from steward.runtime.events import EventRecorder
 from steward.runtime.expectations import Expectations
 from steward.runtime.mirror import (
     Change,
+    Handler,
     Indexer,
     Mirror,
     MirrorObject,
     MirrorOptions,
     StaleRead,
-    TypeKey,
-    api_path,
     guard_reads,
-    type_key,
 )
-from steward.runtime.ownership import Ownership, api_version
 from steward.runtime.ratelimit import DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY
 from steward.runtime.reconcile import Reconciler, Request, Result
+from steward.runtime.resources import Resource
 from steward.runtime.session import ManagerSession, SessionOptions
 from steward.runtime.source import (
+    EnqueueAdopters,
     EnqueueChanged,
     EnqueueMapped,
     EnqueueObject,
     EnqueueOwner,
     Predicate,
+    SelectorOf,
     Source,
+    spec_selector,
 )
 from steward.runtime.times import utc_now
 from steward.runtime.workers import WorkerOptions, WorkerPool, WorkerStatus
 from steward.runtime.workqueue import TraceContext
-from steward.v1 import informer_pb2 as pb
 from steward.v1 import manager_pb2
 
 log = logging.getLogger(__name__)
@@ -135,8 +139,8 @@ class ControllerOptions:
 
 class Context:
     """What a reconciler is built from and works with: the controller's name, its mirror,
-    its API client (fenced by construction), its expectations and options, and the
-    controller's own parsed flags."""
+    its API clients (typed: :attr:`client`; raw: :attr:`api`; both fenced by
+    construction), its children, expectations and options, and its own parsed flags."""
 
     def __init__(
         self,
@@ -153,13 +157,14 @@ class Context:
         """The controller's own flags (:meth:`ControllerBuilder.flags`), parsed."""
         self.expectations = Expectations()
         """The controller's expectations (one TTL: five minutes, as upstream)."""
-        self.primary: pb.ResourceType = controller.definition.primary
-        self.primary_kind: str = controller.definition.primary_kind
-        self._recorders: list[EventRecorder] = []
+        self.primary: Resource = controller.definition.primary
+        self._recorders: dict[tuple[str, str], EventRecorder] = {}
+        self._client = Client(api) if api is not None else None
 
     @property
     def api(self) -> KubeClient:
-        """The API client: every write is fenced by the lease and told to the mirror.
+        """The raw API client (``arequest`` for the odd call): every write is fenced by
+        the lease and told to the mirror.
 
         Raises:
             RuntimeError: the controller was built without one (a read-only driver).
@@ -167,6 +172,18 @@ class Context:
         if self._api is None:
             raise RuntimeError(f"controller {self.name!r} was built without an API client")
         return self._api
+
+    @property
+    def client(self) -> Client:
+        """The typed API client: ``ctx.client(JOBS).update_status(job, status)`` (see
+        :mod:`steward.runtime.client`); fenced and observed as :attr:`api`.
+
+        Raises:
+            RuntimeError: the controller was built without an API client.
+        """
+        if self._client is None:
+            raise RuntimeError(f"controller {self.name!r} was built without an API client")
+        return self._client
 
     def may_reconcile(self) -> bool:
         """True unless a manager session exists and this instance does not hold its lease."""
@@ -178,30 +195,39 @@ class Context:
         reporting_component: str = "",
         clock: Callable[[], Any] = utc_now,
     ) -> EventRecorder:
-        """An :class:`EventRecorder` for objects of the primary type, as ``component``
-        (reported by ``reporting_component``, default ``steward.io/<component>``). Events
-        still in flight at shutdown are sent before the controller stops."""
-        recorder = EventRecorder(
-            self.api,
-            api_version=api_version(self.primary),
-            kind=self.primary_kind,
-            component=component,
-            reporting_component=reporting_component or f"steward.io/{component}",
-            clock=clock,
-        )
-        self._recorders.append(recorder)
+        """The :class:`EventRecorder` for objects of the primary type, as ``component``
+        (reported by ``reporting_component``, default ``steward.io/<component>``); one per
+        component and reporter. Events still in flight at shutdown are sent before the
+        controller stops."""
+        reporter = reporting_component or f"steward.io/{component}"
+        recorder = self._recorders.get((component, reporter))
+        if recorder is None:
+            recorder = self._recorders[(component, reporter)] = EventRecorder(
+                self.api,
+                api_version=self.primary.api_version,
+                kind=self.primary.kind,
+                component=component,
+                reporting_component=reporter,
+                clock=clock,
+            )
         return recorder
 
-    def ownership(
-        self, child_type: pb.ResourceType, *, finalizers: Sequence[str] = (), strategic: bool = True
-    ) -> Ownership:
-        """Claim / adopt / release of children of ``child_type`` by objects of the primary
-        type (:class:`~steward.runtime.ownership.Ownership`)."""
-        return Ownership(
-            self.api,
+    def children(
+        self,
+        child: Resource,
+        *,
+        events: EventRecorder | None = None,
+        finalizers: Sequence[str] = (),
+        strategic: bool = True,
+    ) -> Children:
+        """The children of type ``child`` of the primary type: created and deleted with
+        ``events``' Events (None: silently) under the controller's expectations, claimed
+        with ``finalizers`` (:class:`~steward.runtime.children.Children`)."""
+        return Children(
+            self.client(child),
             self.primary,
-            self.primary_kind,
-            child_type,
+            self.expectations,
+            events,
             finalizers=finalizers,
             strategic=strategic,
         )
@@ -213,9 +239,8 @@ class Context:
         the mirror) or the object is gone. A sync that is about to act on something it
         cannot undo (create children) asks this first."""
         meta = obj.get("metadata") or {}
-        path = api_path(self.primary, meta.get("namespace", ""), meta.get("name", ""))
         try:
-            fresh = await self.api.arequest("GET", path)
+            fresh = await self.client(self.primary).get(meta.get("namespace", ""), meta["name"])
         except NotFoundError:
             return False
         return bool(
@@ -224,7 +249,7 @@ class Context:
 
     async def close_events(self) -> None:
         """Send every recorder's queued Events, then stop its sender."""
-        for recorder in self._recorders:
+        for recorder in self._recorders.values():
             await recorder.close()
 
 
@@ -252,17 +277,21 @@ class _FunctionReconciler:
         self.ctx = ctx
         self.fn = fn
 
-    async def reconcile(self, request: Request, contexts: Sequence[TraceContext]) -> Result:
+    async def reconcile(self, request: Request) -> Result:
         return await self.fn(self.ctx, request)
 
 
 @dataclass(frozen=True)
 class _SourceSpec(Generic[R]):
-    rtype: pb.ResourceType
-    kind: str  # "object", "owner", "mapped", "changed" or "read"
+    rtype: Resource
+    kind: str  # "object", "owner", "adopters", "mapped", "changed" or "read"
     predicates: tuple[Predicate, ...]
     mapper: Mapper[R] | None = None
     change_mapper: ChangeMapper[R] | None = None
+    expect: bool = False
+    """For "owner": lower the owner's expectations as the mirror shows children."""
+    selector: SelectorOf = spec_selector
+    """For "adopters": where an owner keeps the selector its orphans are matched by."""
 
 
 @dataclass(frozen=True)
@@ -271,8 +300,7 @@ class ControllerDefinition(Generic[R]):
     informer or an API server. :func:`steward.run` hosts it; :meth:`new` binds it."""
 
     name: str
-    primary: pb.ResourceType
-    primary_kind: str
+    primary: Resource
     factory: Factory[R]
     sources: tuple[_SourceSpec[R], ...] = ()
     observers: tuple[Observer[R], ...] = ()
@@ -328,13 +356,11 @@ class Controller(Generic[R]):
         self.definition = definition
         self.name = definition.name
         self.options = options
-        types: dict[TypeKey, pb.ResourceType] = {type_key(definition.primary): definition.primary}
-        for spec in definition.sources:
-            types.setdefault(type_key(spec.rtype), spec.rtype)
-        self.primary = type_key(definition.primary)
+        types = dict.fromkeys([definition.primary, *(s.rtype for s in definition.sources)])
+        self.primary = definition.primary
         self.mirror = Mirror(
             channel,
-            types.values(),
+            types,
             MirrorOptions(
                 namespace=options.namespace,
                 label_selector=options.label_selector,
@@ -343,11 +369,10 @@ class Controller(Generic[R]):
             dict(definition.indexers),
         )
         self.session: ManagerSession | None = None
-        self.api = api
-        if api is not None:
-            api.write_fence = self.may_reconcile
-            api.write_observer = self.mirror.written
-        self.context = Context(self, api, flags)
+        self.api = api.fenced(self.may_reconcile, self.mirror.written) if api else None
+        """The controller's own client, derived from the one it was handed: fenced by
+        the lease, its writes told to the mirror."""
+        self.context = Context(self, self.api, flags)
         factory = definition.factory
         if inspect.iscoroutinefunction(factory):
             function: Any = factory
@@ -355,8 +380,13 @@ class Controller(Generic[R]):
         else:
             self.reconciler = factory(self.context)
         reconciler = self.reconciler
-        self._observers = [functools.partial(o, reconciler) for o in definition.observers]
-        self._routes: dict[TypeKey, list[Source]] = {}
+        self._observers: list[Handler] = [
+            expectation_observer(self.mirror, self.primary, spec.rtype, self.context.expectations)
+            for spec in definition.sources
+            if spec.kind == "owner" and spec.expect
+        ]
+        self._observers += [functools.partial(o, reconciler) for o in definition.observers]
+        self._routes: dict[Resource, list[Source]] = {}
         for spec in definition.sources:
             source: Source
             if spec.kind == "read":
@@ -364,8 +394,10 @@ class Controller(Generic[R]):
             if spec.kind == "object":
                 source = EnqueueObject(spec.predicates)
             elif spec.kind == "owner":
-                source = EnqueueOwner(
-                    definition.primary.group, definition.primary_kind, spec.predicates
+                source = EnqueueOwner(definition.primary, spec.predicates)
+            elif spec.kind == "adopters":
+                source = EnqueueAdopters(
+                    self.mirror, definition.primary, spec.selector, spec.predicates
                 )
             elif spec.kind == "changed":
                 assert spec.change_mapper is not None
@@ -375,7 +407,7 @@ class Controller(Generic[R]):
             else:
                 assert spec.mapper is not None
                 source = EnqueueMapped(functools.partial(spec.mapper, reconciler), spec.predicates)
-            self._routes.setdefault(type_key(spec.rtype), []).append(source)
+            self._routes.setdefault(spec.rtype, []).append(source)
         self._workers: asyncio.Task[None] | None = None
         self.pool = self._new_pool()
         self.mirror.add_handler(self._dispatch)
@@ -444,12 +476,10 @@ class Controller(Generic[R]):
         timer = loop.call_later(STALE_RECHECK, requeue)
         self.mirror.when_current(obj, requeue)
 
-    async def reconcile_once(
-        self, request: Request, contexts: Sequence[TraceContext] = ()
-    ) -> Result:
+    async def reconcile_once(self, request: Request) -> Result:
         """Reconcile one key now, exactly as a worker does (lease check, reads guarded
         against copies older than the controller's own writes), outside the queue."""
-        return await _Guarded(self.reconciler, self).reconcile(request, list(contexts))  # type: ignore[arg-type]
+        return await _Guarded(self.reconciler, self).reconcile(request)  # type: ignore[arg-type]
 
     # Running ---------------------------------------------------------------------------------
     async def run(self, manager: str | None = None, session: SessionOptions | None = None) -> None:
@@ -461,7 +491,7 @@ class Controller(Generic[R]):
         if manager is not None:
             opts = replace(session) if session is not None else SessionOptions(controller=self.name)
             if not opts.watches:
-                opts.watches = list(self.mirror.watched_types())
+                opts.watches = [t.wire for t in self.mirror.watched_types()]
             self.session = ManagerSession(
                 manager,
                 opts,
@@ -576,13 +606,13 @@ class _Guarded:
         self.inner = inner
         self.controller = controller
 
-    async def reconcile(self, request: Request, contexts: Sequence[TraceContext]) -> Result:
+    async def reconcile(self, request: Request) -> Result:
         if not self.controller.may_reconcile():
             # The workers are about to be stopped; whoever is active next reconciles it.
             return Result(requeue_after=1.0)
         try:
             with guard_reads(self.controller.mirror):
-                return await self.inner.reconcile(request, contexts)
+                return await self.inner.reconcile(request)
         except StaleRead as err:
             log.debug("%s: %s: %s; waiting for it", self.controller.name, request, err)
             self.controller.requeue_when_current(request, err.obj)
@@ -595,8 +625,7 @@ class ControllerBuilder(Generic[R]):
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._primary: pb.ResourceType | None = None
-        self._primary_kind = ""
+        self._primary: Resource | None = None
         self._sources: list[_SourceSpec[R]] = []
         self._observers: list[Observer[R]] = []
         self._options = ControllerOptions()
@@ -606,28 +635,46 @@ class ControllerBuilder(Generic[R]):
         self._alone: tuple[str, ...] = ()
         self._description = ""
 
-    def for_(
-        self, rtype: pb.ResourceType, *predicates: Predicate, kind: str = ""
-    ) -> ControllerBuilder[R]:
-        """The primary type: each change queues the object's own key. ``kind`` (e.g.
-        "Job") is needed for :meth:`owns`, Events and ownership."""
+    def for_(self, rtype: Resource, *predicates: Predicate) -> ControllerBuilder[R]:
+        """The primary type: each change queues the object's own key. Its ``kind`` is
+        needed for :meth:`owns`, :meth:`adopts`, Events and children."""
         if self._primary is not None:
             raise ValueError(f"controller {self.name!r} already has a primary type")
         self._primary = rtype
-        self._primary_kind = kind
         self._sources.append(_SourceSpec(rtype, "object", predicates))
         return self
 
-    def owns(self, rtype: pb.ResourceType, *predicates: Predicate) -> ControllerBuilder[R]:
+    def _needs_kind(self, what: str) -> Resource:
+        if self._primary is None or not self._primary.kind:
+            raise ValueError(f"{what}() needs for_() first, of a resource with its kind")
+        return self._primary
+
+    def owns(
+        self, rtype: Resource, *predicates: Predicate, expect: bool = False
+    ) -> ControllerBuilder[R]:
         """A type whose objects the primary type controls: a change queues the key of the
-        controlling owner (old and new, when the controller changed)."""
-        if self._primary is None or not self._primary_kind:
-            raise ValueError("owns() needs for_(..., kind=...) first")
-        self._sources.append(_SourceSpec(rtype, "owner", predicates))
+        controlling owner (old and new, when the controller changed). With ``expect``,
+        the controller's expectations of the owner are lowered first as the mirror shows
+        each child appear or go (:func:`~steward.runtime.children.expectation_observer`):
+        declare it when the reconciler creates or deletes them with
+        :meth:`Context.children`."""
+        self._needs_kind("owns")
+        self._sources.append(_SourceSpec(rtype, "owner", predicates, expect=expect))
+        return self
+
+    def adopts(
+        self, rtype: Resource, *predicates: Predicate, selector: SelectorOf = spec_selector
+    ) -> ControllerBuilder[R]:
+        """A type whose orphans the primary type adopts: an orphan's change queues every
+        object of the primary type in its namespace whose ``selector`` (default
+        ``spec.selector``) matches its labels
+        (:class:`~steward.runtime.source.EnqueueAdopters`)."""
+        self._needs_kind("adopts")
+        self._sources.append(_SourceSpec(rtype, "adopters", predicates, selector=selector))
         return self
 
     def watches(
-        self, rtype: pb.ResourceType, mapper: Mapper[R], *predicates: Predicate
+        self, rtype: Resource, mapper: Mapper[R], *predicates: Predicate
     ) -> ControllerBuilder[R]:
         """Any other type: ``mapper(reconciler, obj)`` says which keys a changed object
         concerns (for an update, the old object's keys too). A mapper that raises is
@@ -636,7 +683,7 @@ class ControllerBuilder(Generic[R]):
         return self
 
     def watches_changes(
-        self, rtype: pb.ResourceType, mapper: ChangeMapper[R], *predicates: Predicate
+        self, rtype: Resource, mapper: ChangeMapper[R], *predicates: Predicate
     ) -> ControllerBuilder[R]:
         """Any other type, mapped by the whole change: ``mapper(reconciler, change)`` says
         which keys it concerns, seeing the old and the new object at once (for keys that
@@ -644,7 +691,7 @@ class ControllerBuilder(Generic[R]):
         self._sources.append(_SourceSpec(rtype, "changed", predicates, change_mapper=mapper))
         return self
 
-    def reads(self, rtype: pb.ResourceType) -> ControllerBuilder[R]:
+    def reads(self, rtype: Resource) -> ControllerBuilder[R]:
         """A type the reconciler reads from the mirror but whose changes queue nothing
         (upstream's listers without event handlers: the HPA controller's pods, read at
         each periodic sync)."""
@@ -695,13 +742,12 @@ class ControllerBuilder(Generic[R]):
     def complete(self, reconciler: Factory[R] | ReconcileFunction) -> ControllerDefinition[Any]:
         """The definition. ``reconciler`` is either a factory taking the :class:`Context`
         (a class whose ``__init__`` takes it will do) whose result has ``async def
-        reconcile(request, contexts)``, or one ``async def reconcile(ctx, request)``."""
+        reconcile(request)``, or one ``async def reconcile(ctx, request)``."""
         if self._primary is None:
             raise ValueError(f"controller {self.name!r} needs a primary type: call for_()")
         return ControllerDefinition(
             name=self.name,
             primary=self._primary,
-            primary_kind=self._primary_kind,
             factory=reconciler,  # type: ignore[arg-type]
             sources=tuple(self._sources),
             observers=tuple(self._observers),

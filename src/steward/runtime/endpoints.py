@@ -17,8 +17,9 @@ from datetime import datetime
 from typing import Any
 
 from steward.runtime import pods
-from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorObject, resource_type, type_key
+from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorObject
 from steward.runtime.reconcile import Request
+from steward.runtime.resources import PODS, SERVICES
 from steward.runtime.selectors import selector_matches
 from steward.runtime.times import parse_time
 
@@ -48,9 +49,6 @@ def selects(service: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     return selector_matches({"matchLabels": selector}, labels, empty_matches_all=True)
 
 
-PODS = resource_type("", "v1", "pods")
-SERVICES = resource_type("", "v1", "services")
-_PODS_KEY = type_key(PODS)
 LABEL_INDEX = "steward.io/pod-label"
 """The mirror index :func:`index_pod_labels` keeps: a pod is found under
 ``<namespace>/<key>=<value>`` for each of its labels."""
@@ -59,7 +57,7 @@ LABEL_INDEX = "steward.io/pod-label"
 def index_pod_labels(obj: MirrorObject) -> list[str]:
     """Index values of :data:`LABEL_INDEX` (pods only; other types are not indexed).
     Declare it with ``.with_index(LABEL_INDEX, index_pod_labels)``."""
-    if obj.type != _PODS_KEY:
+    if obj.type != PODS:
         return []
     ns = obj.namespace
     return [f"{ns}/{key}={value}" for key, value in obj.meta.labels.items()]

@@ -60,6 +60,7 @@ import grpc
 import orjson
 
 from steward.deepjson import loads_deep
+from steward.runtime.resources import Resource
 from steward.runtime.workqueue import TraceContext
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
@@ -69,8 +70,6 @@ log = logging.getLogger(__name__)
 ObjectKey = tuple[str, str]
 """(namespace, name); namespace is empty for cluster-scoped objects."""
 
-TypeKey = tuple[str, str, str]
-"""(group, version, resource)."""
 
 _PERMANENT = {
     grpc.StatusCode.NOT_FOUND,
@@ -81,31 +80,10 @@ _PERMANENT = {
 }
 
 
-def type_key(rtype: pb.ResourceType) -> TypeKey:
-    """The hashable form of a :class:`ResourceType`."""
-    return (rtype.group, rtype.version, rtype.resource)
-
-
-def resource_type(group: str, version: str, resource: str) -> pb.ResourceType:
-    """Build a :class:`ResourceType` (``group`` is empty for the core API group)."""
-    return pb.ResourceType(group=group, version=version, resource=resource)
-
-
-def api_path(
-    rtype: pb.ResourceType | TypeKey, namespace: str = "", name: str = "", subresource: str = ""
-) -> str:
+def api_path(rtype: Resource, namespace: str = "", name: str = "", subresource: str = "") -> str:
     """The API server's path of a collection (no ``name``) or of one object, e.g.
-    ``/apis/batch/v1/namespaces/ns/jobs/pi/status``."""
-    group, version, resource = rtype if isinstance(rtype, tuple) else type_key(rtype)
-    path = f"/apis/{group}/{version}" if group else f"/api/{version}"
-    if namespace:
-        path += f"/namespaces/{namespace}"
-    path += f"/{resource}"
-    if name:
-        path += f"/{name}"
-        if subresource:
-            path += f"/{subresource}"
-    return path
+    ``/apis/batch/v1/namespaces/ns/jobs/pi/status`` (:meth:`Resource.path`)."""
+    return rtype.path(namespace, name, subresource)
 
 
 class MirrorError(Exception):
@@ -122,7 +100,7 @@ class StaleRead(Exception):
 
     def __init__(self, obj: MirrorObject, written: str) -> None:
         super().__init__(
-            f"the mirror's copy of {'/'.join(obj.type[::2])} {obj.namespace}/{obj.name} "
+            f"the mirror's copy of {obj.type} {obj.namespace}/{obj.name} "
             f"(version {obj.resource_version}) is older than this controller's write "
             f"(version {written})"
         )
@@ -167,7 +145,7 @@ class _Written:
         return version in self.replaced
 
 
-def parse_path(path: str) -> tuple[TypeKey, str, str] | None:
+def parse_path(path: str) -> tuple[Resource, str, str] | None:
     """``(type, namespace, name)`` of an API path (name empty for a collection), or None
     when it is not a resource path."""
     parts = path.split("?", 1)[0].strip("/").split("/")
@@ -180,7 +158,7 @@ def parse_path(path: str) -> tuple[TypeKey, str, str] | None:
     namespace = ""
     if rest[0] == "namespaces" and len(rest) >= 3:
         namespace, rest = rest[1], rest[2:]
-    return (group, version, rest[0]), namespace, rest[1] if len(rest) > 1 else ""
+    return Resource(group, version, rest[0]), namespace, rest[1] if len(rest) > 1 else ""
 
 
 class MirrorObject:
@@ -188,7 +166,7 @@ class MirrorObject:
 
     __slots__ = ("_decoded", "meta", "raw", "type")
 
-    def __init__(self, rtype: TypeKey, meta: pb.ObjectMeta, raw: bytes) -> None:
+    def __init__(self, rtype: Resource, meta: pb.ObjectMeta, raw: bytes) -> None:
         self.type = rtype
         self.meta = meta
         self.raw = raw
@@ -306,12 +284,13 @@ class Mirror:
     def __init__(
         self,
         channel: grpc.aio.Channel,
-        types: Iterable[pb.ResourceType],
+        types: Iterable[Resource],
         options: MirrorOptions | None = None,
         indexers: dict[str, Indexer] | None = None,
     ) -> None:
         self._stub = pb_grpc.InformerServiceStub(channel)
-        self._types = {type_key(t): t for t in types}
+        self._types = list(dict.fromkeys(types))
+        self._by_wire = {(t.group, t.version, t.plural): t for t in self._types}
         if not self._types:
             raise ValueError("a mirror needs at least one resource type")
         self.options = options or MirrorOptions()
@@ -334,12 +313,10 @@ class Mirror:
         """Callers of :meth:`catch_up` waiting for the next stream to reach the present."""
         self._stream_barriers: list[asyncio.Future[None]] = []
         """Those the current stream answers once it has sent every INITIAL_EVENTS_END."""
-        self._stream_ended: set[TypeKey] = set()
+        self._stream_ended: set[Resource] = set()
 
     # Reading ----------------------------------------------------------------------------
-    def get(
-        self, rtype: pb.ResourceType | TypeKey, namespace: str, name: str
-    ) -> MirrorObject | None:
+    def get(self, rtype: Resource, namespace: str, name: str) -> MirrorObject | None:
         """The object, or None if the mirror does not hold it. During a reconcile, raises
         :class:`StaleRead` for a copy older than the controller's own write."""
         state = self._type(rtype)
@@ -348,9 +325,7 @@ class Mirror:
             self._check(state, obj)
         return obj
 
-    def objects(
-        self, rtype: pb.ResourceType | TypeKey, namespace: str | None = None
-    ) -> list[MirrorObject]:
+    def objects(self, rtype: Resource, namespace: str | None = None) -> list[MirrorObject]:
         """Every object of the type, or of one namespace of it."""
         state = self._type(rtype)
         if namespace is None:
@@ -361,9 +336,7 @@ class Mirror:
             return found
         return self.by_index(rtype, "namespace", namespace)
 
-    def by_index(
-        self, rtype: pb.ResourceType | TypeKey, index: str, value: str
-    ) -> list[MirrorObject]:
+    def by_index(self, rtype: Resource, index: str, value: str) -> list[MirrorObject]:
         """Objects whose ``index`` yields ``value`` (KeyError for an unknown index)."""
         if index not in self._indexers:
             raise KeyError(f"no index {index!r}; declared: {sorted(self._indexers)}")
@@ -438,13 +411,13 @@ class Mirror:
             except Exception:  # a waiter's bug must not stop the mirror
                 log.exception("mirror: a waiter for %s/%s failed", *key)
 
-    def resource_version(self, rtype: pb.ResourceType | TypeKey) -> str:
+    def resource_version(self, rtype: Resource) -> str:
         """The last resource version seen of a type (the resume point)."""
         return self._type(rtype).resource_version
 
-    def watched_types(self) -> list[pb.ResourceType]:
+    def watched_types(self) -> list[Resource]:
         """The resource types this mirror watches."""
-        return list(self._types.values())
+        return list(self._types)
 
     def has_synced(self) -> bool:
         """True once every type's initial snapshot has arrived."""
@@ -478,12 +451,11 @@ class Mirror:
             for obj in list(state.objects.values()):
                 handler(Change(ChangeKind.ADDED, obj, None, None))
 
-    def _type(self, rtype: pb.ResourceType | TypeKey) -> _TypeState:
-        key = rtype if isinstance(rtype, tuple) else type_key(rtype)
+    def _type(self, rtype: Resource) -> _TypeState:
         try:
-            return self._state[key]
+            return self._state[rtype]
         except KeyError:
-            raise KeyError(f"the mirror does not watch {key}") from None
+            raise KeyError(f"the mirror does not watch {rtype}") from None
 
     # Running ----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -537,8 +509,8 @@ class Mirror:
         o = self.options
         return pb.WatchRequest(
             targets=[
-                pb.WatchTarget(type=t, resource_version=self._state[k].resource_version)
-                for k, t in self._types.items()
+                pb.WatchTarget(type=t.wire, resource_version=self._state[t].resource_version)
+                for t in self._types
             ],
             namespace=o.namespace,
             label_selector=o.label_selector,
@@ -549,10 +521,11 @@ class Mirror:
 
     def _apply(self, events: Iterable[pb.Event]) -> None:
         for event in events:
-            key = type_key(event.resource_type)
-            state = self._state.get(key)
-            if state is None:
+            wire = event.resource_type
+            key = self._by_wire.get((wire.group, wire.version, wire.resource))
+            if key is None:
                 continue
+            state = self._state[key]
             kind = event.type
             if kind == pb.EVENT_TYPE_REPLACED:
                 state.replacing = set()
@@ -599,7 +572,7 @@ class Mirror:
         kind = ChangeKind.ADDED if old is None else ChangeKind.MODIFIED
         self._emit(Change(kind, obj, old, _trace(event)))
 
-    def _finish_replace(self, key: TypeKey, state: _TypeState, seen: set[ObjectKey]) -> None:
+    def _finish_replace(self, key: Resource, state: _TypeState, seen: set[ObjectKey]) -> None:
         for obj_key in [k for k in state.objects if k not in seen]:
             gone = state.objects.pop(obj_key)
             self._unindex(state, gone)

@@ -34,29 +34,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from steward.kube import ApiError, ApiStatusError, ConflictError, KubeClient, NotFoundError
-from steward.runtime.mirror import MirrorObject, api_path, type_key
+from steward.runtime.mirror import MirrorObject
+from steward.runtime.resources import Resource
 from steward.runtime.selectors import selector_matches
-from steward.runtime.tracing import stamp_trace_context
-from steward.v1 import informer_pb2 as pb
 
 _SMP = "application/strategic-merge-patch+json"
 _MERGE = "application/merge-patch+json"
 
 
-def api_version(rtype: pb.ResourceType) -> str:
-    """``group/version`` (``version`` for the core group) of a resource type."""
-    return f"{rtype.group}/{rtype.version}" if rtype.group else rtype.version
-
-
-def controller_ref(
-    owner: Mapping[str, Any], owner_type: pb.ResourceType, kind: str
-) -> dict[str, Any]:
-    """The controller reference to ``owner`` (an object of ``owner_type``, kind ``kind``)
-    that its children carry: ``controller`` and ``blockOwnerDeletion`` set."""
+def controller_ref(owner: Mapping[str, Any], owner_type: Resource) -> dict[str, Any]:
+    """The controller reference to ``owner`` (an object of ``owner_type``) that its
+    children carry: ``controller`` and ``blockOwnerDeletion`` set."""
     meta = owner.get("metadata") or {}
     return {
-        "apiVersion": api_version(owner_type),
-        "kind": kind,
+        "apiVersion": owner_type.api_version,
+        "kind": owner_type.kind,
         "name": meta.get("name", ""),
         "uid": meta.get("uid", ""),
         "controller": True,
@@ -85,10 +77,10 @@ def index_by_controller(obj: MirrorObject) -> Iterable[str]:
     return (ref.uid,) if ref is not None else ()
 
 
-def orphan_index(*rtypes: pb.ResourceType) -> Callable[[MirrorObject], Iterable[str]]:
+def orphan_index(*rtypes: Resource) -> Callable[[MirrorObject], Iterable[str]]:
     """A mirror index of the objects of ``rtypes`` that have no controlling owner, by
     namespace: the adoption candidates of an owner's namespace."""
-    keys = frozenset(type_key(t) for t in rtypes)
+    keys = frozenset(rtypes)
 
     def index(obj: MirrorObject) -> Iterable[str]:
         if obj.type not in keys or obj.controller_owner() is not None:
@@ -102,41 +94,29 @@ def _deleting(obj: Mapping[str, Any]) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
-async def create_child(
-    api: KubeClient, child_type: pb.ResourceType, namespace: str, body: dict[str, Any]
-) -> dict[str, Any]:
-    """POST ``body`` (which carries its controller reference) to the collection of
-    ``child_type`` in ``namespace``, with the current trace context stamped on it
-    (:func:`~steward.runtime.tracing.stamp_trace_context`), so the child's own events
-    continue this reconcile's trace. Returns what the API server stored; raises its
-    error."""
-    return await api.arequest("POST", api_path(child_type, namespace), stamp_trace_context(body))
-
-
 class Ownership:
-    """Claims children of ``child_type`` for owners of ``owner_type`` (kind
-    ``owner_kind``); see the module docs."""
+    """Claims children of ``child_type`` for owners of ``owner_type``; see the module
+    docs."""
 
     def __init__(
         self,
         api: KubeClient,
-        owner_type: pb.ResourceType,
-        owner_kind: str,
-        child_type: pb.ResourceType,
+        owner_type: Resource,
+        child_type: Resource,
         *,
         finalizers: Sequence[str] = (),
         strategic: bool = True,
     ) -> None:
         self.api = api
         self.owner_type = owner_type
-        self.owner_kind = owner_kind
+        self.owner_kind = owner_type.kind
         self.child_type = child_type
         self.finalizers = tuple(finalizers)
         self.strategic = strategic
 
     def ref(self, owner: Mapping[str, Any]) -> dict[str, Any]:
         """The controller reference to ``owner``."""
-        return controller_ref(owner, self.owner_type, self.owner_kind)
+        return controller_ref(owner, self.owner_type)
 
     async def claim(
         self,
@@ -201,7 +181,7 @@ class Ownership:
         meta = owner.get("metadata") or {}
         ns, name = meta.get("namespace", ""), meta.get("name", "")
         try:
-            fresh = await self.api.arequest("GET", api_path(self.owner_type, ns, name))
+            fresh = await self.api.arequest("GET", self.owner_type.path(ns, name))
         except ApiError as err:
             return err
         fmeta = fresh.get("metadata") or {}
@@ -283,7 +263,7 @@ class Ownership:
             raise
 
     async def _patch(self, cmeta: Mapping[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-        path = api_path(self.child_type, cmeta.get("namespace", ""), cmeta.get("name", ""))
+        path = self.child_type.path(cmeta.get("namespace", ""), cmeta.get("name", ""))
         return await self.api.arequest(
             "PATCH", path, patch, content_type=_SMP if self.strategic else _MERGE
         )

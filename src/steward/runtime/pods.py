@@ -13,8 +13,8 @@ from typing import Any
 
 from steward.deepjson import copy as copy_json
 from steward.runtime.ownership import controller_ref
+from steward.runtime.resources import Resource
 from steward.runtime.times import parse_time
-from steward.v1 import informer_pb2 as pb
 
 
 def phase(pod: dict[str, Any]) -> str:
@@ -65,7 +65,7 @@ def is_available(pod: dict[str, Any], min_ready_seconds: int, now: datetime) -> 
 
 
 def from_template(
-    owner: dict[str, Any], owner_type: pb.ResourceType, kind: str, template: dict[str, Any]
+    owner: dict[str, Any], owner_type: Resource, template: dict[str, Any]
 ) -> dict[str, Any]:
     """A new pod of ``owner`` from a pod template (upstream's ``GetPodFromTemplate``): the
     template's labels, annotations, finalizers and spec, ``generateName`` ``<owner>-``,
@@ -78,7 +78,7 @@ def from_template(
         "generateName": prefix,
         "labels": dict(tmeta.get("labels") or {}),
         "annotations": dict(tmeta.get("annotations") or {}),
-        "ownerReferences": [controller_ref(owner, owner_type, kind)],
+        "ownerReferences": [controller_ref(owner, owner_type)],
     }
     if tmeta.get("finalizers"):
         meta["finalizers"] = list(tmeta["finalizers"])

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
-
-from steward.runtime.workqueue import TraceContext
 
 
 class Request(NamedTuple):
@@ -74,14 +71,15 @@ class RetryAfter(Exception):
 class Reconciler(Protocol):
     """Brings the world in line with one object, read fresh by key (level-triggered).
 
-    ``contexts`` are the W3C trace contexts of the events coalesced into this reconcile
-    (possibly empty). Return a :class:`Result`; raise :class:`TerminalError` to give up on
-    the key, :class:`RetryAfter` to have it retried after a fixed delay, any other
-    exception to have it retried with rate limiting. Cancellation
+    It runs inside the reconcile's span, which links the trace contexts of every event
+    coalesced into this key, so its writes continue those traces. Return a
+    :class:`Result`; raise :class:`TerminalError` to give up on the key,
+    :class:`RetryAfter` to have it retried after a fixed delay, any other exception to
+    have it retried with rate limiting. Cancellation
     (``asyncio.CancelledError``) means the worker pool is shutting down and its grace
     period is over.
     """
 
-    async def reconcile(self, request: Request, contexts: Sequence[TraceContext]) -> Result:
+    async def reconcile(self, request: Request) -> Result:
         """Reconcile the object named by ``request``."""
         ...

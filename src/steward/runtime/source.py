@@ -9,10 +9,13 @@ filter changes before they become keys (for example: only when the generation ch
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
-from steward.runtime.mirror import Change, ChangeKind, MirrorObject
+from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorObject
 from steward.runtime.reconcile import Request
+from steward.runtime.resources import Resource, owner_of
+from steward.runtime.selectors import selector_matches
 from steward.runtime.workqueue import TraceContext
 
 log = logging.getLogger(__name__)
@@ -78,25 +81,17 @@ class EnqueueObject(Source):
 
 
 class EnqueueOwner(Source):
-    """The key of the object's controlling owner of ``owner_kind`` in ``owner_group``
-    (``Owns`` in controller-runtime). On an update that changed the controller owner,
-    both the old and the new owner are enqueued, so the old one sees it lose the object."""
+    """The key of the object's controlling owner of type ``owner`` (``Owns`` in
+    controller-runtime). On an update that changed the controller owner, both the old and
+    the new owner are enqueued, so the old one sees it lose the object."""
 
-    def __init__(
-        self, owner_group: str, owner_kind: str, predicates: Sequence[Predicate] = ()
-    ) -> None:
+    def __init__(self, owner: Resource, predicates: Sequence[Predicate] = ()) -> None:
         super().__init__(predicates)
-        self.owner_group = owner_group
-        self.owner_kind = owner_kind
+        self.owner = owner
 
     def _owner(self, obj: MirrorObject) -> Request | None:
-        ref = obj.controller_owner()
-        if ref is None or ref.kind != self.owner_kind:
-            return None
-        group = ref.api_version.rpartition("/")[0]
-        if group != self.owner_group:
-            return None
-        return Request(obj.namespace, ref.name)
+        ref = owner_of(obj, self.owner)
+        return Request(*ref.key) if ref is not None else None
 
     def keys(self, change: Change) -> Iterable[Request]:
         keys = []
@@ -107,6 +102,51 @@ class EnqueueOwner(Source):
             old = self._owner(change.old)
             if old is not None and old != new:
                 keys.append(old)
+        return keys
+
+
+SelectorOf = Callable[[dict[str, Any]], Mapping[str, Any] | None]
+"""The label selector of an owner (a decoded object) that its orphans are matched by."""
+
+
+def spec_selector(owner: dict[str, Any]) -> Mapping[str, Any] | None:
+    """``spec.selector``: where workload owners keep their selector."""
+    return (owner.get("spec") or {}).get("selector")
+
+
+class EnqueueAdopters(Source):
+    """For an orphan (an object without a controlling owner), the keys of every object of
+    type ``owner`` in its namespace whose selector matches its labels: one of them may
+    adopt it (upstream's ``getPodReplicaSets``). An orphan without labels, and an owner
+    with an empty selector, match nothing. On an update, the owners the old labels
+    matched are queued too."""
+
+    def __init__(
+        self,
+        mirror: Mirror,
+        owner: Resource,
+        selector: SelectorOf = spec_selector,
+        predicates: Sequence[Predicate] = (),
+    ) -> None:
+        super().__init__(predicates)
+        self.mirror = mirror
+        self.owner = owner
+        self.selector = selector
+
+    def _adopters(self, obj: MirrorObject) -> list[Request]:
+        if obj.controller_owner() is not None or not obj.meta.labels:
+            return []
+        labels = dict(obj.meta.labels)
+        return [
+            Request(o.namespace, o.name)
+            for o in self.mirror.objects(self.owner, obj.namespace)
+            if selector_matches(self.selector(o.object), labels)
+        ]
+
+    def keys(self, change: Change) -> Iterable[Request]:
+        keys = self._adopters(change.obj)
+        if change.old is not None:
+            keys += [k for k in self._adopters(change.old) if k not in keys]
         return keys
 
 

@@ -238,7 +238,7 @@ class WorkerPool:
         key = item.key
         started = self._clock.now()
         try:
-            result = await self._reconciler.reconcile(key, item.contexts)
+            result = await self._reconciler.reconcile(key)
         except TerminalError as err:
             span.record_exception(err)
             span.set_status(StatusCode.ERROR, f"terminal: {err}")
