@@ -21,9 +21,9 @@ so a controller holds only its own decisions.
 # A terminating namespace
 One rule for every controller: a creation refused because the namespace is being deleted
 (the Status cause ``NamespaceTerminating``, :func:`namespace_terminating`) is no error and
-records no Event — every creation there would fail, and the namespace's deletion removes
-the owner too (upstream's ``PodControl`` callers). Its expectation is lowered like any
-creation that did not happen.
+records no Event: every creation there would fail, and the namespace's deletion removes
+the owner too. As upstream's callers of ``PodControl``, it counts as done: its
+expectation waits for the owner's deletion to be forgotten (or expires).
 
 # Errors
 :meth:`Children.create` and :meth:`Children.delete` raise the API server's error after

@@ -12,14 +12,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import steward
-from steward import copy_json
+from steward import REPLICASETS, copy_json
 
 BURST_REPLICAS = 500
 """Most pods one sync creates or deletes (upstream's burstReplicas)."""
 REPLICA_FAILURE = "ReplicaFailure"
 """The condition set while pods cannot be created or deleted."""
-REPLICASETS = steward.resource_type("apps", "v1", "replicasets")
-PODS = steward.resource_type("", "v1", "pods")
 
 
 def replicas(rs: dict[str, Any]) -> int:
@@ -42,7 +40,7 @@ def pod_from_template(rs: dict[str, Any]) -> dict[str, Any]:
     """A new pod of the ReplicaSet: the template's labels, annotations, finalizers and
     spec, ``generateName`` ``<name>-``, the ReplicaSet as controlling owner."""
     template = (rs.get("spec") or {}).get("template") or {}
-    return steward.pods.from_template(rs, REPLICASETS, "ReplicaSet", template)
+    return steward.pods.from_template(rs, REPLICASETS, template)
 
 
 def is_available(pod: dict[str, Any], min_ready: int, now: datetime) -> bool:
