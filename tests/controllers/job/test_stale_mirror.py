@@ -19,15 +19,13 @@ import orjson
 import pytest
 import pytest_asyncio
 
-from steward import Controller, KubeClient, Mirror, Request, Result
+from steward import JOBS, PODS, Controller, KubeClient, Mirror, Request, Resource, Result
 from steward.cluster import LocalCluster
-from steward.controllers.job.controller import PODS, JobReconciler
+from steward.controllers.job.controller import JobReconciler
 from steward.controllers.job.main import CONTROLLER
-from steward.controllers.job.sync import JOBS
 from steward.informer import wire
 from steward.informer.store import EventKind, StoredObject
 from steward.kube import load_access
-from steward.v1 import informer_pb2 as pb
 from tests.controllers.job.conftest import fail_pod, get_job, job_body, job_pods
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
@@ -64,7 +62,7 @@ async def reconcile(controller: Controller[JobReconciler], namespace: str, name:
     return await controller.reconcile_once(Request(namespace, name))
 
 
-def show(mirror: Mirror, rtype: pb.ResourceType, *objects: dict[str, Any]) -> None:
+def show(mirror: Mirror, rtype: Resource, *objects: dict[str, Any]) -> None:
     """Let the mirror show these versions of the objects."""
     events = []
     for obj in objects:
@@ -74,7 +72,7 @@ def show(mirror: Mirror, rtype: pb.ResourceType, *objects: dict[str, Any]) -> No
             if mirror.get(rtype, stored.namespace, stored.name)
             else EventKind.ADDED
         )
-        events.append(wire.event(kind, rtype, stored, stored.resource_version))
+        events.append(wire.event(kind, rtype.wire, stored, stored.resource_version))
     mirror._apply(events)
 
 

@@ -29,8 +29,9 @@ from typing import Any
 
 import steward
 from steward import (
+    JOBS,
+    PODS,
     ApiError,
-    ApiStatusError,
     Change,
     ChangeKind,
     ConflictError,
@@ -39,21 +40,15 @@ from steward import (
     NotFoundError,
     Request,
     Result,
-    TraceContext,
 )
 from steward.controllers.job import pods
 from steward.controllers.job.pods import TRACKING_FINALIZER
-from steward.controllers.job.sync import JOBS, BackoffRecord, JobSync, job_finished
+from steward.controllers.job.sync import BackoffRecord, JobSync, job_finished
 
 NAME = "job"
 """The controller's name with the manager (as in kube-controller-manager's --controllers)."""
 MANAGED_BY = "steward.io/job-controller"
 """The default ``spec.managedBy`` value this controller answers to."""
-PODS = steward.resource_type("", "v1", "pods")
-_PODS_KEY = ("", "v1", "pods")
-_JOBS_KEY = ("batch", "v1", "jobs")
-_REMOVE_FINALIZER = {"metadata": {"$deleteFromPrimitiveList/finalizers": [TRACKING_FINALIZER]}}
-_SMP = "application/strategic-merge-patch+json"
 
 JobKey = tuple[str, str]
 """(namespace, name) of a Job: the key of its expectations and backoff."""
@@ -75,27 +70,22 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _job_owner(obj: MirrorObject) -> str | None:
-    ref = obj.controller_owner()
-    if ref is None or ref.kind != "Job" or not ref.api_version.startswith("batch/"):
-        return None
-    return ref.name
-
-
 def _by_job(obj: MirrorObject) -> Iterable[str]:
     """Index of pods by their controlling Job: ``namespace/name``."""
-    if obj.type != _PODS_KEY:
+    if obj.type != PODS:
         return ()
-    owner = _job_owner(obj)
-    return (f"{obj.namespace}/{owner}",) if owner else ()
+    ref = steward.owner_of(obj, JOBS)
+    return (f"{ref.namespace}/{ref.name}",) if ref is not None else ()
 
 
 class JobReconciler:
     """Reconciles one Job by key; see the module docs.
 
     Keeps the pod re-creation backoff records in memory, beside the controller's
-    expectations (lowered by :meth:`observe`); both are rebuilt safely after a restart
-    (expectations start satisfied, backoff starts from the pods' status).
+    expectations (creations and deletions lowered by the runtime as the mirror shows the
+    pods, ``owns(..., expect=True)``; finalizer removals by :meth:`observe`); both are
+    rebuilt safely after a restart (expectations start satisfied, backoff starts from the
+    pods' status).
     """
 
     def __init__(
@@ -103,14 +93,14 @@ class JobReconciler:
     ) -> None:
         self.ctx = ctx
         self.mirror = ctx.mirror
-        self.api = ctx.api
         self.managed_by: str = ctx.flags.managed_by
         self.take_unmanaged: bool = ctx.flags.take_unmanaged
         self.clock = clock
         self.expectations = ctx.expectations
         self.backoffs: dict[JobKey, BackoffRecord] = {}
         self.events = ctx.event_recorder("job-controller", self.managed_by, clock=clock)
-        self.ownership = ctx.ownership(PODS, finalizers=[TRACKING_FINALIZER])
+        self.jobs = ctx.client(JOBS)
+        self.pods = ctx.children(PODS, events=self.events, finalizers=[TRACKING_FINALIZER])
         self._ours: dict[JobKey, str] = {}
         """UIDs of the Jobs this controller manages (including deleted ones not yet
         cleaned up), by key."""
@@ -124,10 +114,11 @@ class JobReconciler:
 
     # Expectations from the mirror -------------------------------------------------------
     def observe(self, change: Change) -> None:
-        """Lower the expectations of the pod's Job as creations, deletions and finalizer
-        removals show up in the mirror."""
+        """Lower the expectations of the pod's Job as finalizer removals show up in the
+        mirror (as upstream, by the pod's controller reference, the Job unresolved), and
+        remember which Jobs are ours."""
         obj = change.obj
-        if obj.type == _JOBS_KEY:
+        if obj.type == JOBS:
             # Remember which Jobs are ours, so that once one is deleted its pods'
             # finalizers are cleared only if it was.
             if change.kind is not ChangeKind.DELETED and not self.manages(obj.object):
@@ -135,20 +126,15 @@ class JobReconciler:
             elif self.manages(obj.object):
                 self._ours[obj.key] = obj.meta.uid
             return
-        owner = _job_owner(obj) if obj.type == _PODS_KEY else None
-        if owner is None:
+        ref = steward.owner_of(obj, JOBS) if obj.type == PODS else None
+        if ref is None:
             return
-        key = (obj.namespace, owner)
         meta = obj.meta  # the informer's parsed metadata: no decoding on this hot path
-        if change.kind is ChangeKind.ADDED:
-            self.expectations.creation_observed(key)
-        if change.kind is ChangeKind.DELETED or meta.HasField("deletion_timestamp"):
-            self.expectations.deletion_observed(key, f"{obj.namespace}/{obj.name}")
         if change.kind is ChangeKind.DELETED or TRACKING_FINALIZER not in meta.finalizers:
-            self.expectations.removal_observed(key, meta.uid)
+            self.expectations.removal_observed(ref.key, meta.uid)
 
     # Reconcile --------------------------------------------------------------------------
-    async def reconcile(self, request: Request, contexts: Sequence[TraceContext]) -> Result:
+    async def reconcile(self, request: Request) -> Result:
         """Sync one Job (see the module docs for what happens on errors)."""
         ns, name = request.namespace, request.name
         key: JobKey = (ns, name)
@@ -176,7 +162,7 @@ class JobReconciler:
             *self.mirror.by_index(PODS, "job", f"{ns}/{name}"),
             *self.mirror.by_index(PODS, "orphan", ns),
         ]
-        owned = await self.ownership.claim(job, [o.object for o in candidates])
+        owned = await self.pods.claim(job, [o.object for o in candidates])
         sync = JobSync(
             job,
             owned,
@@ -191,10 +177,10 @@ class JobReconciler:
         errors: list[Exception] = []
         created = deleted = 0
         if plan.delete:
-            outcome = await self._delete(job, key, plan.delete)
+            outcome = await self.pods.delete_all(job, plan.delete)
             deleted, errors = outcome.succeeded, outcome.errors
         elif plan.create:
-            outcome = await self._create(job, key, plan.create)
+            outcome = await self.pods.create_all(job, plan.create)
             created, errors = outcome.succeeded, outcome.errors
         tracking = sync.track(created, deleted, plan)
         try:
@@ -233,47 +219,6 @@ class JobReconciler:
         if errors:
             raise errors[0]
 
-    async def _create(
-        self, job: dict[str, Any], key: JobKey, bodies: list[dict[str, Any]]
-    ) -> steward.BatchOutcome:
-        """Create pods in slow-start batches; a failed batch stops the rest."""
-        ns = job["metadata"]["namespace"]
-
-        async def create_one(i: int) -> None:
-            try:
-                pod = await steward.create_child(self.api, PODS, ns, bodies[i])
-            except ApiError as err:
-                if isinstance(err, ApiStatusError) and "being terminated" in err.message:
-                    return  # namespace going away: every creation would fail
-                self.events.event(job, "Warning", "FailedCreate", f"Error creating: {err}")
-                raise
-            self.events.event(job, "Normal", "SuccessfulCreate", f"Created pod: {pods.name(pod)}")
-
-        return await self.expectations.create(key, len(bodies), create_one)
-
-    async def _delete(
-        self, job: dict[str, Any], key: JobKey, victims: list[dict[str, Any]]
-    ) -> steward.BatchOutcome:
-        """Delete pods (their finalizer removed first, so they are not counted as failed);
-        a pod gone already counts as deleted."""
-
-        async def delete_one(i: int) -> None:
-            meta = victims[i]["metadata"]
-            path = steward.api_path(PODS, meta["namespace"], meta["name"])
-            try:
-                if pods.has_finalizer(victims[i]):
-                    await self.api.arequest("PATCH", path, _REMOVE_FINALIZER, content_type=_SMP)
-                await self.api.arequest("DELETE", path)
-            except NotFoundError:
-                raise  # gone already: counts as deleted
-            except ApiError as err:
-                self.events.event(job, "Warning", "FailedDelete", f"Error deleting: {err}")
-                raise
-            self.events.event(job, "Normal", "SuccessfulDelete", f"Deleted pod: {meta['name']}")
-
-        names = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in victims]
-        return await self.expectations.delete(key, names, delete_one)
-
     async def _remove_finalizers(
         self, key: JobKey, victims: list[dict[str, Any]], errors: list[Exception]
     ) -> set[str]:
@@ -284,10 +229,8 @@ class JobReconciler:
         self.expectations.expect_removals(key, uids)
 
         async def one(pod: dict[str, Any]) -> str | None:
-            meta = pod["metadata"]
-            path = steward.api_path(PODS, meta["namespace"], meta["name"])
             try:
-                await self.api.arequest("PATCH", path, _REMOVE_FINALIZER, content_type=_SMP)
+                await self.pods.remove_finalizers(pod)
             except NotFoundError:
                 return pods.uid(pod)
             except ApiError as err:
@@ -305,9 +248,8 @@ class JobReconciler:
         return {u for u in results if u is not None}
 
     async def _write_status(self, job: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
-        meta = job["metadata"]
-        path = steward.api_path(JOBS, meta["namespace"], meta["name"], "status")
-        return await self.api.arequest("PUT", path, {**job, "status": status})
+        """Write the status (a conflict raises: the sync ends and starts over)."""
+        return await self.jobs.update_status(job, status)
 
 
 def counted_behind(job: dict[str, Any], owned: Sequence[dict[str, Any]]) -> bool:
@@ -332,8 +274,8 @@ def counted_behind(job: dict[str, Any], owned: Sequence[dict[str, Any]]) -> bool
 
 CONTROLLER = (
     steward.ControllerBuilder[JobReconciler](NAME)
-    .for_(JOBS, kind="Job")
-    .owns(PODS)
+    .for_(JOBS)
+    .owns(PODS, expect=True)
     .flags(add_flags)
     .beside_upstream(["--no-take-unmanaged"], alone=["--take-unmanaged"])
     .observe(JobReconciler.observe)
@@ -346,5 +288,6 @@ CONTROLLER = (
     )
     .complete(JobReconciler)
 )
-"""The Job controller: Jobs are the primary type, pods are owned (a pod change queues its
-Job) and indexed by controlling Job, orphans by namespace."""
+"""The Job controller: Jobs are the primary type, pods are owned (a pod change lowers its
+Job's expectations, then queues it) and indexed by controlling Job, orphans by
+namespace."""

@@ -20,11 +20,6 @@ def uid(pod: dict[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("uid", ""))
 
 
-def name(pod: dict[str, Any]) -> str:
-    """The pod's name ("" when missing)."""
-    return str((pod.get("metadata") or {}).get("name", ""))
-
-
 def has_finalizer(pod: dict[str, Any]) -> bool:
     """Whether the pod carries the Job tracking finalizer."""
     return TRACKING_FINALIZER in ((pod.get("metadata") or {}).get("finalizers") or ())

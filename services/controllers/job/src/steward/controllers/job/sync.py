@@ -42,7 +42,7 @@ from datetime import datetime
 from typing import Any
 
 import steward
-from steward import copy_json
+from steward import JOBS, copy_json
 from steward.controllers.job import failure_policy, indexes, pods, success_policy
 from steward.controllers.job.pods import TRACKING_FINALIZER
 
@@ -55,7 +55,6 @@ DEFAULT_BACKOFF = 10.0
 MAX_BACKOFF = 600.0
 """The longest re-creation delay in seconds."""
 
-JOBS = steward.resource_type("batch", "v1", "jobs")
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 MAX_INT32 = 2**31 - 1
 """The API server's default ``backoffLimit`` when ``backoffLimitPerIndex`` is set."""
@@ -622,7 +621,7 @@ class JobSync:
             "namespace": meta.get("namespace", ""),
             "labels": labels,
             "finalizers": finalizers,
-            "ownerReferences": [steward.controller_ref(self.job, JOBS, "Job")],
+            "ownerReferences": [steward.controller_ref(self.job, JOBS)],
         }
         if annotations:
             pod_meta["annotations"] = annotations
