@@ -38,19 +38,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 import steward
-from steward import ApiError, ApiStatusError, ConflictError, NotFoundError, Request, Result
-from steward.controllers.endpoints.sync import (
+from steward import (
     ENDPOINTS,
-    LEADER_ANNOTATION,
     PODS,
     SERVICES,
-    endpoints_for,
+    ApiError,
+    ConflictError,
+    NotFoundError,
+    Request,
+    Result,
+    error_message,
 )
-from steward.kube import NAMESPACE_TERMINATING, error_message
+from steward.controllers.endpoints.sync import LEADER_ANNOTATION, endpoints_for
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +71,10 @@ class EndpointsReconciler:
 
     def __init__(self, ctx: steward.Context) -> None:
         self.mirror = ctx.mirror
-        self.api = ctx.api
+        self.endpoints = ctx.client(ENDPOINTS)
         self.events = ctx.event_recorder(COMPONENT)
         # As upstream, the Events are about the Endpoints object (same API version).
-        self.events.kind = "Endpoints"
+        self.events.kind = ENDPOINTS.kind
         self.triggers = steward.endpoints.TriggerTimes()
 
     # Mapping --------------------------------------------------------------------------
@@ -92,7 +94,7 @@ class EndpointsReconciler:
         return [] if LEADER_ANNOTATION in annotations else [key]
 
     # Reconcile --------------------------------------------------------------------------
-    async def reconcile(self, request: Request, contexts: Sequence[steward.TraceContext]) -> Result:
+    async def reconcile(self, request: Request) -> Result:
         """Sync one Service's Endpoints (see the module docs for what happens on errors)."""
         ns, name = request.namespace, request.name
         found = self.mirror.get(SERVICES, ns, name)
@@ -122,11 +124,11 @@ class EndpointsReconciler:
     # Writes -----------------------------------------------------------------------------
     async def _delete(self, ns: str, name: str) -> None:
         with contextlib.suppress(NotFoundError):  # gone already: done
-            await self.api.arequest("DELETE", steward.api_path(ENDPOINTS, ns, name))
+            await self.endpoints.delete(ns, name)
 
     async def _create(self, ns: str, name: str, body: dict[str, Any]) -> None:
         try:
-            await self.api.arequest("POST", steward.api_path(ENDPOINTS, ns), body)
+            await self.endpoints.create(body, namespace=ns)
         except ConflictError:
             # It exists already: our own create of a moment ago that the mirror does not
             # show yet, or someone else's. Either way its arrival in the mirror queues the
@@ -136,8 +138,8 @@ class EndpointsReconciler:
             )
             return
         except ApiError as err:
-            if isinstance(err, ApiStatusError) and err.has_cause(NAMESPACE_TERMINATING):
-                log.debug("not creating endpoints %s/%s: %s", ns, name, err.message)
+            if steward.namespace_terminating(err):
+                log.debug("not creating endpoints %s/%s: %s", ns, name, error_message(err))
                 return
             self.events.event(
                 body,
@@ -149,7 +151,7 @@ class EndpointsReconciler:
 
     async def _update(self, ns: str, name: str, body: dict[str, Any]) -> None:
         try:
-            await self.api.arequest("PUT", steward.api_path(ENDPOINTS, ns, name), body)
+            await self.endpoints.update(body)
         except ApiError as err:
             self.events.event(
                 body,
@@ -162,7 +164,7 @@ class EndpointsReconciler:
 
 CONTROLLER = (
     steward.ControllerBuilder[EndpointsReconciler](NAME)
-    .for_(SERVICES, kind="Service")
+    .for_(SERVICES)
     .watches(PODS, EndpointsReconciler.services_of_pod, steward.endpoints.pod_change_matters)
     .watches(ENDPOINTS, EndpointsReconciler.service_of_endpoints)
     .with_index(steward.endpoints.LABEL_INDEX, steward.endpoints.index_pod_labels)

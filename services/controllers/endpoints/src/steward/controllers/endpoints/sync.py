@@ -27,10 +27,6 @@ from typing import Any
 import steward
 from steward import copy_json
 
-SERVICES = steward.resource_type("", "v1", "services")
-PODS = steward.resource_type("", "v1", "pods")
-ENDPOINTS = steward.resource_type("", "v1", "endpoints")
-
 MAX_CAPACITY = 1000
 """Most addresses (ready and not ready) one Endpoints object holds (upstream's maxCapacity)."""
 OVER_CAPACITY_ANNOTATION = "endpoints.kubernetes.io/over-capacity"
