@@ -21,8 +21,7 @@ import pytest_asyncio
 
 from steward import JOBS, PODS, Controller, KubeClient, Mirror, Request, Resource, Result
 from steward.cluster import LocalCluster
-from steward.controllers.job.controller import JobReconciler
-from steward.controllers.job.main import CONTROLLER
+from steward.controllers.job.controller import CONTROLLER, JobReconciler
 from steward.informer import wire
 from steward.informer.store import EventKind, StoredObject
 from steward.kube import load_access
