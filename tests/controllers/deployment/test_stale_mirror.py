@@ -23,22 +23,23 @@ import pytest
 import pytest_asyncio
 
 from steward import (
+    DEPLOYMENTS,
+    REPLICASETS,
     Controller,
     ControllerOptions,
     KubeClient,
     Mirror,
     Request,
+    Resource,
     Result,
     StaleRead,
 )
-from steward.controllers.deployment.controller import DEPLOYMENTS, REPLICASETS, rs_name
-from steward.controllers.deployment.main import CONTROLLER
+from steward.controllers.deployment.controller import CONTROLLER, rs_name
 from steward.informer import wire
 from steward.informer.store import EventKind, StoredObject
 from steward.kube import load_access
 from steward.runtime.hashing import pod_template_hash
 from steward.runtime.mirror import guard_reads
-from steward.v1 import informer_pb2 as pb
 from tests.controllers.deployment.conftest import (
     APPS,
     create,
@@ -74,18 +75,18 @@ async def reconcile(controller: Controller[Any], ns: str, name: str) -> Result:
     """One reconcile of the Deployment as the runtime's workers run it: reads of the
     mirror guarded against copies older than the controller's own writes."""
     with guard_reads(controller.mirror):
-        result: Result = await controller.reconciler.reconcile(Request(ns, name), [])
+        result: Result = await controller.reconciler.reconcile(Request(ns, name))
     return result
 
 
-def show(mirror: Mirror, rtype: pb.ResourceType, *objects: dict[str, Any]) -> None:
+def show(mirror: Mirror, rtype: Resource, *objects: dict[str, Any]) -> None:
     """Let the mirror show these versions of the objects."""
     events = []
     for obj in objects:
         stored = StoredObject(orjson.dumps(obj), obj)
         known = mirror.get(rtype, stored.namespace, stored.name) is not None
         kind = EventKind.MODIFIED if known else EventKind.ADDED
-        events.append(wire.event(kind, rtype, stored, stored.resource_version))
+        events.append(wire.event(kind, rtype.wire, stored, stored.resource_version))
     mirror._apply(events)
 
 

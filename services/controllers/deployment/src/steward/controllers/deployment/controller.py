@@ -30,10 +30,20 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any
 
 import steward
-from steward import ApiError, ConflictError, MirrorObject, NotFoundError, Request, Result, copy_json
+from steward import (
+    DEPLOYMENTS,
+    PODS,
+    REPLICASETS,
+    ApiError,
+    ConflictError,
+    MirrorObject,
+    NotFoundError,
+    Request,
+    Result,
+    copy_json,
+)
 from steward.controllers.deployment import rollout as ro
 from steward.controllers.deployment.rollout import Obj, meta, replicas
 from steward.runtime.hashing import pod_template_hash
@@ -42,10 +52,6 @@ log = logging.getLogger(__name__)
 
 NAME = "deployment"
 """The controller's name with the manager (as in kube-controller-manager's --controllers)."""
-DEPLOYMENTS = steward.resource_type("apps", "v1", "deployments")
-REPLICASETS = steward.resource_type("apps", "v1", "replicasets")
-PODS = steward.resource_type("", "v1", "pods")
-_RS_KEY = (REPLICASETS.group, REPLICASETS.version, REPLICASETS.resource)
 _MAX_NAME = 253
 
 
@@ -57,13 +63,9 @@ def rs_name(deployment: str, pod_hash: str) -> str:
     return f"{deployment}-{pod_hash}"
 
 
-def _is_deployment_ref(ref: Any) -> bool:
-    return bool(ref.kind == "Deployment" and ref.api_version.startswith("apps/"))
-
-
 class Stale(Exception):
-    """The API server's Deployment is not the one this sync works from: wait for the
-    newer one's event."""
+    """The API server's Deployment is not the one this sync works from, or its namespace
+    is being deleted: wait for the next event."""
 
 
 class DeploymentReconciler:
@@ -74,55 +76,29 @@ class DeploymentReconciler:
     ) -> None:
         self.ctx = ctx
         self.mirror = ctx.mirror
-        self.api = ctx.api
         self.clock = clock
         self.expectations = ctx.expectations
         """Per Deployment (namespace, name): the ReplicaSet creations the mirror has not
-        shown yet."""
-        self.ownership = ctx.ownership(REPLICASETS)
+        shown yet (lowered by the runtime as the mirror shows them, ``owns(...,
+        expect=True)``)."""
+        self.deployments = ctx.client(DEPLOYMENTS)
+        self.replicasets = ctx.client(REPLICASETS)
+        # No SuccessfulCreate Events: upstream announces a new ReplicaSet as
+        # ScalingReplicaSet, recorded by the sync itself.
+        self.children = ctx.children(REPLICASETS)
         self.events = ctx.event_recorder("deployment-controller", clock=clock)
 
-    def observe(self, change: steward.Change) -> None:
-        """Lower a Deployment's expected creation once the mirror shows its new ReplicaSet."""
-        obj = change.obj
-        if change.kind is not steward.ChangeKind.ADDED or obj.type != _RS_KEY:
-            return
-        ref = obj.controller_owner()
-        if ref is not None and _is_deployment_ref(ref):
-            self.expectations.creation_observed((obj.namespace, ref.name))
-
     # Mapping from other types ----------------------------------------------------------------
-    def deployments_of_rs(self, obj: MirrorObject) -> Iterable[Request]:
-        """The Deployment controlling a ReplicaSet; for an orphan, every Deployment whose
-        selector matches it (one of them may adopt it)."""
-        ref = obj.controller_owner()
-        if ref is not None:
-            return [Request(obj.namespace, ref.name)] if _is_deployment_ref(ref) else []
-        labels = dict(obj.meta.labels)
-        if not labels:
-            return []
-        return [
-            Request(d.namespace, d.name)
-            for d in self.mirror.objects(DEPLOYMENTS, obj.namespace)
-            if steward.selector_matches((d.object.get("spec") or {}).get("selector"), labels)
-        ]
-
     def deployment_of_pod(self, obj: MirrorObject) -> Iterable[Request]:
         """The Deployment of the ReplicaSet controlling a pod (Recreate waits for old pods
         to be gone)."""
-        ref = obj.controller_owner()
-        if ref is None or ref.kind != "ReplicaSet":
-            return []
-        rs = self.mirror.get(REPLICASETS, obj.namespace, ref.name)
-        if rs is None:
-            return []
-        owner = rs.controller_owner()
-        if owner is None or not _is_deployment_ref(owner):
-            return []
-        return [Request(obj.namespace, owner.name)]
+        ref = steward.owner_of(obj, REPLICASETS)
+        rs = self.mirror.get(REPLICASETS, *ref.key) if ref is not None else None
+        owner = steward.owner_of(rs, DEPLOYMENTS) if rs is not None else None
+        return [Request(*owner.key)] if owner is not None else []
 
     # Reconcile ---------------------------------------------------------------------------------
-    async def reconcile(self, request: Request, contexts: Sequence[steward.TraceContext]) -> Result:
+    async def reconcile(self, request: Request) -> Result:
         """Sync one Deployment (see the module docs for what happens on errors)."""
         key = (request.namespace, request.name)
         obj = self.mirror.get(DEPLOYMENTS, *key)
@@ -151,7 +127,6 @@ class _Sync:
 
     def __init__(self, rec: DeploymentReconciler, d: Obj) -> None:
         self.rec = rec
-        self.api = rec.api
         self.d = d
         self.ns: str = meta(d)["namespace"]
         self.name: str = meta(d)["name"]
@@ -187,7 +162,7 @@ class _Sync:
         # The ReplicaSets it controls and that match its selector; orphans that match are
         # adopted, controlled ones that no longer match are released (upstream's
         # ReplicaSetControllerRefManager).
-        rs_list = await self.rec.ownership.claim(d, self.rec.rs_list(self.ns))
+        rs_list = await self.rec.children.claim(d, self.rec.rs_list(self.ns))
         if meta(d).get("deletionTimestamp"):
             new, old = await self.new_and_old(rs_list, create=False)
             await self.sync_status([*old, new], new)
@@ -206,32 +181,28 @@ class _Sync:
 
     # Writes ------------------------------------------------------------------------------
     async def update_status(self) -> None:
-        written = await self.api.arequest(
-            "PUT",
-            f"/apis/apps/v1/namespaces/{self.ns}/deployments/{self.name}/status",
-            self.d,
-        )
+        written = await self.rec.deployments.update_status(self.d)
         # Later steps continue from what the API server stored (a new resource version).
         self.d = copy_json(written)
 
     async def update_rs(self, rs: Obj) -> Obj:
-        return await self.api.arequest(
-            "PUT",
-            f"/apis/apps/v1/namespaces/{self.ns}/replicasets/{meta(rs)['name']}",
-            steward.stamp_trace_context(rs),
-        )
+        return await self.rec.replicasets.update(rs, stamp_trace=True)
 
     async def create_rs(self, body: Obj) -> Obj:
-        """POST the new ReplicaSet, expected until the mirror shows it; a creation that
-        fails (AlreadyExists too) or is cut off is no longer expected."""
-        created: list[Obj] = []
+        """Create the new ReplicaSet, expected until the mirror shows it; a creation that
+        fails (AlreadyExists too) or is cut off is no longer expected. Raises
+        :class:`Stale` when the namespace is being deleted (the runtime's one rule: no
+        error, no Event)."""
+        created: list[Obj | None] = []
 
         async def post(_: int) -> None:
-            created.append(await steward.create_child(self.api, REPLICASETS, self.ns, body))
+            created.append(await self.rec.children.create(self.d, body))
 
         outcome = await self.rec.expectations.create((self.ns, self.name), 1, post)
         if outcome.errors:
             raise outcome.errors[0]
+        if created[0] is None:
+            raise Stale
         return created[0]
 
     async def scale_rs(self, rs: Obj, size: int, force: bool = False) -> tuple[bool, Obj]:
@@ -310,7 +281,7 @@ class _Sync:
             "metadata": {
                 "name": name,
                 "namespace": self.ns,
-                "ownerReferences": [self.rec.ownership.ref(d)],
+                "ownerReferences": [self.rec.children.ref(d)],
                 "labels": dict(tmeta["labels"]),
             },
             "spec": {
@@ -330,17 +301,13 @@ class _Sync:
         except ConflictError:
             already = True
             try:
-                found = await self.api.arequest(
-                    "GET", f"/apis/apps/v1/namespaces/{self.ns}/replicasets/{name}"
-                )
+                found = await self.rec.replicasets.get(self.ns, name)
             except NotFoundError:
                 raise ConflictError(409, f"replica set {name} went away") from None
-            ref = next(
-                (r for r in meta(found).get("ownerReferences") or () if r.get("controller")), None
-            )
+            ref = steward.owner_of(found, DEPLOYMENTS)
             if not (
                 ref is not None
-                and ref.get("uid") == meta(d).get("uid")
+                and ref.uid == meta(d).get("uid")
                 and ro.equal_ignore_hash(self.spec.get("template") or {}, ro.template(found))
             ):
                 self.status["collisionCount"] = int(self.status.get("collisionCount") or 0) + 1
@@ -348,8 +315,6 @@ class _Sync:
                 raise ConflictError(409, f"hash collision on replica set {name}") from None
             created = found
         except ApiError as err:
-            if "being terminated" in str(err):
-                raise
             msg = f'Failed to create new replica set "{name}": {err}'
             if ro.progress_deadline(d) is not None:
                 ro.set_condition(
@@ -398,9 +363,7 @@ class _Sync:
 
     async def refresh(self) -> None:
         """Continue from the Deployment as the API server has it now."""
-        fresh = await self.api.arequest(
-            "GET", f"/apis/apps/v1/namespaces/{self.ns}/deployments/{self.name}"
-        )
+        fresh = await self.rec.deployments.get(self.ns, self.name)
         if meta(fresh).get("uid") != meta(self.d).get("uid"):
             raise Stale  # deleted and created again: the new one's events bring it
         self.d = fresh
@@ -487,9 +450,7 @@ class _Sync:
             ):
                 continue
             with contextlib.suppress(NotFoundError):
-                await self.api.arequest(
-                    "DELETE", f"/apis/apps/v1/namespaces/{self.ns}/replicasets/{rm['name']}"
-                )
+                await self.rec.replicasets.delete(self.ns, rm["name"])
 
     async def sync_status(self, all_rss: Sequence[Obj | None], new: Obj | None) -> None:
         status = ro.calculate_status(all_rss, new, self.d, self.now)
@@ -625,10 +586,10 @@ def _pod_deleted(change: steward.Change) -> bool:
 
 CONTROLLER = (
     steward.ControllerBuilder[DeploymentReconciler](NAME)
-    .for_(DEPLOYMENTS, kind="Deployment")
-    .watches(REPLICASETS, DeploymentReconciler.deployments_of_rs)
+    .for_(DEPLOYMENTS)
+    .owns(REPLICASETS, expect=True)
+    .adopts(REPLICASETS)
     .watches(PODS, DeploymentReconciler.deployment_of_pod, _pod_deleted)
-    .observe(DeploymentReconciler.observe)
     .with_options(steward.ControllerOptions(max_concurrent_reconciles=5))
     .beside_upstream(None)  # Deployments have no spec.managedBy: upstream's must be off
     .describe(
@@ -638,5 +599,5 @@ CONTROLLER = (
     .complete(DeploymentReconciler)
 )
 """The Deployment controller: Deployments are the primary type; a ReplicaSet change queues
-its Deployment (or, for an orphan, every Deployment selecting it); a pod's deletion queues
-the Deployment of its ReplicaSet."""
+its Deployment after lowering its expectations (or, for an orphan, every Deployment
+selecting it); a pod's deletion queues the Deployment of its ReplicaSet."""
