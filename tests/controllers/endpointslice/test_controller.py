@@ -21,16 +21,14 @@ from typing import Any
 import pytest
 
 import steward
+from steward import ENDPOINT_SLICES, PODS, SERVICES
 from steward.controllers.endpointslice import hints
 from steward.controllers.endpointslice.controller import EndpointSliceReconciler
 from steward.controllers.endpointslice.sync import (
     HEADLESS_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
-    PODS,
     SERVICE_NAME_LABEL,
-    SERVICES,
-    SLICES,
     UPSTREAM_MANAGED_BY,
 )
 from steward.kube import KubeClient, NotFoundError
@@ -298,10 +296,10 @@ async def test_multiple_pod_updates(
     syncs: list[Request] = []
     inner = reconciler.reconcile
 
-    async def counted(request: Request, contexts: Any) -> Result:
+    async def counted(request: Request) -> Result:
         if request == Request(namespace, "svc"):
             syncs.append(request)
-        return await inner(request, contexts)
+        return await inner(request)
 
     await asyncio.sleep(1.0)  # the last write's own event is in
     reconciler.reconcile = counted  # type: ignore[method-assign]
@@ -549,7 +547,7 @@ async def test_stale_mirror_never_writes_twice(
 
     def mirrored() -> list[Any]:
         """Steward's slices of the Service in the mirror (upstream's are there too)."""
-        held = mirror.by_index(SLICES, "service", f"{namespace}/svc")
+        held = mirror.by_index(ENDPOINT_SLICES, "service", f"{namespace}/svc")
         return [s for s in held if s.meta.labels.get(MANAGED_BY_LABEL) == MANAGED_BY]
 
     request = Request(namespace, "svc")

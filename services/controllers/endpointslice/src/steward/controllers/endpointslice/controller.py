@@ -23,10 +23,11 @@ Topology-hint Events from the plan are recorded on the Service.
 A sync that would act on a mirror older than its own writes would write twice: create a
 slice again, or delete one twice. Creations and deletions are expectations
 (:attr:`steward.Context.expectations`, lowered by :meth:`EndpointSliceReconciler.observe`
-as the mirror shows the slices appear and go): while any is pending the sync writes
-nothing and comes back with backoff. Updates need nothing of the controller's own: the
-mirror's read-your-writes guard ends the sync (:class:`steward.StaleRead`) while a slice
-it updated shows an older version, and queues it again once the mirror caught up.
+as the mirror shows the slices appear and go, for the Service their service-name label
+names): while any is pending the sync writes nothing and comes back with backoff. Updates
+need nothing of the controller's own: the mirror's read-your-writes guard ends the sync
+(:class:`steward.StaleRead`) while a slice it updated shows an older version, and queues
+it again once the mirror caught up.
 
 # Queueing
 Every change of a Service queues it. A pod change queues the Services of its namespace
@@ -41,37 +42,36 @@ queues the Services whose hints now overload a zone, as upstream.
 # Errors
 A refused write ends the sync with the API server's error, after a Warning Event
 ``FailedToUpdateEndpointSlices`` on the Service, and the key is retried with backoff; a
-create refused because the namespace is being terminated ends the sync quietly. Pods
-whose node is missing are left out of the slices written and then fail the sync (so it is
-retried), unless the Service publishes not-ready addresses. After :data:`MAX_RETRIES`
-failed syncs in a row the key is dropped (upstream's maxRetries) until its next event.
+create refused because the namespace is being deleted
+(:func:`steward.namespace_terminating`) ends the sync quietly, writing nothing more (as
+upstream). Creating or deleting a slice records no Event of its own (upstream records
+none). Pods whose node is missing are left out of the slices written and then fail the
+sync (so it is retried), unless the Service publishes not-ready addresses. After
+:data:`MAX_RETRIES` failed syncs in a row the key is dropped (upstream's maxRetries)
+until its next event.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import steward
-from steward import ApiError, ApiStatusError, Request, Result
+from steward import ENDPOINT_SLICES, NODES, PODS, SERVICES, ApiError, Request, Result
 from steward.controllers.endpointslice import hints
 from steward.controllers.endpointslice.sync import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     MAX_ENDPOINTS_PER_SLICE,
-    NODES,
-    PODS,
     SERVICE_NAME_LABEL,
-    SERVICES,
-    SLICES,
     Plan,
     Settings,
+    Slice,
     owned_by,
     plan,
 )
-from steward.kube import NAMESPACE_TERMINATING, error_message
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,6 @@ BACKOFF_BASE_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 1000.0
 """A failed Service's retries: 1 s doubling to 1000 s (upstream's defaultSyncBackOff and
 maxSyncBackOff)."""
-_SLICES_KEY = ("discovery.k8s.io", "v1", "endpointslices")
-_SERVICES_KEY = ("", "v1", "services")
 UPSTREAM_MANAGED_BY = "endpointslice-controller.k8s.io"
 """The managed-by value of kube-controller-manager's endpointslice-controller."""
 
@@ -174,9 +172,10 @@ class EndpointSliceReconciler:
 
     def __init__(self, ctx: steward.Context) -> None:
         self.mirror = ctx.mirror
-        self.api = ctx.api
         self.expectations = ctx.expectations
         self.events = ctx.event_recorder(COMPONENT)
+        self.slices = ctx.children(ENDPOINT_SLICES)  # no Events: upstream records none
+        self.client = ctx.client(ENDPOINT_SLICES)
         self.settings = Settings(
             managed_by=str(ctx.flags.managed_by),
             max_endpoints=int(ctx.flags.max_endpoints_per_slice),
@@ -195,14 +194,20 @@ class EndpointSliceReconciler:
 
     # Events -----------------------------------------------------------------------------
     def observe(self, change: steward.Change) -> None:
-        """Lower expectations as the mirror shows our slices appear, get a deletion
-        timestamp, or go; forget a deleted Service's."""
+        """Lower expectations as the mirror shows our slices (and those we replace)
+        appear, get a deletion timestamp, or go; forget a deleted Service's.
+
+        Not the runtime's ``owns(..., expect=True)``: that counts every slice the Service
+        controls, upstream's too (running beside, its creations would lower ours), and
+        only slices whose controller reference still resolves to the Service (a slice of
+        a Service deleted and created again, which a sync deletes, would never lower its
+        deletion). A slice counts here for the Service its service-name label names."""
         obj = change.obj
-        if obj.type == _SERVICES_KEY:
+        if obj.type == SERVICES:
             if change.kind is steward.ChangeKind.DELETED:
                 self.expectations.forget(obj.key)
             return
-        if obj.type != _SLICES_KEY or not (self._ours(obj) or self._replaced(obj)):
+        if obj.type != ENDPOINT_SLICES or not (self._ours(obj) or self._replaced(obj)):
             return
         service = obj.meta.labels.get(SERVICE_NAME_LABEL, "")
         if not service:
@@ -223,7 +228,7 @@ class EndpointSliceReconciler:
         Asked of the new state, of the old state of an update, and of a deleted slice's
         last state: which one it is shows in what the mirror holds now."""
         service = obj.meta.labels.get(SERVICE_NAME_LABEL, "")
-        held = self.mirror.get(SLICES, obj.namespace, obj.name)
+        held = self.mirror.get(ENDPOINT_SLICES, obj.namespace, obj.name)
         if held is None or held.meta.uid != obj.meta.uid:  # deleted
             expected = self.own.gone(obj.meta.uid)
             return (
@@ -261,7 +266,7 @@ class EndpointSliceReconciler:
             self._topology_stale = False
 
     # Reconcile ----------------------------------------------------------------------------
-    async def reconcile(self, request: Request, contexts: Sequence[steward.TraceContext]) -> Result:
+    async def reconcile(self, request: Request) -> Result:
         """Sync one Service's slices (the runtime retries a failure with backoff, at most
         :data:`MAX_RETRIES` times in a row)."""
         return await self._sync((request.namespace, request.name))
@@ -288,7 +293,7 @@ class EndpointSliceReconciler:
             )
             return Result(requeue=True)
         pods = steward.endpoints.selected_pods(self.mirror, service)
-        indexed = self.mirror.by_index(SLICES, "service", f"{ns}/{name}")
+        indexed = self.mirror.by_index(ENDPOINT_SLICES, "service", f"{ns}/{name}")
         live = [s for s in indexed if not s.meta.HasField("deletion_timestamp")]
         slices = [s.object for s in live if self._ours(s)]
         # Computed on every sync, so the tracker follows the pods even when nothing is
@@ -312,7 +317,7 @@ class EndpointSliceReconciler:
         try:
             await self._write(service, key, decided)
         except ApiError as err:
-            self._failed(service, error_message(err))
+            self._failed(service, steward.error_message(err))
             raise
         finally:
             for event in decided.events:
@@ -340,50 +345,62 @@ class EndpointSliceReconciler:
     # Writes -------------------------------------------------------------------------------
     async def _write(self, service: dict[str, Any], key: Key, decided: Plan) -> None:
         """Creations (expected), updates, deletions (expected), in upstream's order; the
-        first refusal raises."""
-        ns = key[0]
-        if decided.create:
-            outcome = await self.expectations.create(
-                key, len(decided.create), lambda i: self._create(ns, decided.create[i])
-            )
-            if outcome.errors:
-                err = outcome.errors[0]
-                if isinstance(err, ApiStatusError) and err.has_cause(NAMESPACE_TERMINATING):
-                    log.debug("not creating slices in %s: %s", ns, err.message)
-                    return
-                raise err
+        first refusal raises. A namespace being deleted ends the writes quietly."""
+        if decided.create and not await self._create(service, key, decided.create):
+            log.debug("not creating slices in %s: the namespace is being deleted", key[0])
+            return
         for body in decided.update:
-            path = steward.api_path(SLICES, ns, body["metadata"]["name"])
-            self.own.wrote(await self.api.arequest("PUT", path, body))
+            self.own.wrote(await self.client.update(body))
         if decided.delete:
-            names = [f"{ns}/{s['metadata']['name']}" for s in decided.delete]
-            outcome = await self.expectations.delete(
-                key, names, lambda i: self._delete(ns, decided.delete[i])
-            )
-            if outcome.errors:
-                raise outcome.errors[0]
+            await self._delete(service, key, decided.delete)
 
-    async def _create(self, ns: str, body: dict[str, Any]) -> None:
-        self.own.wrote(await steward.create_child(self.api, SLICES, ns, body))
+    async def _create(self, service: dict[str, Any], key: Key, bodies: list[Slice]) -> bool:
+        """Create ``bodies`` in slow-start batches, expected under ``key``; False when
+        the namespace is being deleted (the rest are not sent, as upstream, and their
+        expectations lowered; the refused one's waits for the Service's deletion)."""
+        terminating = False
 
-    async def _delete(self, ns: str, slice_: dict[str, Any]) -> None:
-        meta = slice_["metadata"]
-        uid = str(meta.get("uid") or "")
-        self.own.deleting(uid)
-        try:
-            await self.api.arequest("DELETE", steward.api_path(SLICES, ns, meta["name"]))
-        except steward.NotFoundError:
-            raise
-        except ApiError:
-            self.own.gone(uid)  # not deleted: a later deletion is someone else's
-            raise
+        async def one(i: int) -> None:
+            nonlocal terminating
+            if terminating:
+                self.expectations.creation_observed(key)  # never sent
+                return
+            created = await self.slices.create(service, bodies[i])
+            if created is None:
+                terminating = True
+            else:
+                self.own.wrote(created)
+
+        outcome = await self.expectations.create(key, len(bodies), one)
+        if outcome.errors:
+            raise outcome.errors[0]
+        return not terminating
+
+    async def _delete(self, service: dict[str, Any], key: Key, victims: list[Slice]) -> None:
+        """Delete ``victims`` at once, expected under ``key``; the first refusal raises."""
+
+        async def one(i: int) -> None:
+            uid = str(victims[i]["metadata"].get("uid") or "")
+            self.own.deleting(uid)
+            try:
+                await self.slices.delete(service, victims[i])
+            except steward.NotFoundError:
+                raise
+            except ApiError:
+                self.own.gone(uid)  # not deleted: a later deletion is someone else's
+                raise
+
+        names = [f"{key[0]}/{s['metadata']['name']}" for s in victims]
+        outcome = await self.expectations.delete(key, names, one)
+        if outcome.errors:
+            raise outcome.errors[0]
 
 
 CONTROLLER = (
     steward.ControllerBuilder[EndpointSliceReconciler](NAME)
-    .for_(SERVICES, kind="Service")
+    .for_(SERVICES)
     .watches(PODS, EndpointSliceReconciler.services_of_pod, steward.endpoints.pod_change_matters)
-    .watches(SLICES, EndpointSliceReconciler.service_of_slice)
+    .watches(ENDPOINT_SLICES, EndpointSliceReconciler.service_of_slice)
     .watches(NODES, EndpointSliceReconciler.services_of_node, node_change_matters)
     .observe(EndpointSliceReconciler.observe)
     .with_index("service", _service_index)

@@ -23,14 +23,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import steward
-from steward import copy_json
+from steward import SERVICES, copy_json
 from steward.controllers.endpointslice import hints
 from steward.controllers.endpointslice.hints import Event, TopologyCache
-
-SERVICES = steward.resource_type("", "v1", "services")
-PODS = steward.resource_type("", "v1", "pods")
-NODES = steward.resource_type("", "v1", "nodes")
-SLICES = steward.resource_type("discovery.k8s.io", "v1", "endpointslices")
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 """The Service a slice belongs to."""
@@ -261,7 +256,7 @@ def new_slice(
             "generateName": name_prefix(str(meta.get("name", ""))),
             "namespace": meta.get("namespace", ""),
             "labels": labels,
-            "ownerReferences": [steward.controller_ref(service, SERVICES, "Service")],
+            "ownerReferences": [steward.controller_ref(service, SERVICES)],
         },
         "addressType": address_type,
         "endpoints": [],
@@ -270,12 +265,9 @@ def new_slice(
 
 
 def owned_by(slice_: Mapping[str, Any], service: Mapping[str, Any]) -> bool:
-    """Whether an owner reference of the slice names the Service (v1, by UID)."""
-    uid = (service.get("metadata") or {}).get("uid")
-    return any(
-        ref.get("uid") == uid and ref.get("kind") == "Service" and ref.get("apiVersion") == "v1"
-        for ref in (slice_.get("metadata") or {}).get("ownerReferences") or ()
-    )
+    """Whether the slice's controller reference names the Service (by UID)."""
+    ref = steward.owner_of(slice_, SERVICES)
+    return ref is not None and ref.uid == (service.get("metadata") or {}).get("uid")
 
 
 def _name(slice_: Mapping[str, Any]) -> str:
