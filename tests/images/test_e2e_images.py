@@ -38,6 +38,7 @@ from steward import images
 from steward.cluster import binaries
 from steward.cluster.errors import ClusterError
 from steward.cluster.progress import Progress
+from steward.images import e2e_images
 from tests.conftest import skip_or_fail
 from tests.images import test_build as _build
 
@@ -516,13 +517,13 @@ def test_agnhost_serves_hostname(ctr: Ctr) -> None:
 def test_dynamic_or_foreign_binaries_are_refused(tmp_path: Path) -> None:
     dynamic = next(p for p in (Path("/usr/bin/ls"), Path("/bin/ls")) if p.is_file())
     with pytest.raises(images.ImageError, match="dynamically linked"):
-        images._static_elf(dynamic, "agnhost")
+        e2e_images._static_elf(dynamic, "agnhost")
     script = tmp_path / "script"
     script.write_text("#!/bin/sh\n" + "#" * 80 + "\n")
     with pytest.raises(images.ImageError, match="not a 64-bit"):
-        images._static_elf(script, "agnhost")
+        e2e_images._static_elf(script, "agnhost")
     with pytest.raises(images.ImageError, match="No such file"):
-        images._static_elf(tmp_path / "absent", "agnhost")
+        e2e_images._static_elf(tmp_path / "absent", "agnhost")
 
 
 @pytest.mark.unit

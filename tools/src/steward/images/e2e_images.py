@@ -1,0 +1,345 @@
+"""The images upstream's e2e specs run (busybox, agnhost, pause), under their own names.
+
+:func:`build_e2e_archive` (``python -m steward.images --e2e``) writes an archive of the
+images upstream's e2e specs ``[sig-apps] Job``, ``Deployment`` and ``ReplicaSet``
+``[Conformance]`` run, under the exact names e2e expects (:data:`E2E_IMAGES`), so that a
+real node needs no registry:
+
+================================================  ==========================================
+image                                             what it is
+================================================  ==========================================
+registry.k8s.io/e2e-test-images/busybox:1.37.0-2  Debian's busybox-static (1.35), not 1.37
+registry.k8s.io/e2e-test-images/agnhost:2.66.1    our build of agnhost, busybox for a shell
+registry.k8s.io/e2e-test-images/agnhost:2.55      the same manifest as 2.66.1
+registry.k8s.io/pause:3.10.2                      Steward's pause, as build_pause_archive's
+================================================  ==========================================
+
+- **busybox**: one layer: ``/bin/busybox`` (the host's ``/bin/busybox`` of Debian's
+  ``busybox-static``, a static binary) and every applet of ``busybox --list`` a symbolic
+  link to it in ``/bin``; ``/etc/passwd`` and ``/etc/group`` with root and nobody;
+  ``/tmp`` 1777; busybox's copyright file. Configured as upstream's: runs as root (no
+  user set), no working directory, no entry point, ``Cmd ["sh"]``, upstream's ``PATH``.
+  Debian's busybox 1.35 ``sh`` drops environment variables whose names contain ``-``
+  (its children do not see them; a program started without the shell does): four
+  ``[sig-node]`` conformance specs check such variables, none of the ``[sig-apps]`` ones.
+- **agnhost**: busybox's layer (upstream's image has a shell; specs run ``sh -c`` in it)
+  and one of its own, as upstream's Dockerfile (``test/images/agnhost/Dockerfile`` of the
+  ``k8s.io/kubernetes`` module) adds: ``/agnhost`` (a static build, CGO off, of the
+  pinned v1.37.2 module's ``test/images/agnhost``, whose VERSION is 2.66.1), the
+  ``/agnhost-2`` link, ``/uploads``, and the users ``user-defined-in-image`` (1000) in
+  ``group-defined-in-image`` (50000), plus Alpine's ``/var/tmp`` (1777);
+  ``Entrypoint ["/agnhost"]``, ``Cmd ["pause"]`` and upstream's exposed ports (80, 8080,
+  8081, 9376, 5000). **Both agnhost names carry
+  this one build**: the Deployment specs roll from 2.55 to 2.66.1, and only need the two
+  to be different names that run. Not included from upstream's Alpine image: its
+  packages (bind-tools, curl, iproute2, iperf, bash, socat …), CoreDNS 1.6.2, porter's
+  certificate and the fake registry's content, which the ``[sig-apps]`` specs do not use;
+  the user's home directory is owned by root.
+- The layers and the archive are written as Steward's (:func:`write_tar`, umoci); the
+  result is cached in ``cache_root()/images/e2e/<digest>/`` by a digest of the agnhost,
+  pause and busybox binaries, busybox's copyright file, the recipe
+  (:data:`E2E_RECIPE_VERSION`, names, configurations) and the epoch, and a cached result
+  returns without waiting for the images' lock. Building needs umoci and busybox-static,
+  not root, and takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import struct
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from steward.cluster.progress import Progress
+from steward.images.common import (
+    ImageError,
+    InputsDigest,
+    images_root,
+    locked,
+    require_tools,
+    run,
+    sha256_file,
+    source_date_epoch,
+)
+from steward.images.layout import BuiltArchive, Layout, describe, write_tar
+from steward.images.steward_images import PAUSE_IMAGE, PAUSE_USER, add_pause
+
+E2E_RECIPE_VERSION = "2"
+"""Bumped when what :func:`build_e2e` makes changes in a way its inputs do not show (the
+images' trees, configurations or names)."""
+
+BUSYBOX_IMAGE = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
+AGNHOST_IMAGE = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+AGNHOST_PREVIOUS_IMAGE = "registry.k8s.io/e2e-test-images/agnhost:2.55"
+"""The Deployment specs roll from this agnhost to :data:`AGNHOST_IMAGE`: the same image."""
+E2E_IMAGES: tuple[str, ...] = (AGNHOST_PREVIOUS_IMAGE, AGNHOST_IMAGE, BUSYBOX_IMAGE, PAUSE_IMAGE)
+"""The names :func:`build_e2e_archive`'s archive holds, in its index's (sorted) order."""
+
+BUSYBOX_BINARY = Path("/bin/busybox")
+"""Debian's busybox-static (a static binary; the dynamic ``busybox`` package's is not)."""
+BUSYBOX_COPYRIGHT = Path("/usr/share/doc/busybox-static/copyright")
+E2E_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""Upstream's PATH (busybox's and Alpine's images)."""
+AGNHOST_ENTRYPOINT = ("/agnhost",)
+AGNHOST_CMD = ("pause",)
+AGNHOST_PORTS = ("80/tcp", "8080/tcp", "8081/tcp", "9376/tcp", "5000/tcp")
+"""What upstream's agnhost Dockerfile exposes (test-webserver, netexec and nettest,
+netexec's UDP, serve-hostname, grpc-health-checking)."""
+
+_E2E_USERS = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
+_E2E_GROUP = "root:x:0:\nnobody:x:65534:\n"
+_AGNHOST_USERS = (
+    _E2E_USERS + "user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n"
+)
+_AGNHOST_GROUP = (
+    _E2E_GROUP
+    + "user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"
+)
+_E2E_TAGS = {
+    "agnhost": AGNHOST_IMAGE,
+    "agnhost-previous": AGNHOST_PREVIOUS_IMAGE,
+    "busybox": BUSYBOX_IMAGE,
+    "pause": PAUSE_IMAGE,
+}
+"""umoci's internal tag of each image in the layout → its name."""
+
+
+@dataclass(frozen=True)
+class BuiltE2E(BuiltArchive):
+    """What :func:`build_e2e` made: an archive of :data:`E2E_IMAGES`, both agnhost names
+    with the same manifest, busybox's layer shared by busybox and agnhost."""
+
+    busybox_version: str
+    """What the busybox binary says it is, e.g. ``v1.35.0 (Debian 1:1.35.0-4+deb12u1+b1)``."""
+    applets: int
+    """How many applets are linked in ``/bin``."""
+
+
+def _static_elf(path: Path, what: str) -> None:
+    """Raise unless ``path`` is an x86-64 ELF executable without an interpreter (so it
+    needs no libc in the image)."""
+    try:
+        with path.open("rb") as f:
+            header = f.read(64)
+            if len(header) < 64 or header[:4] != b"\x7fELF" or header[4:6] != b"\x02\x01":
+                raise ImageError(f"{what} {path}: not a 64-bit little-endian ELF executable")
+            (machine,) = struct.unpack_from("<H", header, 18)
+            if machine != 62:
+                raise ImageError(f"{what} {path}: not an x86-64 executable (machine {machine})")
+            (phoff,) = struct.unpack_from("<Q", header, 32)
+            phentsize, phnum = struct.unpack_from("<HH", header, 54)
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError as err:
+        raise ImageError(f"{what} {path}: {err}") from err
+    for i in range(phnum):
+        (p_type,) = struct.unpack_from("<I", table, i * phentsize)
+        if p_type == 3:  # PT_INTERP
+            raise ImageError(
+                f"{what} {path} is dynamically linked (it names an interpreter) and the "
+                "image has no libc: use a static build (CGO_ENABLED=0, busybox-static)"
+            )
+
+
+def _e2e_key(*, agnhost: Path, pause: Path, busybox: Path, epoch: int) -> str:
+    inputs = InputsDigest()
+    recipe = {
+        "version": E2E_RECIPE_VERSION,
+        "images": _E2E_TAGS,
+        "path": E2E_PATH,
+        "agnhost": [AGNHOST_ENTRYPOINT, AGNHOST_CMD, AGNHOST_PORTS],
+        "files": [_E2E_USERS, _E2E_GROUP, _AGNHOST_USERS, _AGNHOST_GROUP],
+        "pause": PAUSE_USER,
+        "epoch": epoch,
+    }
+    inputs.feed("recipe", json.dumps(recipe, sort_keys=True).encode())
+    for label, path in (("agnhost", agnhost), ("pause", pause), ("busybox", busybox)):
+        inputs.feed(label, sha256_file(path).encode())
+    copyright_ = BUSYBOX_COPYRIGHT.read_bytes() if BUSYBOX_COPYRIGHT.is_file() else b""
+    inputs.feed("busybox copyright", copyright_)
+    return inputs.hexdigest()
+
+
+def _busybox_applets(busybox: Path, out: Progress) -> tuple[str, list[str]]:
+    """``busybox``'s version line and its applets (from ``busybox --list``)."""
+    banner = run([str(busybox)], out=out, label="busybox").splitlines()
+    match = re.match(r"BusyBox (v\S+(?: \([^)]*\))?)", banner[0] if banner else "")
+    version = match.group(1) if match else "unknown"
+    listed = run([str(busybox), "--list"], out=out, label="busybox --list").split()
+    applets = sorted(set(listed) - {"busybox"}, key=os.fsencode)
+    bad = [a for a in applets if "/" in a or a in (".", "..")]
+    if bad or "sh" not in applets:
+        raise ImageError(f"{busybox} --list: unexpected applets {bad} (or no sh): {listed[:20]}")
+    return version, applets
+
+
+def _busybox_tree(root: Path, busybox: Path, applets: Sequence[str]) -> None:
+    """busybox's root file system: /bin/busybox, every applet a symbolic link to it in
+    /bin, /etc/passwd and /etc/group (root, nobody), /tmp 1777, busybox's copyright."""
+    for name in ("bin", "dev", "etc", "home", "proc", "root", "sys", "tmp", "usr", "var"):
+        (root / name).mkdir(parents=True)
+    (root / "tmp").chmod(0o1777)
+    shutil.copyfile(busybox, root / "bin" / "busybox")
+    (root / "bin" / "busybox").chmod(0o755)
+    for applet in applets:
+        (root / "bin" / applet).symlink_to("busybox")
+    (root / "etc" / "passwd").write_text(_E2E_USERS)
+    (root / "etc" / "group").write_text(_E2E_GROUP)
+    if BUSYBOX_COPYRIGHT.is_file():
+        doc = root / "usr/share/doc/busybox-static"
+        doc.mkdir(parents=True)
+        shutil.copyfile(BUSYBOX_COPYRIGHT, doc / "copyright")
+
+
+def _agnhost_tree(root: Path, agnhost: Path) -> None:
+    """agnhost's layer over busybox's, as upstream's Dockerfile adds: /agnhost, the
+    /agnhost-2 link (entrypoint-tester), /uploads (netexec) and the users
+    user-defined-in-image (1000) in group-defined-in-image (50000); and /var/tmp 1777,
+    which upstream's Alpine base has (the DaemonSet surge spec's readiness probe touches
+    a file there)."""
+    root.mkdir()
+    shutil.copyfile(agnhost, root / "agnhost")
+    (root / "agnhost").chmod(0o755)
+    (root / "agnhost-2").symlink_to("agnhost")
+    (root / "uploads").mkdir()
+    (root / "var" / "tmp").mkdir(parents=True)
+    (root / "var" / "tmp").chmod(0o1777)
+    (root / "home" / "user-defined-in-image").mkdir(parents=True)
+    (root / "etc").mkdir()
+    (root / "etc" / "passwd").write_text(_AGNHOST_USERS)
+    (root / "etc" / "group").write_text(_AGNHOST_GROUP)
+
+
+def build_e2e(
+    *,
+    agnhost_binary: Path,
+    pause_binary: Path,
+    out: Progress,
+    output: Path | None = None,
+    use_cache: bool = True,
+    busybox_binary: Path = BUSYBOX_BINARY,
+) -> BuiltE2E:
+    """Build :data:`E2E_IMAGES` into one OCI image-layout archive (see the module's
+    documentation); :func:`build_e2e_archive` returns its path alone.
+
+    Kept in ``cache_root()/images/e2e/<key>/`` (the last three) and returned at once
+    when the inputs are unchanged (unless ``use_cache`` is false); written to ``output``
+    too when given. Needs umoci and, for the default busybox, busybox-static; no root.
+    """
+    started = time.monotonic()
+    epoch = source_date_epoch()
+    if busybox_binary == BUSYBOX_BINARY:
+        require_tools(("busybox-static",), out)
+    for what, path in (
+        ("agnhost", agnhost_binary),
+        ("pause", pause_binary),
+        ("busybox", busybox_binary),
+    ):
+        _static_elf(path, what)
+    key = _e2e_key(agnhost=agnhost_binary, pause=pause_binary, busybox=busybox_binary, epoch=epoch)
+    archive = images_root() / "e2e" / key[:20] / "e2e-images.tar"
+
+    def cached() -> BuiltE2E | None:
+        if not use_cache:
+            return None
+        return BuiltE2E.from_cache(archive, started=started, out=out, what="e2e images")
+
+    # The archive is in place before its built.json: a cached result needs no lock (so
+    # no wait for another build of Steward's images); once the lock is held, one may
+    # have been built meanwhile.
+    built = cached()
+    with contextlib.nullcontext() if built else locked(out):
+        built = built or cached()
+        if built is None:
+            require_tools(("umoci",), out)
+            out.say(f"e2e images: building {', '.join(E2E_IMAGES)}")
+            built = _build_e2e(
+                agnhost=agnhost_binary,
+                pause=pause_binary,
+                busybox=busybox_binary,
+                epoch=epoch,
+                key=key,
+                archive=archive,
+                started=started,
+                out=out,
+            )
+    return built.written_to(output)
+
+
+def build_e2e_archive(
+    *, agnhost_binary: Path, pause_binary: Path, out: Progress, output: Path | None = None
+) -> Path:
+    """The archive of :data:`E2E_IMAGES` for ``ctr -n k8s.io images import``
+    (:func:`import_into_containerd`): built from ``agnhost_binary`` (a static build of
+    the pinned module's ``test/images/agnhost``), ``pause_binary`` and Debian's
+    busybox-static, cached by their digests. ``output``: also written there."""
+    return build_e2e(
+        agnhost_binary=agnhost_binary, pause_binary=pause_binary, out=out, output=output
+    ).archive
+
+
+def _build_e2e(
+    *,
+    agnhost: Path,
+    pause: Path,
+    busybox: Path,
+    epoch: int,
+    key: str,
+    archive: Path,
+    started: float,
+    out: Progress,
+) -> BuiltE2E:
+    unpacked: dict[str, tuple[int, str]] = {}
+    env = (("PATH", E2E_PATH),)
+    with tempfile.TemporaryDirectory(prefix=".tmp-e2e-", dir=images_root()) as tmp_name:
+        tmp = Path(tmp_name)
+        version, applets = _busybox_applets(busybox, out)
+        _busybox_tree(tmp / "busybox-root", busybox, applets)
+        busybox_layer = tmp / "busybox-layer.tar"
+        diff_id, size = write_tar(busybox_layer, tmp / "busybox-root", epoch=epoch)
+        busybox_what = f"busybox: Debian busybox-static {version}, {len(applets)} applets in /bin"
+        unpacked[f"sha256:{diff_id}"] = (size, busybox_what)
+        _agnhost_tree(tmp / "agnhost-root", agnhost)
+        agnhost_layer = tmp / "agnhost-layer.tar"
+        diff_id, size = write_tar(agnhost_layer, tmp / "agnhost-root", epoch=epoch)
+        agnhost_what = "agnhost: /agnhost (k8s.io/kubernetes test/images/agnhost)"
+        unpacked[f"sha256:{diff_id}"] = (size, agnhost_what)
+
+        layout = Layout(tmp / "layout", epoch, out)
+        layout.init()
+        layout.new("busybox")
+        layout.add_layer("busybox", busybox_layer, busybox_what)
+        layout.add_layer("busybox", agnhost_layer, agnhost_what, new_tag="agnhost")
+        # Upstream's busybox runs as root with no working directory set, CMD ["sh"].
+        layout.configure("busybox", user=None, entrypoint=(), env=env, workingdir=None, cmd=("sh",))
+        layout.configure(
+            "agnhost",
+            user=None,
+            entrypoint=AGNHOST_ENTRYPOINT,
+            env=env,
+            workingdir=None,
+            cmd=AGNHOST_CMD,
+            exposed_ports=AGNHOST_PORTS,
+        )
+        layout.tag("agnhost", "agnhost-previous")
+        add_pause(layout, pause, tmp, epoch, unpacked)
+        layout.write_archive(archive, _E2E_TAGS)
+        images, layers = describe(layout.path, unpacked)
+    return BuiltE2E.made(
+        archive,
+        images,
+        layers,
+        key=key,
+        started=started,
+        out=out,
+        what="e2e images",
+        busybox_version=version,
+        applets=len(applets),
+    )

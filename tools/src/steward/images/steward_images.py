@@ -1,0 +1,314 @@
+"""Steward's images: the informer, the manager, one per controller, and pause.
+
+Each service image is the base layer (:mod:`steward.images.base`) and its venv's layer
+(:mod:`steward.images.venvs`), configured as ``deploy/images/Dockerfile``'s runtime
+stage: user ``65532:65532``, working directory ``/tmp``,
+``PATH=/opt/steward/venv/bin:/usr/bin:/bin``, ``PYTHONDONTWRITEBYTECODE=1``,
+``PYTHONUNBUFFERED=1``, ``HOME=/tmp``, ``TMPDIR=/tmp``; the entry point in exec form.
+Every file is owned by root and not writable by group or others (``/tmp`` alone is
+``1777``); nothing in the image needs to be writable. The pause image is ``/pause``
+alone, user ``65535:65535``.
+
+Results are cached by a digest of the inputs (the recipe, the base, each venv's exported
+requirements, the workspace members' pyproject files, readmes and sources, uv's version,
+the tag, the epoch, the pause binary) in ``cache_root()/images/archives/<digest>/``: a
+second call with nothing changed returns at once. A change rebuilds every venv (about a
+minute on two cores, mostly byte-compilation); the base stays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from steward.cluster import binaries
+from steward.cluster.progress import Progress
+from steward.images.base import SUITE, Base, ensure_base
+from steward.images.common import (
+    RECIPE_VERSION,
+    ImageError,
+    InputsDigest,
+    copy_out,
+    images_root,
+    locked,
+    prune,
+    recipe_source,
+    require_root,
+    require_tools,
+    run,
+    source_date_epoch,
+    walk,
+)
+from steward.images.layout import BuiltArchive, Layout, describe, write_tar
+from steward.images.venvs import (
+    CONTROLLERS,
+    HATCHLING,
+    VENV,
+    VenvPlan,
+    build_wheels,
+    feed_plans,
+    find_uv,
+    install_venv,
+    plan_venvs,
+)
+
+DEFAULT_TAG = "dev"
+
+USER = "65532:65532"
+ENV = (
+    ("PATH", f"{VENV}/bin:/usr/bin:/bin"),
+    ("PYTHONDONTWRITEBYTECODE", "1"),
+    ("PYTHONUNBUFFERED", "1"),
+    ("HOME", "/tmp"),  # noqa: S108 (the emptyDir the pods mount)
+    ("TMPDIR", "/tmp"),  # noqa: S108
+)
+WORKDIR = "/tmp"  # noqa: S108
+
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10.2"
+PAUSE_USER = "65535:65535"
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """One service image: its name, the venv it runs from, the module it runs."""
+
+    service: str
+    venv: str
+    module: str
+
+    @property
+    def name(self) -> str:
+        return f"steward-{self.service}"
+
+    def ref(self, tag: str) -> str:
+        """The name containerd lists (``steward-informer:dev`` normalised)."""
+        return f"docker.io/library/{self.name}:{tag}"
+
+    def entrypoint(self) -> list[str]:
+        return [f"{VENV}/bin/python", "-m", self.module]
+
+
+IMAGES = (
+    ImageSpec("informer", "services", "steward.informer"),
+    ImageSpec("manager", "services", "steward.manager"),
+    *(ImageSpec(f"controller-{c.name}", f"controller-{c.name}", c.module) for c in CONTROLLERS),
+)
+
+
+@dataclass(frozen=True)
+class BuiltImages(BuiltArchive):
+    """What :func:`build_images` made: its images by the name containerd lists, e.g.
+    ``docker.io/library/steward-informer:dev``; the base layer is shared by the service
+    images."""
+
+    base_key: str
+    base_packages: dict[str, str]
+    """The base's Debian packages and their versions."""
+
+
+def build_images(
+    tag: str = DEFAULT_TAG,
+    *,
+    out: Progress,
+    pause_binary: Path | None = None,
+    output: Path | None = None,
+    use_cache: bool = True,
+    rebuild_base: bool = False,
+) -> BuiltImages:
+    """Build Steward's images (and the pause image with ``pause_binary``) into one OCI
+    image-layout archive; see the module's documentation.
+
+    The archive is kept in ``cache_root()/images/archives/<key>/`` (the last three
+    builds), and also written to ``output`` when given. A cached archive of the same
+    inputs is returned at once unless ``use_cache`` is false; the base layer is reused
+    unless ``rebuild_base``.
+    """
+    started = time.monotonic()
+    if not tag or any(c in tag for c in "/:@ ") or len(tag) > 128:
+        raise ImageError(f"not an image tag: {tag!r}")
+    epoch = source_date_epoch()
+    repo = binaries.repo_root()
+    uv = find_uv()
+    with locked(out):
+        base = ensure_base(out=out, epoch=epoch, rebuild=rebuild_base)
+        uv_version = run([uv, "--version"], out=out, label="uv").strip()
+        plans = plan_venvs(uv, repo, out)
+        key = _inputs_key(
+            plans=plans,
+            base=base,
+            tag=tag,
+            epoch=epoch,
+            uv_version=uv_version,
+            pause_binary=pause_binary,
+        )
+        archive = images_root() / "archives" / key[:20] / f"steward-images-{tag}.tar"
+        built = None
+        if use_cache:
+            built = BuiltImages.from_cache(archive, started=started, out=out, what="images")
+        if built is None:
+            require_root("building the images")
+            require_tools(("umoci",), out)
+            out.say(
+                f"images: building {len(IMAGES)} service images"
+                + (" and the pause image" if pause_binary else "")
+                + f" (tag {tag}) on base {base.key[:12]}"
+            )
+            built = _build(
+                repo=repo,
+                uv=uv,
+                plans=plans,
+                base=base,
+                tag=tag,
+                epoch=epoch,
+                key=key,
+                archive=archive,
+                pause_binary=pause_binary,
+                out=out,
+                started=started,
+            )
+    return built.written_to(output)
+
+
+def _inputs_key(
+    *,
+    plans: Sequence[VenvPlan],
+    base: Base,
+    tag: str,
+    epoch: int,
+    uv_version: str,
+    pause_binary: Path | None,
+) -> str:
+    inputs = InputsDigest()
+    inputs.feed("recipe", recipe_source())
+    settings = [RECIPE_VERSION, tag, epoch, uv_version, HATCHLING]
+    inputs.feed("settings", json.dumps(settings).encode())
+    inputs.feed("base", base.key.encode() + base.diff_id.encode())
+    feed_plans(inputs, plans)
+    if pause_binary is not None:
+        inputs.feed("pause", pause_binary.read_bytes())
+    return inputs.hexdigest()
+
+
+def _build(
+    *,
+    repo: Path,
+    uv: str,
+    plans: Sequence[VenvPlan],
+    base: Base,
+    tag: str,
+    epoch: int,
+    key: str,
+    archive: Path,
+    pause_binary: Path | None,
+    out: Progress,
+    started: float,
+) -> BuiltImages:
+    unpacked: dict[str, tuple[int, str]] = {
+        base.diff_id: (base.size, f"base: Debian {SUITE}, Python {base.python_version}")
+    }
+    with tempfile.TemporaryDirectory(prefix=".tmp-build-", dir=images_root()) as tmp_name:
+        tmp = Path(tmp_name)
+        wheels = tmp / "wheels"
+        build_wheels(uv, repo, (m for p in plans for m in p.members), wheels, out)
+        out.say(f"images: workspace wheels built ({time.monotonic() - started:.0f}s)")
+        scratch = tmp / "root"
+        scratch.mkdir()
+        run(["tar", "-x", "-f", str(base.layer), "-C", str(scratch)], out=out, label="unpack base")
+        venv_layers: dict[str, tuple[Path, str]] = {}
+        for plan in plans:
+            began = time.monotonic()
+            install_venv(uv, repo, scratch, plan, wheels, base.python_version, out)
+            layer = tmp / f"venv-{plan.venv.name}.tar"
+            opt = ["opt", *(f"opt/{p}" for p in walk(scratch / "opt"))]
+            diff_id, size = write_tar(layer, scratch, epoch=epoch, paths=opt)
+            shutil.rmtree(scratch / "opt")
+            what = f"venv {plan.venv.name}: " + ", ".join(m.name for m in plan.members)
+            unpacked[f"sha256:{diff_id}"] = (size, what)
+            venv_layers[plan.venv.name] = (layer, what)
+            out.say(
+                f"images: venv {plan.venv.name} {size / 1e6:.0f} MB "
+                f"({time.monotonic() - began:.0f}s)"
+            )
+        layout = Layout(tmp / "layout", epoch, out)
+        layout.init()
+        layout.new("base")
+        layout.add_layer("base", base.layer, unpacked[base.diff_id][1])
+        names: dict[str, str] = {}
+        for image in IMAGES:
+            layer, what = venv_layers[image.venv]
+            layout.add_layer("base", layer, what, new_tag=image.service)
+            layout.configure(
+                image.service,
+                user=USER,
+                entrypoint=image.entrypoint(),
+                env=ENV,
+                workingdir=WORKDIR,
+            )
+            names[image.service] = image.ref(tag)
+        layout.remove("base")
+        if pause_binary is not None:
+            add_pause(layout, pause_binary, tmp, epoch, unpacked)
+            names["pause"] = PAUSE_IMAGE
+        layout.write_archive(archive, names)
+        images, layers = describe(layout.path, unpacked)
+    return BuiltImages.made(
+        archive,
+        images,
+        layers,
+        key=key,
+        started=started,
+        out=out,
+        what="images",
+        base_key=base.key,
+        base_packages=base.packages,
+    )
+
+
+def add_pause(
+    layout: Layout,
+    pause_binary: Path,
+    tmp: Path,
+    epoch: int,
+    unpacked: dict[str, tuple[int, str]],
+) -> None:
+    """The pause image, tagged ``pause`` in ``layout``: ``/pause`` alone, user 65535."""
+    pause_root = tmp / "pause-root"
+    pause_root.mkdir()
+    shutil.copyfile(pause_binary, pause_root / "pause")
+    (pause_root / "pause").chmod(0o755)
+    pause_layer = tmp / "pause-layer.tar"
+    diff_id, size = write_tar(pause_layer, pause_root, epoch=epoch)
+    unpacked[f"sha256:{diff_id}"] = (size, "pause: /pause")
+    layout.new("pause")
+    layout.add_layer("pause", pause_layer, "pause: /pause")
+    layout.configure("pause", user=PAUSE_USER, entrypoint=["/pause"], env=(), workingdir=WORKDIR)
+
+
+def build_pause_archive(pause_binary: Path, *, out: Progress, output: Path | None = None) -> Path:
+    """An archive holding the pause image (:data:`PAUSE_IMAGE`) alone, for nodes that need
+    their sandbox image without Steward's: cached by the binary's digest; needs umoci,
+    but neither root nor mmdebstrap. Written to ``output`` too when given."""
+    epoch = source_date_epoch()
+    digest = hashlib.sha256(recipe_source())
+    digest.update(f"\0{epoch}\0".encode())
+    digest.update(pause_binary.read_bytes())
+    key = digest.hexdigest()
+    archive = images_root() / "pause" / key[:20] / "pause.tar"
+    with locked(out):
+        if not archive.is_file():
+            require_tools(("umoci",), out)
+            with tempfile.TemporaryDirectory(prefix=".tmp-pause-", dir=images_root()) as tmp_name:
+                tmp = Path(tmp_name)
+                layout = Layout(tmp / "layout", epoch, out)
+                layout.init()
+                add_pause(layout, pause_binary, tmp, epoch, {})
+                layout.write_archive(archive, {"pause": PAUSE_IMAGE})
+            prune(archive.parent.parent, keep=3)
+            out.say(f"images: {PAUSE_IMAGE} in {archive}")
+    return archive if output is None else copy_out(archive, output)
