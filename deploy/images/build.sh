@@ -5,7 +5,7 @@
 # else dev).
 #
 #   deploy/images/build.sh [TAG] [BUILDER FLAGS...]      the default (`make images` runs it)
-#     Without a daemon or registry: `python -m steward.images` (tools/src/steward/images.py)
+#     Without a daemon or registry: `python -m steward.images` (tools/src/steward/images/)
 #     builds every image into one OCI image-layout archive, reproducibly (same inputs, same
 #     digests), with mmdebstrap (a Debian bookworm base with its python3.11, built once per
 #     machine and cached) and umoci; needs root, mmdebstrap and umoci (`make node-packages`)
