@@ -46,19 +46,25 @@ import argparse
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 import steward
-from steward import ApiError, ConflictError, Request, Result
+from steward import (
+    HORIZONTAL_POD_AUTOSCALERS,
+    PODS,
+    ApiError,
+    ConflictError,
+    Request,
+    Resource,
+    Result,
+)
 from steward.controllers.hpa.behavior import Normalizer
 from steward.controllers.hpa.metrics import (
     Discovery,
     MetricsClient,
     MetricsError,
-    Target,
     split_api_version,
 )
 from steward.controllers.hpa.replicas import (
@@ -75,8 +81,6 @@ NAME = "horizontalpodautoscaling"
 """The controller's name with the manager (kube-controller-manager's --controllers name)."""
 COMPONENT = "horizontal-pod-autoscaler"
 """The Events' source component, as upstream's."""
-HPAS = steward.resource_type("autoscaling", "v2", "horizontalpodautoscalers")
-PODS = steward.resource_type("", "v1", "pods")
 CONFLICT_TRIES = 5
 """Tries of a scale write that conflicts (upstream's ``retry.DefaultRetry``)."""
 SYNC_PERIOD = 15.0
@@ -239,6 +243,7 @@ class HPAReconciler:
         self.ctx = ctx
         self.mirror = ctx.mirror
         self.api = ctx.api
+        self.hpas = ctx.client(HORIZONTAL_POD_AUTOSCALERS)
         self.events = ctx.event_recorder(COMPONENT)
         flags = ctx.flags
         self.period = float(getattr(flags, "horizontal_pod_autoscaler_sync_period", SYNC_PERIOD))
@@ -264,17 +269,17 @@ class HPAReconciler:
         )
         self.discovery = Discovery(self.api)
         self.metrics = MetricsClient(self.api, self.discovery)
-        self.scales = self.api.with_own_rate_limit()
+        self.scales = steward.Client(self.api.with_own_rate_limit())
         """The scale subresource's client, a rate limiter of its own (upstream's scale
         client); HPAs, Events and discovery go through the controller's own client."""
         self.selectors: dict[tuple[str, str], dict[str, Any] | None] = {}
         """Each HPA's selector as last seen (None: registered, not yet known)."""
 
     # Reconcile ---------------------------------------------------------------------------
-    async def reconcile(self, request: Request, contexts: Sequence[steward.TraceContext]) -> Result:
+    async def reconcile(self, request: Request) -> Result:
         ns, name = request.namespace, request.name
         key = f"{ns}/{name}"
-        found = self.mirror.get(HPAS, ns, name)
+        found = self.mirror.get(HORIZONTAL_POD_AUTOSCALERS, ns, name)
         if found is None:
             self.normalizer.forget(key)
             self.selectors.pop((ns, name), None)
@@ -443,7 +448,7 @@ class HPAReconciler:
     # Scale -------------------------------------------------------------------------------
     async def _get_scale(
         self, ns: str, ref: dict[str, Any]
-    ) -> tuple[dict[str, Any] | None, Target | None, str]:
+    ) -> tuple[dict[str, Any] | None, Resource | None, str]:
         try:
             group, _ = split_api_version(str(ref.get("apiVersion", "")))
         except ValueError as err:
@@ -455,7 +460,7 @@ class HPAReconciler:
         first = ""
         for target in targets:
             try:
-                scale = await self.scales.arequest("GET", target.path(ns, name, "scale"))
+                scale = await self.scales(target).get(ns, name, subresource="scale")
             except ApiError as err:
                 first = first or error_message(err)
                 continue
@@ -463,22 +468,26 @@ class HPAReconciler:
         return None, None, first
 
     async def _write_scale(
-        self, target: Target, ns: str, ref: dict[str, Any], scale: dict[str, Any], desired: int
+        self, target: Resource, ns: str, ref: dict[str, Any], scale: dict[str, Any], desired: int
     ) -> None:
         """PUT the desired count to ``/scale``; on a conflict read the scale again and
-        retry, five tries in all (upstream's ``retry.DefaultRetry``)."""
-        path = target.path(ns, str(ref.get("name", "")), "scale")
+        retry, five tries in all (upstream's ``retry.DefaultRetry``).
+
+        The PUT is a raw request: the typed client has no verb that replaces a
+        subresource other than ``status``, and the target is of any kind that has one."""
+        name = str(ref.get("name", ""))
+        path = target.path(ns, name, "scale")
         body = steward.copy_json(scale)
         for attempt in range(CONFLICT_TRIES):
             body.setdefault("spec", {})["replicas"] = desired
             try:
-                await self.scales.arequest("PUT", path, body)
+                await self.scales.api.arequest("PUT", path, body)
                 return
             except ConflictError:
                 if attempt == CONFLICT_TRIES - 1:
                     raise
                 with contextlib.suppress(ApiError):
-                    body = await self.scales.arequest("GET", path)
+                    body = await self.scales(target).get(ns, name, subresource="scale")
                 await asyncio.sleep(0.01)
 
     # Metrics -----------------------------------------------------------------------------
@@ -886,10 +895,8 @@ class HPAReconciler:
         if new == original:
             return
         meta = hpa["metadata"]
-        body = {**hpa, "status": new}
-        path = steward.api_path(HPAS, meta.get("namespace", ""), meta.get("name", "")) + "/status"
         try:
-            await self.api.arequest("PUT", path, body)
+            await self.hpas.update_status(hpa, new)
         except ApiError as err:
             self.events.event(hpa, "Warning", "FailedUpdateStatus", error_message(err))
             if swallow:
@@ -917,7 +924,7 @@ def _identifier(ident: dict[str, Any]) -> dict[str, Any]:
 
 CONTROLLER = (
     steward.ControllerBuilder[HPAReconciler](NAME)
-    .for_(HPAS, steward.generation_changed, kind="HorizontalPodAutoscaler")
+    .for_(HORIZONTAL_POD_AUTOSCALERS, steward.generation_changed)
     .reads(PODS)
     .flags(add_flags)
     .with_options(steward.ControllerOptions(max_concurrent_reconciles=5))

@@ -29,12 +29,11 @@ builds one client per metrics API from the same configuration.
 from __future__ import annotations
 
 import urllib.parse
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import steward
-from steward import ApiError, KubeClient, NotFoundError
+from steward import ApiError, KubeClient, NotFoundError, Resource
 from steward.controllers.hpa.replicas import PodMetric, PodMetrics, parse_quantity_milli
 
 RESOURCE_METRICS = "/apis/metrics.k8s.io/v1beta1"
@@ -46,22 +45,6 @@ DEFAULT_WINDOW = timedelta(minutes=1)
 
 class MetricsError(Exception):
     """A metric that could not be read; the text says why, as upstream's."""
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where a kind's objects are served: group, version and plural resource."""
-
-    group: str
-    version: str
-    resource: str
-
-    def path(self, namespace: str, name: str, sub: str = "") -> str:
-        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
-        tail = f"/{sub}" if sub else ""
-        if namespace:
-            return f"{base}/namespaces/{namespace}/{self.resource}/{name}{tail}"
-        return f"{base}/{self.resource}/{name}{tail}"
 
 
 def split_api_version(api_version: str) -> tuple[str, str]:
@@ -92,14 +75,17 @@ class Discovery:
         self._lists: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._versions: dict[str, list[str]] = {}
 
+    async def _read(self, path: str) -> dict[str, Any]:
+        """A discovery document (raw: discovery is no resource); empty when not served."""
+        try:
+            return await self.api.arequest("GET", path)
+        except NotFoundError:
+            return {}
+
     async def _resources(self, group: str, version: str, fresh: bool) -> list[dict[str, Any]]:
         key = (group, version)
         if fresh or key not in self._lists:
-            path = f"/api/{version}" if not group else f"/apis/{group}/{version}"
-            try:
-                found = await self.api.arequest("GET", path)
-            except NotFoundError:
-                found = {}
+            found = await self._read(f"/api/{version}" if not group else f"/apis/{group}/{version}")
             self._lists[key] = list(found.get("resources") or ())
         return self._lists[key]
 
@@ -107,25 +93,24 @@ class Discovery:
         if not group:
             return ["v1"]
         if fresh or group not in self._versions:
-            try:
-                found = await self.api.arequest("GET", f"/apis/{group}")
-            except NotFoundError:
-                found = {}
+            found = await self._read(f"/apis/{group}")
             preferred = (found.get("preferredVersion") or {}).get("version")
             versions = [v.get("version") for v in found.get("versions") or () if v.get("version")]
             ordered = [preferred] if preferred else []
             self._versions[group] = ordered + [v for v in versions if v != preferred]
         return self._versions[group]
 
-    async def find(self, group: str, version: str, kind: str) -> Target | None:
+    async def find(self, group: str, version: str, kind: str) -> Resource | None:
         """The resource of ``kind`` in ``group/version`` (None when it is not served)."""
         for fresh in (False, True):
             for res in await self._resources(group, version, fresh):
                 if res.get("kind") == kind and "/" not in str(res.get("name", "")):
-                    return Target(group, version, str(res["name"]))
+                    return Resource(
+                        group, version, str(res["name"]), kind, bool(res.get("namespaced", True))
+                    )
         return None
 
-    async def targets(self, group: str, kind: str) -> list[Target]:
+    async def targets(self, group: str, kind: str) -> list[Resource]:
         """The resource of ``kind`` in every served version of ``group``, preferred first
         (upstream's REST mappings of a group and kind)."""
         for fresh in (False, True):
@@ -152,6 +137,8 @@ class MetricsClient:
         self.discovery = discovery
 
     async def _get(self, path: str, what: str) -> dict[str, Any]:
+        """One read of a metrics API (raw: its lists by label selector and its per-metric
+        paths are no object of a resource type, which the typed client reads)."""
         try:
             return await self.clients[what].arequest("GET", path)
         except ApiError as err:
@@ -237,7 +224,7 @@ class MetricsClient:
                 f"unable to map kind {kind}.{group or 'core'} to a resource: no matches for kind"
             )
         scope = "" if kind == "Namespace" else f"/namespaces/{namespace}"
-        gr = target.resource if not group else f"{target.resource}.{group}"
+        gr = target.plural if not group else f"{target.plural}.{group}"
         path = (
             f"{CUSTOM_METRICS}{scope}/{gr}/{name}/{urllib.parse.quote(metric)}"
             f"{_query(metricLabelSelector=metric_selector)}"
