@@ -35,15 +35,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 import steward
 from steward import (
+    CONTROLLER_REVISIONS,
+    DAEMONSETS,
+    NODES,
+    PODS,
     ApiError,
     ApiStatusError,
-    ConflictError,
     MirrorObject,
     NotFoundError,
     Request,
@@ -53,10 +56,6 @@ from steward.controllers.daemonset import history as hist
 from steward.controllers.daemonset import nodes as nd
 from steward.controllers.daemonset.sync import (
     BURST_REPLICAS,
-    CONTROLLER_REVISIONS,
-    DAEMONSETS,
-    NODES,
-    PODS,
     Plan,
     calculate_status,
     is_rolling_update,
@@ -65,12 +64,10 @@ from steward.controllers.daemonset.sync import (
     next_available,
     node_name,
     pod_for_node,
-    pod_name,
     pods_by_node,
     rolling_update,
     status_current,
 )
-from steward.kube import NAMESPACE_TERMINATING, error_message
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +75,6 @@ NAME = "daemonset"
 """The controller's name with the manager (as in kube-controller-manager's --controllers)."""
 COMPONENT = "daemonset-controller"
 """The Events' source component, as upstream's."""
-_DS_KEY = ("apps", "v1", "daemonsets")
-_PODS_KEY = ("", "v1", "pods")
-_MERGE = "application/merge-patch+json"
 BACKOFF_INITIAL = 1.0
 BACKOFF_MAX = 15 * 60.0
 
@@ -90,7 +84,7 @@ Key = tuple[str, str]
 
 def _on_node(obj: MirrorObject) -> Iterable[str]:
     """Index of pods by the node they are for (bound or pinned by affinity)."""
-    if obj.type != _PODS_KEY:
+    if obj.type != PODS:
         return ()
     target = nd.target_node(obj.object)
     return (target,) if target else ()
@@ -100,10 +94,6 @@ def _not_created(change: steward.Change) -> bool:
     """A controlled revision's creation queues nothing (upstream's ``addHistory``): the
     DaemonSet's own sync made it, or, made by someone else, the next sync finds it."""
     return change.kind is not steward.ChangeKind.ADDED
-
-
-def _is_ds_ref(ref: Any) -> bool:
-    return bool(ref.kind == "DaemonSet" and ref.api_version.startswith("apps/"))
 
 
 class Collision(ApiError):
@@ -146,52 +136,23 @@ class DaemonSetReconciler:
 
     def __init__(self, ctx: steward.Context) -> None:
         self.mirror = ctx.mirror
-        self.api = ctx.api
         self.clock = steward.utc_now
         self.expectations = ctx.expectations
+        """Per DaemonSet (namespace, name): the pod creations and deletions the mirror has
+        not shown yet (lowered by the runtime, ``owns(PODS, expect=True)``)."""
         self.events = ctx.event_recorder(COMPONENT)
-        self.pods = ctx.ownership(PODS)
-        self.revisions = ctx.ownership(CONTROLLER_REVISIONS)
+        self.daemonsets = ctx.client(DAEMONSETS)
+        self.pods = ctx.children(PODS, events=self.events)
+        self.revisions = ctx.children(CONTROLLER_REVISIONS)
         self.backoff = FailedPodBackoff()
 
     # Events -----------------------------------------------------------------------------
-    def _resolve(self, namespace: str, ref: Any) -> MirrorObject | None:
-        if ref is None or not _is_ds_ref(ref):
-            return None
-        ds = self.mirror.get(DAEMONSETS, namespace, ref.name)
-        return ds if ds is not None and ds.meta.uid == ref.uid else None
-
-    def observe(self, change: steward.Change) -> None:
-        """Lower expectations as the mirror shows pods of a DaemonSet appear, get a
-        deletion timestamp, or go; forget a deleted DaemonSet's."""
+    def forget_backoff(self, change: steward.Change) -> None:
+        """Forget a deleted DaemonSet's failed-pod backoffs (its expectations are
+        forgotten by the runtime)."""
         obj = change.obj
-        if obj.type == _DS_KEY:
-            if change.kind is steward.ChangeKind.DELETED:
-                self.expectations.forget(obj.key)
-                self.backoff.forget_owner(obj.meta.uid)
-            return
-        if obj.type != _PODS_KEY:
-            return
-        ds = self._resolve(obj.namespace, obj.controller_owner())
-        if ds is None:
-            return
-        key = (obj.namespace, ds.name)
-        if change.kind is steward.ChangeKind.ADDED:
-            self.expectations.creation_observed(key)
-        if obj.meta.HasField("deletion_timestamp") or change.kind is steward.ChangeKind.DELETED:
-            self.expectations.deletion_observed(key, f"{obj.namespace}/{obj.name}")
-
-    def matching(self, obj: MirrorObject) -> list[Request]:
-        """The DaemonSets whose selector matches an orphan pod or revision (they may
-        adopt it)."""
-        if obj.controller_owner() is not None:
-            return []
-        labels = dict(obj.meta.labels)
-        return [
-            Request(ds.namespace, ds.name)
-            for ds in self.mirror.objects(DAEMONSETS, obj.namespace)
-            if steward.selector_matches((ds.object.get("spec") or {}).get("selector"), labels)
-        ]
+        if obj.type == DAEMONSETS and change.kind is steward.ChangeKind.DELETED:
+            self.backoff.forget_owner(obj.meta.uid)
 
     def node_changed(self, change: steward.Change) -> list[Request]:
         """The DaemonSets a node change concerns: for a new node, those that should run
@@ -200,9 +161,9 @@ class DaemonSetReconciler:
         node = change.obj.object
         if change.kind is steward.ChangeKind.DELETED:
             owners = {
-                (p.namespace, ref.name)
+                ref.key
                 for p in self.mirror.by_index(PODS, "node", change.obj.name)
-                if (ref := p.controller_owner()) is not None and _is_ds_ref(ref)
+                if (ref := steward.owner_of(p, DAEMONSETS)) is not None
             }
             return [Request(ns, name) for ns, name in sorted(owners)]
         old = change.old.object if change.old is not None else None
@@ -220,7 +181,7 @@ class DaemonSetReconciler:
         return keys
 
     # Reconcile --------------------------------------------------------------------------
-    async def reconcile(self, request: Request, contexts: Sequence[steward.TraceContext]) -> Result:
+    async def reconcile(self, request: Request) -> Result:
         """Sync one DaemonSet (see the module docs for what happens on errors)."""
         key: Key = (request.namespace, request.name)
         obj = self.mirror.get(DAEMONSETS, *key)
@@ -255,13 +216,13 @@ class DaemonSetReconciler:
         holds: list[float] = []
         try:
             plan = manage(ds, nodes, by_node, digest, now, fits)
-            error = await self._sync_nodes(ds, key, plan, digest, holds)
+            error = await self._sync_nodes(ds, plan, digest, holds)
             if error is None and self.expectations.satisfied(key) and is_rolling_update(ds):
                 try:
                     plan = rolling_update(ds, nodes, by_node, digest, generation, now, fits)
                 except ValueError as err:
                     raise steward.TerminalError(str(err)) from err
-                error = await self._sync_nodes(ds, key, plan, digest, holds)
+                error = await self._sync_nodes(ds, plan, digest, holds)
             if error is None:
                 await self._cleanup_history(ds, old, pods)
         except ApiError as err:
@@ -299,7 +260,7 @@ class DaemonSetReconciler:
         return await self.pods.claim(ds, [o.object for o in [*owned, *orphans]])
 
     async def _sync_nodes(
-        self, ds: dict[str, Any], key: Key, plan: Plan, digest: str, holds: list[float]
+        self, ds: dict[str, Any], plan: Plan, digest: str, holds: list[float]
     ) -> ApiError | None:
         """Create and delete the plan's pods (creations first, both at most
         :data:`BURST_REPLICAS`); the first error, if any."""
@@ -337,67 +298,16 @@ class DaemonSetReconciler:
         targets = plan.create_on[:BURST_REPLICAS]
         if targets:
             generation = hist.template_generation(ds)
-            outcome = await self.expectations.create(
-                key,
-                len(targets),
-                lambda i: self._create_one(ds, key, targets[i], digest, generation),
-                initial_batch=1,
-            )
+            bodies = [pod_for_node(ds, node, digest, generation) for node in targets]
+            outcome = await self.pods.create_all(ds, bodies)
             errors += outcome.errors
         victims = victims[:BURST_REPLICAS]
         if victims:
-            ns = ds["metadata"]["namespace"]
-            outcome = await self.expectations.delete(
-                key,
-                [f"{ns}/{pod_name(p)}" for p in victims],
-                lambda i: self._delete_one(ds, victims[i]),
-            )
+            # Each only while it has the same UID: a pod replaced under its name is kept.
+            outcome = await self.pods.delete_all(ds, victims, precondition=True)
             errors += outcome.errors
         first = errors[0] if errors else None
         return first if isinstance(first, ApiError) else None
-
-    async def _create_one(
-        self, ds: dict[str, Any], key: Key, node: str, digest: str, generation: int | None
-    ) -> None:
-        """Create the DaemonSet's pod for ``node`` (carrying this reconcile's trace
-        context); raises the API server's error."""
-        ns = ds["metadata"]["namespace"]
-        try:
-            pod = await steward.create_child(
-                self.api, PODS, ns, pod_for_node(ds, node, digest, generation)
-            )
-        except ApiError as err:
-            if isinstance(err, ApiStatusError) and err.has_cause(NAMESPACE_TERMINATING):
-                # The namespace is going away: every creation would fail (as upstream).
-                self.expectations.creation_observed(key)
-                return
-            self.events.event(
-                ds, "Warning", "FailedCreate", f"Error creating: {error_message(err)}"
-            )
-            raise
-        name = (pod.get("metadata") or {}).get("name", "")
-        self.events.event(ds, "Normal", "SuccessfulCreate", f"Created pod: {name}")
-
-    async def _delete_one(self, ds: dict[str, Any], pod: dict[str, Any]) -> None:
-        """Delete one pod (its UID as precondition); raises the API server's error (a pod
-        gone already: NotFound, without an Event)."""
-        meta = pod["metadata"]
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": meta["uid"]}}
-        try:
-            await self.api.arequest(
-                "DELETE", steward.api_path(PODS, meta["namespace"], meta["name"]), body
-            )
-        except NotFoundError:
-            raise
-        except ConflictError as err:
-            # Another pod under the same name: this one is gone already.
-            raise NotFoundError(err.status, err.message) from err
-        except ApiError as err:
-            self.events.event(
-                ds, "Warning", "FailedDelete", f"Error deleting: {error_message(err)}"
-            )
-            raise
-        self.events.event(ds, "Normal", "SuccessfulDelete", f"Deleted pod: {meta['name']}")
 
     # History ----------------------------------------------------------------------------
     async def _construct_history(
@@ -429,15 +339,12 @@ class DaemonSetReconciler:
         return cur, old, pods
 
     async def _put_revision(self, revision: dict[str, Any]) -> dict[str, Any]:
-        rmeta = revision["metadata"]
-        path = steward.api_path(CONTROLLER_REVISIONS, rmeta["namespace"], rmeta["name"])
-        return await self.api.arequest("PUT", path, revision)
+        return await self.revisions.client.update(revision)
 
     async def _delete_revision(self, revision: dict[str, Any]) -> None:
         rmeta = revision["metadata"]
-        path = steward.api_path(CONTROLLER_REVISIONS, rmeta["namespace"], rmeta["name"])
         with contextlib.suppress(NotFoundError):
-            await self.api.arequest("DELETE", path)
+            await self.revisions.client.delete(rmeta["namespace"], rmeta["name"])
 
     async def _snapshot(self, ds: dict[str, Any], number: int) -> dict[str, Any]:
         """Create the revision of the current template; on a name already taken, the
@@ -446,16 +353,15 @@ class DaemonSetReconciler:
         body = hist.new_revision(ds, self.revisions.ref(ds), number)
         ns = meta["namespace"]
         try:
-            return await self.api.arequest("POST", steward.api_path(CONTROLLER_REVISIONS, ns), body)
+            return await self.revisions.client.create(body, namespace=ns)
         except ApiStatusError as err:
             if err.status != 409 or err.reason != "AlreadyExists":
                 raise
         name = body["metadata"]["name"]
-        existing = await self.api.arequest("GET", steward.api_path(CONTROLLER_REVISIONS, ns, name))
+        existing = await self.revisions.client.get(ns, name)
         if hist.matches(ds, existing):
             return existing
-        path = steward.api_path(DAEMONSETS, ns, meta["name"])
-        fresh = await self.api.arequest("GET", path)
+        fresh = await self.daemonsets.get(ns, meta["name"])
         seen = hist.collision_count(ds)
         if hist.collision_count(fresh) != seen:
             raise Collision(
@@ -464,7 +370,7 @@ class DaemonSetReconciler:
                 "will retry until it is updated"
             )
         status = {**(fresh.get("status") or {}), "collisionCount": (seen or 0) + 1}
-        await self.api.arequest("PUT", f"{path}/status", {**fresh, "status": status})
+        await self.daemonsets.update_status(fresh, status)
         log.info(
             "DaemonSet %s/%s: hash collision on %s, collisionCount now %d",
             ns,
@@ -490,13 +396,12 @@ class DaemonSetReconciler:
             if (pmeta.get("labels") or {}).get(hist.HASH_LABEL) == digest:
                 relabelled.append(pod)
                 continue
-            path = steward.api_path(PODS, pmeta["namespace"], pmeta["name"])
             try:
-                pod = await self.api.arequest(
-                    "PATCH",
-                    path,
+                pod = await self.pods.client.patch(
+                    pmeta["namespace"],
+                    pmeta["name"],
                     {"metadata": {"labels": {hist.HASH_LABEL: digest}}},
-                    content_type=_MERGE,
+                    patch_type="merge",
                 )
             except NotFoundError:
                 continue
@@ -521,35 +426,31 @@ class DaemonSetReconciler:
     async def _write_status(
         self, ds: dict[str, Any], counts: dict[str, int], *, observe: bool
     ) -> dict[str, Any]:
-        """PUT the counts (and, when ``observe``, the generation this sync acted on) unless
-        nothing changed; on a conflict, once more on a fresh read."""
+        """Write the counts (and, when ``observe``, the generation this sync acted on)
+        unless nothing changed; on a conflict, merged into a fresh read's status once
+        more."""
         if status_current(ds, counts, observe):
             return ds
-        meta = ds["metadata"]
-        path = steward.api_path(DAEMONSETS, meta["namespace"], meta["name"])
+        generation = int(ds["metadata"].get("generation") or 0)
 
         def with_counts(obj: dict[str, Any]) -> dict[str, Any]:
             status = {**(obj.get("status") or {}), **counts}
             if observe:
-                status["observedGeneration"] = int(meta.get("generation") or 0)
-            return {**obj, "status": status}
+                status["observedGeneration"] = generation
+            return status
 
-        try:
-            return await self.api.arequest("PUT", f"{path}/status", with_counts(ds))
-        except ConflictError:
-            fresh = await self.api.arequest("GET", path)
-        return await self.api.arequest("PUT", f"{path}/status", with_counts(fresh))
+        return await self.daemonsets.update_status(ds, with_counts, retry_on_conflict=True)
 
 
 CONTROLLER = (
     steward.ControllerBuilder[DaemonSetReconciler](NAME)
-    .for_(DAEMONSETS, kind="DaemonSet")
-    .owns(PODS, steward.resource_version_changed)
+    .for_(DAEMONSETS)
+    .owns(PODS, steward.resource_version_changed, expect=True)
     .owns(CONTROLLER_REVISIONS, _not_created, steward.resource_version_changed)
-    .watches(PODS, DaemonSetReconciler.matching, steward.labels_changed)
-    .watches(CONTROLLER_REVISIONS, DaemonSetReconciler.matching, steward.labels_changed)
+    .adopts(PODS, steward.labels_changed)
+    .adopts(CONTROLLER_REVISIONS, steward.labels_changed)
     .watches_changes(NODES, DaemonSetReconciler.node_changed)
-    .observe(DaemonSetReconciler.observe)
+    .observe(DaemonSetReconciler.forget_backoff)
     .with_index("controller", steward.index_by_controller)
     .with_index("orphan", steward.orphan_index(PODS, CONTROLLER_REVISIONS))
     .with_index("node", _on_node)
@@ -564,9 +465,9 @@ CONTROLLER = (
     )
     .complete(DaemonSetReconciler)
 )
-"""The DaemonSet controller: DaemonSets are the primary type; a pod change, or a revision's
-update or deletion, queues its controlling DaemonSet (old and new on a change of
-controller; a controlled revision's creation queues nothing, as upstream), an orphan's
-change every DaemonSet whose selector matches it, and a node change the DaemonSets whose
-placement it changes. Pods and revisions are indexed by controller UID and, as orphans,
-by namespace; pods by the node they are for."""
+"""The DaemonSet controller: DaemonSets are the primary type; a pod change (after lowering
+its DaemonSet's expectations), or a revision's update or deletion, queues its controlling
+DaemonSet (old and new on a change of controller; a controlled revision's creation queues
+nothing, as upstream), an orphan's change every DaemonSet whose selector matches it, and
+a node change the DaemonSets whose placement it changes. Pods and revisions are indexed
+by controller UID and, as orphans, by namespace; pods by the node they are for."""

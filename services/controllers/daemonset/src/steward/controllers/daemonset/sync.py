@@ -20,16 +20,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import steward
-from steward import copy_json
+from steward import DAEMONSETS, copy_json
 from steward.controllers.daemonset import nodes as nd
 from steward.controllers.daemonset.history import GENERATION_LABEL, HASH_LABEL, is_updated
 
 Obj = dict[str, Any]
 
-DAEMONSETS = steward.resource_type("apps", "v1", "daemonsets")
-PODS = steward.resource_type("", "v1", "pods")
-NODES = steward.resource_type("", "v1", "nodes")
-CONTROLLER_REVISIONS = steward.resource_type("apps", "v1", "controllerrevisions")
 BURST_REPLICAS = 250
 """Most pods one sync creates, and most it deletes (upstream's burstReplicas)."""
 
@@ -371,9 +367,7 @@ def pod_for_node(ds: Obj, node: str, digest: str, generation: int | None) -> Obj
     if digest:
         labels[HASH_LABEL] = digest
     tmeta["labels"] = labels
-    return steward.pods.from_template(
-        ds, DAEMONSETS, "DaemonSet", {"metadata": tmeta, "spec": spec}
-    )
+    return steward.pods.from_template(ds, DAEMONSETS, {"metadata": tmeta, "spec": spec})
 
 
 # Status ----------------------------------------------------------------------------------
