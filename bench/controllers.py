@@ -99,7 +99,7 @@ import orjson
 from bench import daemonset, deployment, endpoints, hpa, job
 from bench.informer import Api, report
 from steward.cluster import ClusterConfig, LocalCluster
-from steward.cluster.control_plane import (
+from steward.cluster.identities import (
     METRICS_ADAPTER_USER,
     METRICS_SERVER_USER,
     STEWARD_CONTROLLERS,

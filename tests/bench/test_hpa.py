@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from bench import controllers, hpa
-from steward.cluster.control_plane import METRICS_SERVER_USER, STEWARD_IDENTITIES
+from steward.cluster.identities import METRICS_SERVER_USER, STEWARD_IDENTITIES
 from steward.cluster.usage import CPU_ANNOTATION, quantity
 from steward.controllers.hpa.controller import SYNC_PERIOD
 from steward.controllers.hpa.main import CONTROLLER

@@ -27,7 +27,7 @@ from steward.cluster import (
     ComponentFailedError,
     LocalCluster,
 )
-from steward.cluster.control_plane import STEWARD_CONTROLLERS
+from steward.cluster.identities import STEWARD_CONTROLLERS
 from steward.cluster.progress import Progress
 from steward.cluster.supervisor import RestartBackoff
 from steward.v1 import manager_pb2, manager_pb2_grpc

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from steward.cluster import LocalCluster
-from steward.cluster.control_plane import MONITORING_GROUP, STEWARD_IDENTITIES
+from steward.cluster.identities import MONITORING_GROUP, STEWARD_IDENTITIES
 from steward.cluster.pki import CertificateAuthority
 from steward.kube import ApiStatusError, ClusterAccess, KubeClient, load_access
 

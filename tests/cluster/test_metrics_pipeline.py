@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from steward.cluster import LocalCluster
-from steward.cluster.control_plane import METRICS_SERVER_USER
+from steward.cluster.identities import METRICS_SERVER_USER
 from steward.cluster.usage import (
     metric_annotations,
     quantity,

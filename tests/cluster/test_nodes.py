@@ -12,7 +12,7 @@ import yaml
 
 from steward import deploy
 from steward.cluster import nodes, pods
-from steward.cluster.control_plane import STEWARD_CONTROLLERS
+from steward.cluster.identities import STEWARD_CONTROLLERS
 from steward.cluster.registry import RegisteredController, steward_controllers
 
 pytestmark = pytest.mark.unit

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from steward.cluster import registry
-from steward.cluster.control_plane import STEWARD_CONTROLLERS, STEWARD_IDENTITIES, ClusterConfig
+from steward.cluster import ClusterConfig, registry
+from steward.cluster.identities import STEWARD_CONTROLLERS, STEWARD_IDENTITIES
 
 pytestmark = pytest.mark.unit
 

@@ -103,7 +103,7 @@ def test_controllers_without_a_cluster_says_how_to_get_one(
 def test_hints_name_the_cluster_a_clean_shell_finds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from steward.cluster.control_plane import ClusterState
+    from steward.cluster.state import ClusterState
 
     monkeypatch.setenv("HOME", str(tmp_path))
     root = tmp_path / ".local" / "state" / "steward" / "clusters"

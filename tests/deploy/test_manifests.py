@@ -15,7 +15,7 @@ import pytest
 
 from steward import deploy
 from steward.cluster import LocalCluster
-from steward.cluster.control_plane import STEWARD_CONTROLLERS
+from steward.cluster.identities import STEWARD_CONTROLLERS
 from tests.deploy.harness import (
     KUBECTL,
     NAMESPACE,

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from steward.cluster import binaries
-from steward.cluster.control_plane import ClusterConfig, LocalCluster, state_root
+from steward.cluster import ClusterConfig, LocalCluster, binaries
 from steward.cluster.errors import ClusterError, NotUpError
+from steward.cluster.state import state_root
 from steward.security import (
     ClientSecurity,
     SecurityConfigError,

@@ -1,6 +1,7 @@
 """The local control plane that ``make up`` and every integration test use."""
 
-from steward.cluster.control_plane import ClusterConfig, ClusterState, LocalCluster
+from steward.cluster.config import ClusterConfig
+from steward.cluster.control_plane import LocalCluster
 from steward.cluster.errors import (
     AlreadyUpError,
     BuildError,
@@ -10,6 +11,7 @@ from steward.cluster.errors import (
     PortInUseError,
     ToolchainError,
 )
+from steward.cluster.state import ClusterState
 
 __all__ = [
     "AlreadyUpError",

@@ -830,3 +830,11 @@ def drain(api: Any, nodes: list[RealNode], *, timeout: float, out: Progress) -> 
                 return
         time.sleep(0.5)
     out.say("some pods on the real nodes did not stop in time; their processes are killed")
+
+
+def node_ready(node: dict[str, Any]) -> bool:
+    """Whether a Node object's condition ``Ready`` is ``True``."""
+    for cond in node.get("status", {}).get("conditions", []) or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False

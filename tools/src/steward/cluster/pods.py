@@ -30,7 +30,7 @@ informer's and the manager's Services by EndpointSlices, not Endpoints, so neith
 boot nor a replaced pod waits on it.
 
 The EndpointSlice controller is not handed over: upstream's endpointslice-controller
-stays on (:data:`~steward.cluster.control_plane.KEPT_WHEN_SELF_HOSTED`) and Steward's
+stays on (:data:`~steward.cluster.config.KEPT_WHEN_SELF_HOSTED`) and Steward's
 runs beside it from the start, one replica, each writing its own slices of every Service
 (managed by ``endpointslice-controller.k8s.io`` and ``endpointslice-controller.steward.io``;
 kube-proxy routes by both, the same endpoints). Steward's pods reach the informer and the

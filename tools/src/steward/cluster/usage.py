@@ -10,7 +10,7 @@ container's CPU and memory as its pod's annotations say (``deploy/kwok/metrics.y
 - neither: 1m CPU and 1Mi memory (metrics-server drops a container that reports zero).
 
 Values are Kubernetes quantities (``"250m"``, ``"1"``, ``"64Mi"``). metrics-server scrapes
-every :data:`~steward.cluster.control_plane.METRIC_RESOLUTION` (10 s) and serves a CPU
+every :data:`~steward.cluster.metrics.METRIC_RESOLUTION` (10 s) and serves a CPU
 rate once it holds two samples: a new pod shows in ``metrics.k8s.io`` some 20-30 s after
 it runs, and a changed usage some 10-20 s after the patch. A node's usage is the sum of its
 pods'; a node without pods reports none and is absent from the node metrics.

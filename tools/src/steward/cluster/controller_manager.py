@@ -1,0 +1,78 @@
+"""kube-controller-manager: its spec, and its restart with other ``--controllers``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from steward.cluster.admin import ssl_context
+from steward.cluster.certificates import Certificates
+from steward.cluster.config import ClusterConfig
+from steward.cluster.process import stop
+from steward.cluster.progress import Progress
+from steward.cluster.startup import Probe, Spec, run, says_ok, secure_serving
+from steward.cluster.state import LOOPBACK, ClusterState
+
+NAME = "kube-controller-manager"
+
+
+def probe(state: ClusterState) -> Probe:
+    """Healthy once ``/healthz`` says ``ok``."""
+    return Probe(
+        f"https://{LOOPBACK}:{state.ports['controller_manager']}/healthz",
+        ssl_context(state.pki_file("ca.crt"), None),
+        says_ok,
+    )
+
+
+def spec(state: ClusterState, binary: Path, certs: Certificates, config: ClusterConfig) -> Spec:
+    """kube-controller-manager with the controllers :attr:`ClusterConfig.controllers`
+    names, and the client limits and extra flags of ``config``."""
+    kubeconfig = certs.kubeconfigs[NAME]
+    ca = certs.ca.pair
+    first_controllers = config.controllers if config.steward_pods else config.kcm_controllers()
+    return Spec(
+        NAME,
+        [
+            str(binary),
+            f"--kubeconfig={kubeconfig}",
+            *secure_serving(
+                kubeconfig, state.ports["controller_manager"], certs.controller_manager
+            ),
+            # With Steward's pods, upstream's controllers start them first (see
+            # steward.cluster.pods), then hand over.
+            f"--controllers={first_controllers}",
+            f"--service-account-private-key-file={certs.service_account.key}",
+            f"--root-ca-file={ca.cert}",
+            f"--cluster-signing-cert-file={ca.cert}",
+            f"--cluster-signing-key-file={ca.key}",
+            "--use-service-account-credentials=true",
+            f"--kube-api-qps={config.kube_api_qps:g}",
+            f"--kube-api-burst={config.kube_api_burst}",
+            *(
+                [f"--kube-api-content-type={config.kube_api_content_type}"]
+                if config.kube_api_content_type
+                else []
+            ),
+            "--leader-elect=false",
+            # kwok renews the simulated nodes' Leases; on a loaded two-core machine a
+            # renewal can be late by more than the default 50 s, and the node
+            # lifecycle controller would then mark every node and pod not ready (kwok
+            # never readies a running pod again). Simulated nodes do not fail.
+            "--node-monitor-grace-period=5m",
+            *config.kcm_flags,
+            "--v=1",
+        ],
+        probe(state),
+    )
+
+
+def restart(state: ClusterState, controllers: str, config: ClusterConfig, out: Progress) -> None:
+    """Restart kube-controller-manager with ``--controllers=<controllers>``."""
+    old = state.process(NAME)
+    argv = [
+        f"--controllers={controllers}" if a.startswith("--controllers=") else a for a in old.argv
+    ]
+    stop([old])
+    state.processes = [r for r in state.processes if r is not old]
+    state.controllers = controllers
+    run(state, Spec(NAME, argv, probe(state)), config, out)
