@@ -19,11 +19,12 @@ from collections.abc import Sequence
 import grpc
 import orjson
 
-from steward.runtime import Request, Result, TraceContext
+from steward.runtime import Request, Result
 from steward.runtime.controller import Context, ControllerBuilder, ControllerOptions
-from steward.runtime.mirror import MirrorError, resource_type
+from steward.runtime.mirror import MirrorError
+from steward.runtime.resources import CONFIGMAPS
+from steward.runtime.tracing import coalesced_contexts
 
-CONFIGMAPS = resource_type("", "v1", "configmaps")
 SLEEP = "conformance.steward.dev/sleep-ms"
 FAIL = "conformance.steward.dev/fail-times"
 
@@ -40,8 +41,9 @@ class Reporter:
         self.mirror = ctx.mirror
         self.failures: dict[Request, int] = {}
 
-    async def reconcile(self, request: Request, contexts: Sequence[TraceContext]) -> Result:
+    async def reconcile(self, request: Request) -> Result:
         start = time.time_ns()
+        contexts = coalesced_contexts()
         obj = self.mirror.get(CONFIGMAPS, request.namespace, request.name)
         annotations = (obj.object.get("metadata", {}).get("annotations") or {}) if obj else {}
         sleep_ms = int(annotations.get(SLEEP, "0") or 0)
@@ -76,7 +78,7 @@ async def run(args: argparse.Namespace) -> int:
     async with grpc.aio.insecure_channel(args.informer) as channel:
         controller = (
             ControllerBuilder[Reporter]("conformance")
-            .for_(CONFIGMAPS, kind="ConfigMap")
+            .for_(CONFIGMAPS)
             .with_options(ControllerOptions(max_concurrent_reconciles=args.workers))
             .complete(Reporter)
             .new(channel)  # no API client: the driver writes nothing

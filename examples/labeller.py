@@ -2,13 +2,12 @@
 
 import steward
 
-CONFIGMAPS = steward.resource_type("", "v1", "configmaps")
 LABEL, ANNOTATION = "steward.io/copy", "steward.io/copied"
 
 
 async def reconcile(ctx: steward.Context, request: steward.Request) -> steward.Result:
     """The ConfigMap's annotation must equal its label (or be absent with it)."""
-    obj = ctx.mirror.get(CONFIGMAPS, request.namespace, request.name)
+    obj = ctx.mirror.get(steward.CONFIGMAPS, request.namespace, request.name)
     have = (obj.object["metadata"].get("annotations") or {}).get(ANNOTATION) if obj else None
     if obj is None or (want := obj.meta.labels.get(LABEL)) == have:
         return steward.Result()  # deleted, or nothing to do
@@ -16,9 +15,9 @@ async def reconcile(ctx: steward.Context, request: steward.Request) -> steward.R
     patch = {
         "metadata": {"annotations": {ANNOTATION: want}, "resourceVersion": obj.resource_version}
     }
-    path = steward.api_path(CONFIGMAPS, request.namespace, request.name)
+    configmaps = ctx.client(steward.CONFIGMAPS)
     try:
-        await ctx.api.arequest("PATCH", path, patch, content_type="application/merge-patch+json")
+        await configmaps.patch(request.namespace, request.name, patch, patch_type="merge")
     except steward.ConflictError:
         return steward.Result(requeue=True)
     except steward.NotFoundError:
@@ -28,7 +27,7 @@ async def reconcile(ctx: steward.Context, request: steward.Request) -> steward.R
 
 LABELLER = (
     steward.ControllerBuilder("configmap-labeller")
-    .for_(CONFIGMAPS, steward.labels_changed, kind="ConfigMap")
+    .for_(steward.CONFIGMAPS, steward.labels_changed)
     .describe(
         "Copies each ConfigMap's steward.io/copy label into its steward.io/copied annotation."
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,11 +26,14 @@ def wait_for(check: Callable[[], Any], what: str, within: float = 120.0) -> Any:
 
 async def until(check: Callable[[], Any], what: str, within: float = 60.0) -> Any:
     """:func:`wait_for` for a check of the test's own event loop (a mirror, a controller's
-    status): polled every 0.05 s, without blocking the loop."""
+    status, or an awaitable one: an API read): polled every 0.05 s, without blocking the
+    loop."""
     deadline = time.monotonic() + within
     last: Any = None
     while time.monotonic() < deadline:
         last = check()
+        if inspect.isawaitable(last):
+            last = await last
         if last:
             return last
         await asyncio.sleep(0.05)

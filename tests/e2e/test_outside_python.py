@@ -29,20 +29,20 @@ NAME = "outside-python"
 CONTROLLER = """
 import steward
 
-CONFIGMAPS = steward.resource_type("", "v1", "configmaps")
-
 
 async def reconcile(ctx: steward.Context, request: steward.Request) -> steward.Result:
-    obj = ctx.mirror.get(CONFIGMAPS, request.namespace, request.name)
+    obj = ctx.mirror.get(steward.CONFIGMAPS, request.namespace, request.name)
     if obj is None or (obj.object["metadata"].get("annotations") or {}).get("seen"):
         return steward.Result()
-    path = steward.api_path(CONFIGMAPS, request.namespace, request.name)
     patch = {"metadata": {"annotations": {"seen": obj.resource_version}}}
-    await ctx.api.arequest("PATCH", path, patch, content_type="application/merge-patch+json")
+    configmaps = ctx.client(steward.CONFIGMAPS)
+    await configmaps.patch(request.namespace, request.name, patch, patch_type="merge")
     return steward.Result()
 
 
-CONTROLLER = steward.ControllerBuilder("outside-python").for_(CONFIGMAPS).complete(reconcile)
+CONTROLLER = (
+    steward.ControllerBuilder("outside-python").for_(steward.CONFIGMAPS).complete(reconcile)
+)
 
 if __name__ == "__main__":
     raise SystemExit(steward.run(CONTROLLER))

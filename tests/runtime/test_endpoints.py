@@ -9,6 +9,7 @@ import grpc
 import orjson
 import pytest
 
+import steward
 from steward.runtime import endpoints
 from steward.runtime.mirror import Mirror
 from steward.v1 import informer_pb2 as pb
@@ -151,7 +152,9 @@ def test_pod_ips_are_read_as_go_reads_them_sloppily() -> None:
 
 
 def _pod_event(ns: str, name: str, labels: dict[str, str]) -> pb.Event:
-    event = pb.Event(type=pb.EVENT_TYPE_ADDED, resource_type=endpoints.PODS, resource_version="1")
+    event = pb.Event(
+        type=pb.EVENT_TYPE_ADDED, resource_type=steward.PODS.wire, resource_version="1"
+    )
     event.metadata.CopyFrom(pb.ObjectMeta(namespace=ns, name=name, uid=name, resource_version="1"))
     event.metadata.labels.update(labels)
     event.object = orjson.dumps({"metadata": {"namespace": ns, "name": name, "labels": labels}})
@@ -162,7 +165,7 @@ def _pod_event(ns: str, name: str, labels: dict[str, str]) -> pb.Event:
 async def test_selected_pods_come_from_the_label_index() -> None:
     channel = grpc.aio.insecure_channel("127.0.0.1:9")  # never dialled
     mirror = Mirror(
-        channel, [endpoints.PODS], indexers={endpoints.LABEL_INDEX: endpoints.index_pod_labels}
+        channel, [steward.PODS], indexers={endpoints.LABEL_INDEX: endpoints.index_pod_labels}
     )
     mirror._apply(
         [

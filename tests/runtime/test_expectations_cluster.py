@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
 
 import grpc
 import pytest
@@ -20,7 +19,7 @@ from steward.kube import load_access
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
-CONFIGMAPS = steward.resource_type("", "v1", "configmaps")
+CONFIGMAPS = steward.CONFIGMAPS
 WANT = 12
 
 
@@ -41,11 +40,11 @@ class Spawner:
         self._added: set[str] = set()
 
     def observe(self, change: steward.Change) -> None:
+        """Runs after the runtime's expectation observer, before the key is queued."""
         if change.kind is steward.ChangeKind.ADDED and _child(change.obj):
-            self.ctx.expectations.creation_observed((change.obj.namespace, "owner"))
             self._added.add(change.obj.name)
 
-    async def reconcile(self, request: steward.Request, contexts: Any) -> steward.Result:
+    async def reconcile(self, request: steward.Request) -> steward.Result:
         if request.name != "owner":
             return steward.Result()
         ns = request.namespace
@@ -59,14 +58,11 @@ class Spawner:
             self.unlowered_seen += 1  # more pending than can still come: an event not lowered
         if not self.ctx.expectations.satisfied(key) or len(children) >= WANT:
             return steward.Result()
-        ref = steward.controller_ref(owner.object, CONFIGMAPS, "ConfigMap")
-
-        async def create_one(i: int) -> None:
-            body = {"metadata": {"generateName": "child-", "ownerReferences": [ref]}}
-            await steward.create_child(self.ctx.api, CONFIGMAPS, ns, body)
-            self.created += 1
-
-        await self.ctx.expectations.create(key, WANT - len(children), create_one)
+        kids = self.ctx.children(CONFIGMAPS)
+        ref = kids.ref(owner.object)
+        body = {"metadata": {"generateName": "child-", "ownerReferences": [ref]}}
+        outcome = await kids.create_all(owner.object, [body] * (WANT - len(children)))
+        self.created += outcome.succeeded
         return steward.Result()
 
 
@@ -75,8 +71,8 @@ async def test_children_are_created_exactly_once_with_the_observer_lowering_firs
 ) -> None:
     definition = (
         steward.ControllerBuilder[Spawner]("spawner")
-        .for_(CONFIGMAPS, kind="ConfigMap")
-        .owns(CONFIGMAPS)
+        .for_(CONFIGMAPS)
+        .owns(CONFIGMAPS, expect=True)
         .observe(Spawner.observe)
         .complete(Spawner)
     )
@@ -94,13 +90,13 @@ async def test_children_are_created_exactly_once_with_the_observer_lowering_firs
             await controller.mirror.wait_synced()
             await api.arequest(
                 "POST",
-                steward.api_path(CONFIGMAPS, namespace),
+                CONFIGMAPS.path(namespace),
                 {"metadata": {"name": "owner"}},
             )
             spawner = controller.reconciler
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                listing = await api.arequest("GET", steward.api_path(CONFIGMAPS, namespace))
+                listing = await api.arequest("GET", CONFIGMAPS.path(namespace))
                 names = [i["metadata"]["name"] for i in listing["items"]]
                 if (
                     sum(n.startswith("child-") for n in names) >= WANT
@@ -109,7 +105,7 @@ async def test_children_are_created_exactly_once_with_the_observer_lowering_firs
                     break
                 await asyncio.sleep(0.1)
             await asyncio.sleep(1.0)  # resyncs every 50 ms meanwhile: a second creation would show
-            listing = await api.arequest("GET", steward.api_path(CONFIGMAPS, namespace))
+            listing = await api.arequest("GET", CONFIGMAPS.path(namespace))
             children = [i for i in listing["items"] if i["metadata"]["name"].startswith("child-")]
             assert len(children) == WANT
             assert spawner.created == WANT

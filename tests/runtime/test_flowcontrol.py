@@ -101,7 +101,7 @@ def test_the_flags_have_kube_controller_managers_names_and_defaults() -> None:
 @pytest.mark.parametrize(
     "argv",
     [
-        [sys.executable, "-m", "steward.controllers.job.main", "--insecure-plaintext"],
+        [sys.executable, "-m", "steward", "run", "job", "--insecure-plaintext"],
         [sys.executable, "-m", "steward.cli", "informer", "--insecure-plaintext"],
     ],
     ids=["controller host", "informer"],

@@ -5,6 +5,7 @@ version comparison, and the builder's refusals."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 import pytest
@@ -14,11 +15,12 @@ from steward.kube import ApiStatusError, NotFoundError
 from steward.runtime.clock import FakeClock
 from steward.runtime.expectations import Expectations
 from steward.runtime.mirror import _Written, parse_path
+from steward.v1 import informer_pb2 as pb
 
 pytestmark = pytest.mark.unit
 
-PODS = steward.resource_type("", "v1", "pods")
-JOBS = steward.resource_type("batch", "v1", "jobs")
+PODS = steward.PODS
+JOBS = steward.JOBS
 
 
 # Selectors ------------------------------------------------------------------------------
@@ -86,14 +88,48 @@ def test_times_round_trip_as_the_api_server_writes_them() -> None:
 
 # Paths and the ledger ----------------------------------------------------------------------
 def test_api_paths_and_their_parsing() -> None:
-    assert steward.api_path(PODS, "ns") == "/api/v1/namespaces/ns/pods"
-    path = steward.api_path(JOBS, "ns", "pi", "status")
+    assert PODS.path("ns") == "/api/v1/namespaces/ns/pods"
+    path = JOBS.path("ns", "pi", "status")
     assert path == "/apis/batch/v1/namespaces/ns/jobs/pi/status"
-    assert parse_path(path) == (("batch", "v1", "jobs"), "ns", "pi")
-    assert parse_path("/api/v1/namespaces/ns/pods") == (("", "v1", "pods"), "ns", "")
-    assert parse_path("/api/v1/namespaces/ns") == (("", "v1", "namespaces"), "", "ns")
-    assert parse_path("/api/v1/nodes/n1?dryRun=All") == (("", "v1", "nodes"), "", "n1")
+    assert steward.NODES.path(name="n1") == "/api/v1/nodes/n1"
+    assert parse_path(path) == (JOBS, "ns", "pi")
+    assert parse_path("/api/v1/namespaces/ns/pods") == (PODS, "ns", "")
+    assert parse_path("/api/v1/namespaces/ns") == (steward.NAMESPACES, "", "ns")
+    assert parse_path("/api/v1/nodes/n1?dryRun=All") == (steward.NODES, "", "n1")
     assert parse_path("/healthz") is None
+
+
+def test_a_resource_is_one_value_on_the_wire_and_in_the_mirror() -> None:
+    wire = JOBS.wire
+    assert (wire.group, wire.version, wire.resource) == ("batch", "v1", "jobs")
+    back = steward.Resource.from_wire(wire)
+    # Equal (and hashed alike) by group, version and plural: the wire's finds the declared.
+    assert back == JOBS and {JOBS: 1}[back] == 1 and back.kind == ""
+    assert JOBS.api_version == "batch/v1" and PODS.api_version == "v1"
+    assert steward.Resource("batch", "v2", "jobs") != JOBS
+    assert not steward.NODES.namespaced and PODS.namespaced
+
+
+def test_owner_of_checks_kind_and_group_of_the_controlling_reference() -> None:
+    def pod(*refs: Mapping[str, object]) -> dict[str, object]:
+        return {"metadata": {"namespace": "ns", "name": "p", "ownerReferences": list(refs)}}
+
+    job = {"apiVersion": "batch/v1", "kind": "Job", "name": "pi", "uid": "u1"}
+    ref = steward.owner_of(pod({**job, "controller": True}), JOBS)
+    assert ref == steward.ObjectRef(JOBS, "ns", "pi", "u1") and ref.key == ("ns", "pi")
+    assert steward.owner_of(pod(job), JOBS) is None  # an owner, not the controller
+    assert steward.owner_of(pod({**job, "controller": True}), steward.CRONJOBS) is None
+    other_group = {**job, "apiVersion": "example.com/v1", "controller": True}
+    assert steward.owner_of(pod(other_group), JOBS) is None
+    older = {**job, "apiVersion": "batch/v1beta1", "controller": True}
+    assert steward.owner_of(pod(older), JOBS) is not None  # any version of the group
+    meta = pb.ObjectMeta(namespace="ns", name="p")
+    meta.owner_references.append(
+        pb.OwnerReference(api_version="batch/v1", kind="Job", name="pi", uid="u1", controller=True)
+    )
+    mirrored = steward.MirrorObject(PODS, meta, b"{}")
+    assert steward.owner_of(mirrored, JOBS) == steward.ObjectRef(JOBS, "ns", "pi", "u1")
+    assert steward.owner_of(mirrored, steward.REPLICASETS) is None
 
 
 def test_the_ledger_compares_versions_as_integers_and_else_by_what_was_replaced() -> None:
@@ -241,7 +277,9 @@ def test_the_builder_refuses_incomplete_declarations() -> None:
     with pytest.raises(ValueError, match="already has a primary type"):
         steward.ControllerBuilder("x").for_(PODS).for_(PODS)
     with pytest.raises(ValueError, match="owns\\(\\) needs"):
-        steward.ControllerBuilder("x").for_(JOBS).owns(PODS)
+        steward.ControllerBuilder("x").for_(steward.Resource("batch", "v1", "jobs")).owns(PODS)
+    with pytest.raises(ValueError, match="adopts\\(\\) needs"):
+        steward.ControllerBuilder("x").for_(steward.Resource("batch", "v1", "jobs")).adopts(PODS)
 
 
 def test_a_definitions_own_flags_parse_with_their_defaults() -> None:
@@ -250,7 +288,7 @@ def test_a_definitions_own_flags_parse_with_their_defaults() -> None:
 
     definition = (
         steward.ControllerBuilder("x")
-        .for_(PODS, kind="Pod")
+        .for_(PODS)
         .flags(lambda p: p.add_argument("--colour", default="blue"))
         .beside_upstream(None, alone=["--colour=red"])
         .complete(reconcile)

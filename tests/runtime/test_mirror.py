@@ -9,18 +9,16 @@ import orjson
 import pytest
 import pytest_asyncio
 
-from steward.runtime.mirror import Change, ChangeKind, Mirror, resource_type
+from steward.runtime.mirror import Change, ChangeKind, Mirror
+from steward.runtime.resources import JOBS, PODS, Resource
 from steward.v1 import informer_pb2 as pb
 
 pytestmark = [pytest.mark.unit, pytest.mark.asyncio]
 
-PODS = resource_type("", "v1", "pods")
-JOBS = resource_type("batch", "v1", "jobs")
-
 
 def ev(
     kind: pb.EventType.ValueType,
-    rtype: pb.ResourceType,
+    rtype: Resource,
     name: str = "",
     rv: str = "",
     *,
@@ -29,7 +27,7 @@ def ev(
     node: str = "",
     ns: str = "default",
 ) -> pb.Event:
-    event = pb.Event(type=kind, resource_type=rtype, resource_version=rv)
+    event = pb.Event(type=kind, resource_type=rtype.wire, resource_version=rv)
     if name:
         meta = pb.ObjectMeta(
             namespace=ns, name=name, uid=f"uid-{name}", resource_version=obj_rv or rv
@@ -151,7 +149,7 @@ async def test_a_late_handler_is_replayed_what_is_held(mirror: Mirror) -> None:
 
 async def test_an_object_nested_beyond_orjson_still_decodes() -> None:
     """Custom resources may nest far deeper than orjson decodes (1,024 levels)."""
-    from steward.runtime.mirror import MirrorObject, type_key
+    from steward.runtime.mirror import MirrorObject
 
     depth = 5000
     raw = (
@@ -164,7 +162,7 @@ async def test_an_object_nested_beyond_orjson_still_decodes() -> None:
     with pytest.raises(orjson.JSONDecodeError):
         orjson.loads(raw)
     meta = pb.ObjectMeta(namespace="ns", name="deep")
-    obj = MirrorObject(type_key(resource_type("example.com", "v1", "widgets")), meta, raw)
+    obj = MirrorObject(Resource("example.com", "v1", "widgets"), meta, raw)
     spec = obj.object["spec"]
     for _ in range(depth - 1):
         spec = spec["a"]

@@ -23,7 +23,7 @@ from steward.serving.security import DEVELOPMENT
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
 from tests.polling import until
-from tests.runtime.test_mirror_informer import CONFIGMAPS
+from steward.runtime.resources import CONFIGMAPS
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -89,7 +89,7 @@ async def test_catch_up_returns_only_once_the_mirror_holds_what_the_informer_hol
 
             async def informer_has(name: str) -> bool:
                 reply = await informer_stub.List(
-                    pb.ListRequest(type=CONFIGMAPS, namespace=namespace)
+                    pb.ListRequest(type=CONFIGMAPS.wire, namespace=namespace)
                 )
                 return name in {item.metadata.name for item in reply.items}
 

@@ -13,13 +13,12 @@ from kubernetes import client
 from steward.cluster import LocalCluster
 from steward.cluster.process import free_port
 from steward.informer import InformerOptions, InformerServer
-from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorOptions, resource_type
+from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorOptions
+from steward.runtime.resources import CONFIGMAPS
 from steward.serving.security import DEVELOPMENT
 from tests.polling import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
-
-CONFIGMAPS = resource_type("", "v1", "configmaps")
 
 
 async def test_mirror_recovers_across_an_informer_restart(

@@ -15,10 +15,11 @@ import pytest
 import steward
 from steward.cluster import LocalCluster
 from steward.kube import load_access
+from steward.runtime.ownership import Ownership
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
-CONFIGMAPS = steward.resource_type("", "v1", "configmaps")
+CONFIGMAPS = steward.CONFIGMAPS
 HOLD = "steward.io/test-hold"
 SELECTOR = {"matchLabels": {"app": "x"}}
 
@@ -36,14 +37,14 @@ def _controller(name: str, uid: str) -> dict[str, Any]:
 
 
 async def _cleanup(api: steward.KubeClient, namespace: str) -> None:
-    listing = await api.arequest("GET", steward.api_path(CONFIGMAPS, namespace))
+    configmaps = steward.ResourceClient(api, CONFIGMAPS)
+    listing = await api.arequest("GET", CONFIGMAPS.path(namespace))
     for item in listing.get("items") or ():
         if HOLD in (item["metadata"].get("finalizers") or ()):
-            await api.arequest(
-                "PATCH",
-                steward.api_path(CONFIGMAPS, namespace, item["metadata"]["name"]),
+            await configmaps.patch(
+                namespace,
+                item["metadata"]["name"],
                 {"metadata": {"$deleteFromPrimitiveList/finalizers": [HOLD]}},
-                content_type="application/strategic-merge-patch+json",
             )
 
 
@@ -51,8 +52,8 @@ async def test_claim_adopts_releases_and_leaves_others_alone(
     cluster: LocalCluster, namespace: str
 ) -> None:
     api = steward.KubeClient(load_access(str(cluster.kubeconfig)))
-    ownership = steward.Ownership(api, CONFIGMAPS, "ConfigMap", CONFIGMAPS, finalizers=[HOLD])
-    path = steward.api_path(CONFIGMAPS, namespace)
+    ownership = Ownership(api, CONFIGMAPS, CONFIGMAPS, finalizers=[HOLD])
+    path = CONFIGMAPS.path(namespace)
     try:
         owner = await api.arequest("POST", path, _body("owner", {}))
         uid = owner["metadata"]["uid"]
@@ -99,8 +100,8 @@ async def test_no_adoption_without_a_fresh_read_of_the_same_owner(
     """The mirror's owner was deleted and created again under the same name: its orphans
     must not be adopted by the copy (upstream's RecheckDeletionTimestamp)."""
     api = steward.KubeClient(load_access(str(cluster.kubeconfig)))
-    ownership = steward.Ownership(api, CONFIGMAPS, "ConfigMap", CONFIGMAPS)
-    path = steward.api_path(CONFIGMAPS, namespace)
+    ownership = Ownership(api, CONFIGMAPS, CONFIGMAPS)
+    path = CONFIGMAPS.path(namespace)
     try:
         stale_owner = await api.arequest("POST", path, _body("owner", {}))
         await api.arequest("DELETE", f"{path}/owner")
@@ -118,8 +119,8 @@ async def test_the_childs_uid_is_the_precondition_of_adoption(
 ) -> None:
     """A child deleted and created again under its name is not adopted from the old copy."""
     api = steward.KubeClient(load_access(str(cluster.kubeconfig)))
-    ownership = steward.Ownership(api, CONFIGMAPS, "ConfigMap", CONFIGMAPS)
-    path = steward.api_path(CONFIGMAPS, namespace)
+    ownership = Ownership(api, CONFIGMAPS, CONFIGMAPS)
+    path = CONFIGMAPS.path(namespace)
     try:
         owner = await api.arequest("POST", path, _body("owner", {}))
         old_copy = await api.arequest("POST", path, _body("child", {"app": "x"}))
@@ -135,7 +136,9 @@ async def test_the_childs_uid_is_the_precondition_of_adoption(
         api.close()
 
 
-async def test_create_child_stamps_the_trace_context(cluster: LocalCluster, namespace: str) -> None:
+async def test_a_stamped_create_carries_the_trace_context(
+    cluster: LocalCluster, namespace: str
+) -> None:
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
 
@@ -143,8 +146,8 @@ async def test_create_child_stamps_the_trace_context(cluster: LocalCluster, name
     tracer = TracerProvider().get_tracer("test")
     try:
         with tracer.start_as_current_span("reconcile") as span:
-            created = await steward.create_child(
-                api, CONFIGMAPS, namespace, _body("traced", {"app": "x"})
+            created = await steward.ResourceClient(api, CONFIGMAPS).create(
+                _body("traced", {"app": "x"}), namespace=namespace, stamp_trace=True
             )
             trace_id = format(span.get_span_context().trace_id, "032x")
         annotations = created["metadata"].get("annotations") or {}

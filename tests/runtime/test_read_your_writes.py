@@ -19,19 +19,19 @@ from tests.polling import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
-CONFIGMAPS = steward.resource_type("", "v1", "configmaps")
+CONFIGMAPS = steward.CONFIGMAPS
 
 
 async def test_a_reconcile_never_reads_a_copy_older_than_its_own_write(
     cluster: LocalCluster, namespace: str, dev_informer: str
 ) -> None:
     api = steward.KubeClient(load_access(str(cluster.kubeconfig)))
-    path = steward.api_path(CONFIGMAPS, namespace)
+    path = CONFIGMAPS.path(namespace)
     body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}
     await api.arequest("POST", path, body)
     async with grpc.aio.insecure_channel(dev_informer) as channel:
         mirror = steward.Mirror(channel, [CONFIGMAPS], MirrorOptions(namespace=namespace))
-        api.write_observer = mirror.written
+        api = api.fenced(lambda: True, mirror.written)
         task = asyncio.create_task(mirror.run())
         try:
             await until(lambda: mirror.get(CONFIGMAPS, namespace, "cm") is not None, "the cm")
@@ -89,23 +89,27 @@ async def test_the_runtime_fences_and_wires_the_client_it_is_given(
 
     definition = (
         steward.ControllerBuilder("wired")
-        .for_(CONFIGMAPS, kind="ConfigMap")
+        .for_(CONFIGMAPS)
         .with_options(steward.ControllerOptions(resync_period=0.3))
         .complete(reconcile)
     )
     api = steward.KubeClient(load_access(str(cluster.kubeconfig)))
     await api.arequest(
         "POST",
-        steward.api_path(CONFIGMAPS, namespace),
+        CONFIGMAPS.path(namespace),
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "once"}},
     )
     async with grpc.aio.insecure_channel(dev_informer) as channel:
         controller = definition.new(
             channel, api, steward.ControllerOptions(namespace=namespace, resync_period=0.3)
         )
-        assert api.write_fence is not None and api.write_fence() is True  # alone: active
-        assert api.write_observer == controller.mirror.written
-        assert controller.context.api is api
+        # The controller derives a client of its own; the one it was given stays as it was.
+        assert api.write_fence is None and api.write_observer is None
+        own = controller.context.api
+        assert own is controller.api and own is not api and own.access is api.access
+        assert own.write_fence is not None and own.write_fence() is True  # alone: active
+        assert own.write_observer == controller.mirror.written
+        assert controller.context.client.api is own
         task = asyncio.create_task(controller.run())
         try:
             # Alone, as under a manager, the resync re-queues the primary objects.

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import grpc
+import orjson
 import pytest
 
-from steward.runtime.mirror import Change, ChangeKind, MirrorObject
+from steward.runtime import resources
+from steward.runtime.children import expectation_observer
+from steward.runtime.expectations import Expectations
+from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorObject
 from steward.runtime.reconcile import Request
 from steward.runtime.source import (
+    EnqueueAdopters,
     EnqueueChanged,
     EnqueueMapped,
     EnqueueObject,
@@ -19,7 +25,7 @@ from steward.v1 import informer_pb2 as pb
 
 pytestmark = pytest.mark.unit
 
-PODS = ("", "v1", "pods")
+PODS = resources.PODS
 TRACE = TraceContext(f"00-{'1' * 32}-{'2' * 16}-01")
 
 
@@ -58,7 +64,7 @@ def test_enqueue_object_passes_the_trace_context_along() -> None:
 
 
 def test_enqueue_owner_only_for_the_controlling_owner_of_the_right_kind() -> None:
-    owner = EnqueueOwner("batch", "Job")
+    owner = EnqueueOwner(resources.JOBS)
     job_pod = pod("p", owner=("batch/v1", "Job", "j"))
     assert keys(owner, Change(ChangeKind.ADDED, job_pod, None, None)) == [
         (Request("ns", "j"), None)
@@ -71,7 +77,7 @@ def test_enqueue_owner_only_for_the_controlling_owner_of_the_right_kind() -> Non
 
 
 def test_enqueue_owner_tells_the_old_owner_when_the_controller_changes() -> None:
-    owner = EnqueueOwner("batch", "Job")
+    owner = EnqueueOwner(resources.JOBS)
     before = pod("p", owner=("batch/v1", "Job", "old"))
     after = pod("p", owner=("batch/v1", "Job", "new"))
     got = [k for k, _ in keys(owner, Change(ChangeKind.MODIFIED, after, before, None))]
@@ -141,9 +147,82 @@ def test_indexes_by_controller_and_of_orphans() -> None:
     orphan = pod("c")
     assert list(index_by_controller(owned)) == ["uid-rs"]
     assert list(index_by_controller(merely_owned)) == []
-    pods_only = orphan_index(pb.ResourceType(group="", version="v1", resource="pods"))
+    pods_only = orphan_index(PODS)
     assert list(pods_only(orphan)) == ["ns"]
     assert list(pods_only(merely_owned)) == ["ns"]  # no controlling owner: adoptable
     assert list(pods_only(owned)) == []
-    others = orphan_index(pb.ResourceType(group="apps", version="v1", resource="replicasets"))
+    others = orphan_index(resources.REPLICASETS)
     assert list(others(orphan)) == []
+
+
+def _mirror_of(channel: grpc.aio.Channel, *objects: MirrorObject) -> Mirror:
+    """A mirror of pods and ReplicaSets holding ``objects`` (its channel never dialled)."""
+    mirror = Mirror(channel, [PODS, resources.REPLICASETS])
+    events = []
+    for obj in objects:
+        event = pb.Event(type=pb.EVENT_TYPE_ADDED, resource_type=obj.type.wire)
+        event.metadata.CopyFrom(obj.meta)
+        event.object = obj.raw
+        events.append(event)
+    mirror._apply(events)
+    return mirror
+
+
+def replicaset(name: str, selector: dict[str, object] | None, ns: str = "ns") -> MirrorObject:
+    meta = pb.ObjectMeta(namespace=ns, name=name, uid=f"uid-{name}")
+    spec = {"selector": selector} if selector is not None else {}
+    return MirrorObject(resources.REPLICASETS, meta, orjson.dumps({"spec": spec}))
+
+
+@pytest.mark.asyncio
+async def test_enqueue_adopters_queues_owners_whose_selector_matches_an_orphan() -> None:
+    web = replicaset("web", {"matchLabels": {"app": "web"}})
+    other = replicaset("db", {"matchLabels": {"app": "db"}})
+    elsewhere = replicaset("web2", {"matchLabels": {"app": "web"}}, ns="other")
+    empty = replicaset("empty", {})
+    async with grpc.aio.insecure_channel("127.0.0.1:9") as channel:
+        mirror = _mirror_of(channel, web, other, elsewhere, empty)
+    adopters = EnqueueAdopters(mirror, resources.REPLICASETS)
+    orphan = pod("p", labels={"app": "web"})
+    assert keys(adopters, Change(ChangeKind.ADDED, orphan, None, TRACE)) == [
+        (Request("ns", "web"), TRACE)
+    ]
+    # Controlled pods, and orphans without labels, queue no adopter (upstream's rule).
+    owned = pod("p", owner=("apps/v1", "ReplicaSet", "db"), labels={"app": "web"})
+    assert keys(adopters, Change(ChangeKind.ADDED, owned, None, None)) == []
+    assert keys(adopters, Change(ChangeKind.ADDED, pod("bare"), None, None)) == []
+    # A relabelled orphan: the owners of the old labels hear of it too.
+    moved = pod("p", labels={"app": "db"})
+    got = [k for k, _ in keys(adopters, Change(ChangeKind.MODIFIED, moved, orphan, None))]
+    assert got == [Request("ns", "db"), Request("ns", "web")]
+
+
+@pytest.mark.asyncio
+async def test_the_expectation_observer_lowers_only_for_the_resolved_owner() -> None:
+    rs = replicaset("web", {"matchLabels": {"app": "web"}})
+    async with grpc.aio.insecure_channel("127.0.0.1:9") as channel:
+        mirror = _mirror_of(channel, rs)
+    expectations = Expectations()
+    key = ("ns", "web")
+    expectations.expect_creations(key, 2)
+    expectations.expect_deletions(key, ["ns/old"])
+    observe = expectation_observer(mirror, resources.REPLICASETS, PODS, expectations)
+
+    def owned(name: str, uid: str = "uid-web", deleting: bool = False) -> MirrorObject:
+        obj = pod(name, owner=("apps/v1", "ReplicaSet", "web"))
+        obj.meta.owner_references[0].uid = uid
+        if deleting:
+            obj.meta.deletion_timestamp.GetCurrentTime()
+        return obj
+
+    observe(Change(ChangeKind.ADDED, owned("a", uid="uid-of-a-predecessor"), None, None))
+    observe(Change(ChangeKind.ADDED, pod("b", owner=("batch/v1", "Job", "web")), None, None))
+    assert expectations.pending(key) == (2, 1)  # neither names this owner
+    observe(Change(ChangeKind.ADDED, owned("a"), None, None))
+    observe(Change(ChangeKind.MODIFIED, owned("old", deleting=True), owned("old"), None))
+    assert expectations.pending(key) == (1, 0)
+    observe(Change(ChangeKind.ADDED, owned("c"), None, None))
+    assert expectations.satisfied(key)
+    expectations.expect_creations(key, 1)
+    observe(Change(ChangeKind.DELETED, rs, None, None))  # the owner gone: forgotten
+    assert expectations.satisfied(key)

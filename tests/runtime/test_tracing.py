@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import pytest
 from opentelemetry import trace
@@ -51,7 +51,7 @@ class Recorder:
         self.headers: list[dict[str, str]] = []
         self.called = asyncio.Event()
 
-    async def reconcile(self, request: Request, contexts: Sequence[TraceContext]) -> Result:
+    async def reconcile(self, request: Request) -> Result:
         self.headers.append(outgoing_headers())
         self.called.set()
         if self.fail:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -20,6 +20,7 @@ from steward.runtime import (
     WorkerPool,
     WorkQueue,
 )
+from steward.runtime.tracing import coalesced_contexts
 
 pytestmark = pytest.mark.unit
 
@@ -40,8 +41,8 @@ class Recorder:
     def count(self, request: Request) -> int:
         return sum(1 for r, _, _ in self.calls if r == request)
 
-    async def reconcile(self, request: Request, contexts: Sequence[TraceContext]) -> Result:
-        self.calls.append((request, tuple(contexts), asyncio.get_running_loop().time()))
+    async def reconcile(self, request: Request) -> Result:
+        self.calls.append((request, coalesced_contexts(), asyncio.get_running_loop().time()))
         self.running += 1
         self.max_running = max(self.max_running, self.running)
         self.changed.set()

@@ -111,10 +111,12 @@ class Children:
     # One child --------------------------------------------------------------------------
     async def create(self, owner: Mapping[str, Any], body: Object) -> Object | None:
         """Create one child of ``owner`` (``body`` carries its controller reference, and
-        gets the trace context); the child as stored, or None when the namespace is being
-        deleted. Raises the API server's error after a ``FailedCreate`` Event."""
+        gets the trace context) in the body's namespace, else the owner's; the child as
+        stored, or None when the namespace is being deleted. Raises the API server's
+        error after a ``FailedCreate`` Event."""
+        namespace = (body.get("metadata") or {}).get("namespace") or owner_key(owner)[0]
         try:
-            child = await self.client.create(body, namespace=owner_key(owner)[0], stamp_trace=True)
+            child = await self.client.create(body, namespace=namespace, stamp_trace=True)
         except ApiError as err:
             if namespace_terminating(err):
                 return None
@@ -210,11 +212,9 @@ def expectation_observer(
 
     def observe(change: Change) -> None:
         obj = change.obj
-        if obj.type == owner:
-            if change.kind is ChangeKind.DELETED:
-                expectations.forget(obj.key)
-            return
-        if obj.type != child:
+        if obj.type == owner and change.kind is ChangeKind.DELETED:
+            expectations.forget(obj.key)
+        if obj.type != child:  # (owners may be of the children's own type)
             return
         ref = owner_of(obj, owner)
         if ref is None:

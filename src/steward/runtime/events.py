@@ -78,18 +78,20 @@ class EventRecorder:
         self._unlogged = 0
 
     def body(self, obj: dict[str, Any], etype: str, reason: str, message: str) -> dict[str, Any]:
-        """The Event an ``event`` call posts."""
+        """The Event an ``event`` call posts: in the object's namespace, or, about a
+        cluster-scoped object, in ``default`` (as client-go's recorder)."""
         meta = obj["metadata"]
+        home = meta.get("namespace") or "default"
         stamp = self.clock().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": home},
             "involvedObject": {
                 "apiVersion": self.api_version,
                 "kind": self.kind,
                 "name": meta["name"],
-                "namespace": meta["namespace"],
+                "namespace": meta.get("namespace", ""),
                 "uid": meta.get("uid", ""),
                 "resourceVersion": meta.get("resourceVersion", ""),
             },

@@ -155,7 +155,10 @@ class Ownership:
                 matches
                 and not owner_deleting
                 and not _deleting(child)
-                and cmeta.get("namespace", "") == meta.get("namespace", "")
+                and (
+                    not self.owner_type.namespaced
+                    or cmeta.get("namespace", "") == meta.get("namespace", "")
+                )
             ):
                 orphans.append(child)
         if orphans:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -23,6 +24,17 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from steward.runtime.workqueue import TraceContext
 
 _tracer = trace.get_tracer("steward.runtime")
+_coalesced: ContextVar[tuple[TraceContext, ...]] = ContextVar("steward_coalesced", default=())
+
+
+def coalesced_contexts() -> tuple[TraceContext, ...]:
+    """The W3C trace contexts of the events coalesced into the reconcile that is running
+    (the first is its span's parent, the others its links; empty outside a reconcile, or
+    when no event carried one). A reconciler rarely needs them: its span and every
+    request it sends already continue these traces."""
+    return _coalesced.get()
+
+
 _propagator = TraceContextTextMapPropagator()
 
 
@@ -65,14 +77,22 @@ def reconcile_span(
             "steward.coalesced_events": len(contexts),
         },
     ) as span:
-        if queued_at_ns and dequeued_at_ns:
-            wait = max(0, dequeued_at_ns - queued_at_ns) / 1e9
-            span.set_attribute("steward.queue_wait_seconds", wait)
-            span.add_event("enqueued", {"steward.key": key}, timestamp=queued_at_ns)
-            span.add_event(
-                "dequeued", {"steward.queue_wait_seconds": wait}, timestamp=dequeued_at_ns
-            )
-        yield span
+        token = _coalesced.set(tuple(contexts))
+        try:
+            _annotate_queue_wait(span, key, queued_at_ns, dequeued_at_ns)
+            yield span
+        finally:
+            _coalesced.reset(token)
+
+
+def _annotate_queue_wait(
+    span: trace.Span, key: str, queued_at_ns: int, dequeued_at_ns: int
+) -> None:
+    if queued_at_ns and dequeued_at_ns:
+        wait = max(0, dequeued_at_ns - queued_at_ns) / 1e9
+        span.set_attribute("steward.queue_wait_seconds", wait)
+        span.add_event("enqueued", {"steward.key": key}, timestamp=queued_at_ns)
+        span.add_event("dequeued", {"steward.queue_wait_seconds": wait}, timestamp=dequeued_at_ns)
 
 
 def outgoing_headers() -> dict[str, str]:
