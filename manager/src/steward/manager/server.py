@@ -23,39 +23,20 @@ import contextlib
 import logging
 import os
 import socket
-import sys
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
-from steward import gctuning
 from steward.kube import ApiError, ClusterAccess, KubeClient, load_access
 from steward.manager.election import LeaderElector
-from steward.manager.enablement import Enablement, InvalidNameError
+from steward.manager.enablement import Enablement
 from steward.manager.leases import LeaseStore
 from steward.manager.metrics import ManagerMetrics
 from steward.manager.registry import DEFAULT_MAX_STANDBYS, Registry, Timing
 from steward.manager.service import DEFAULT_MAX_SESSIONS_PER_PEER, ManagerService, add_to_server
-from steward.runtime.health import (
-    LoopHealth,
-    split_address,
-    start_loop_health,
-    start_metrics_server,
-    stop_metrics_server,
-)
-from steward.serving import serve_until_signalled
-from steward.serving.reflection import enable_reflection
-from steward.serving.security import (
-    Guard,
-    ServingSecurity,
-    add_serving_arguments,
-    serving_from_args,
-)
-from steward.serving.tracing import ServerTracing
-from steward.telemetry import configure_tracing
+from steward.serving import host
+from steward.serving.security import Guard, add_serving_arguments, serving_from_args
 from steward.v1 import manager_pb2
 
 log = logging.getLogger(__name__)
@@ -67,15 +48,14 @@ LEADER_LEASE = "steward-manager"
 
 
 @dataclass
-class ManagerOptions:
-    """How to run the manager. Every field has a working default."""
+class ManagerOptions(host.HostOptions):
+    """How to run the manager: the host's options (kubeconfig, probes, metrics, shutdown
+    grace, security) and the manager's own. Every field has a working default."""
 
     listen: str = DEFAULT_LISTEN
     """gRPC address (host:port; port 0 picks a free one). Defaults to 127.0.0.1:50062."""
     advertise: str = ""
     """Address other replicas name as the leader's; empty for the bound address."""
-    kubeconfig: str | None = None
-    """Kubeconfig file; None for in-cluster config, else $KUBECONFIG or ~/.kube/config."""
     namespace: str = DEFAULT_NAMESPACE
     """Where the Leases live (created if missing). Defaults to steward-system."""
     controllers: list[str] = field(default_factory=lambda: ["*"])
@@ -87,23 +67,14 @@ class ManagerOptions:
     election."""
     identity: str = ""
     """This replica's identity in leader election; empty for hostname_pid_random."""
-    metrics_listen: str | None = None
-    """host:port to serve Prometheus metrics on over HTTP; None (the default) for none."""
-    health_listen: str | None = None
-    """host:port to answer /healthz and /readyz on over HTTP (kubelet probes cannot
-    present a client certificate to the mTLS port); None (the default) for none."""
-    shutdown_grace: float = 5.0
-    """Seconds unary calls in flight may take to finish on shutdown. Defaults to 5."""
     max_sessions_per_peer: int = DEFAULT_MAX_SESSIONS_PER_PEER
     """Sessions one caller (its identity, else its connection) may hold at once. Defaults
     to 100."""
     max_standbys: int = DEFAULT_MAX_STANDBYS
     """Standby instances one controller may have. Defaults to 16."""
-    security: ServingSecurity = field(default_factory=ServingSecurity)
-    """mTLS and authorization; the default needs TLS files (see steward.security)."""
 
 
-class ManagerServer:
+class ManagerServer(host.HostedService):
     """The manager's server, registry and election; :meth:`run` blocks until signalled.
 
     :meth:`start` and :meth:`stop` are also usable alone (tests run it in-process).
@@ -116,11 +87,13 @@ class ManagerServer:
 
     def __init__(self, options: ManagerOptions, access: ClusterAccess | None = None) -> None:
         options.timing.check()
-        options.security.validate()
         self.options = options
+        self.metrics = ManagerMetrics()
+        self.host = host.ServiceHost(
+            SERVICE_NAME, options, self.metrics.registry, unready=self._not_leader
+        )
         self.access = access if access is not None else load_access(options.kubeconfig)
         self.client = KubeClient(self.access)
-        self.metrics = ManagerMetrics()
         self.enablement = Enablement.parse(options.controllers, options.disabled_by_default)
         self.store = LeaseStore(self.client, options.namespace)
         self.identity = (
@@ -145,24 +118,14 @@ class ManagerServer:
             guard=self.guard,
         )
         self.metrics.register_gauges(self.registry.session_counts, self._leading)
-        self.health = health.aio.HealthServicer()
-        self.tracing = ServerTracing()
-        self.port = 0
-        self.metrics_port = 0
-        self._server: grpc.aio.Server | None = None
-        self._metrics_server: Any = None
-        self._http_health: LoopHealth | None = None
-        self._unready: str | None = "starting"
         self._tasks: list[asyncio.Task[None]] = []
-
-    def _why_unready(self) -> str | None:
-        """Ready means: the leader, with the registry loaded (only the leader serves)."""
-        return self._unready or self._not_leader()
 
     def _leading(self) -> bool:
         return self.elector is not None and self.elector.is_leader()
 
     def _not_leader(self) -> str | None:
+        """Why this replica does not serve (nor is ready): only the leader, with the
+        registry loaded, does; None when it does."""
         if self.elector is None:
             return "the manager is starting"
         if self.elector.is_leader():
@@ -173,14 +136,12 @@ class ManagerServer:
 
     async def _started_leading(self) -> None:
         await self.registry.recover()
-        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        await self.host.set_serving(True)
 
     def _stopped_leading(self) -> None:
         self.registry.reset(grpc.StatusCode.UNAVAILABLE, "the manager stopped leading")
         self.service.close_all(grpc.StatusCode.UNAVAILABLE, "the manager stopped leading")
-        asyncio.get_running_loop().create_task(
-            self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
-        )
+        asyncio.get_running_loop().create_task(self.host.set_serving(False))
 
     async def start(self) -> int:
         """Bind, start serving and campaign for leadership; returns the gRPC port.
@@ -188,36 +149,14 @@ class ManagerServer:
         Raises:
             RuntimeError: the address cannot be bound.
         """
-        server = grpc.aio.server(interceptors=[self.tracing], options=[("grpc.so_reuseport", 0)])
-        add_to_server(self.service, server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        enable_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), server
-        )
-        host, port = split_address(self.options.listen)
-        self.port = self.options.security.bind(server, f"{host}:{port}")
-        if self.port == 0:
-            raise RuntimeError(f"cannot listen on {self.options.listen}")
-        self.tracing.address = (host, self.port)
-        await server.start()
-        self._unready = None  # from here on: ready when leading
-        self._server = server
-        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
-        self._http_health = start_loop_health(
-            self.options.health_listen or "", unready=self._why_unready
-        )
-        if self.options.metrics_listen:
-            self._metrics_server = start_metrics_server(
-                self.options.metrics_listen, self.metrics.registry
-            )
-            self.metrics_port = self._metrics_server.server_port
+        # From here on ready, and the service SERVING, when leading.
+        await self.host.start(lambda server: add_to_server(self.service, server), serving=False)
         self.elector = LeaderElector(
             self.client,
             self.options.namespace,
             LEADER_LEASE,
             self.identity,
-            self.options.advertise or f"{host}:{self.port}",
+            self.options.advertise or f"{self.host.listen_host}:{self.port}",
             self.options.timing,
             self._started_leading,
             self._stopped_leading,
@@ -231,7 +170,7 @@ class ManagerServer:
         log.info(
             "manager %s serving on %s:%d (API server %s, namespace %s)",
             self.identity,
-            host,
+            self.host.listen_host,
             self.port,
             self.access.host,
             self.options.namespace,
@@ -254,11 +193,7 @@ class ManagerServer:
 
     async def stop(self, grace: float | None = None) -> None:
         """Health NOT_SERVING, end the Sessions (UNAVAILABLE), release leadership, stop."""
-        self._unready = "shutting down"
-        if self._http_health is not None:
-            self._http_health.stop()
-            self._http_health = None
-        await self.health.enter_graceful_shutdown()
+        await self.host.begin_shutdown()
         self.service.close_all(grpc.StatusCode.UNAVAILABLE, "the manager is shutting down")
         for task in self._tasks:
             task.cancel()
@@ -267,16 +202,8 @@ class ManagerServer:
                 await task
         self._tasks = []
         self.registry.reset(grpc.StatusCode.UNAVAILABLE, "the manager is shutting down")
-        if self._server is not None:
-            await self._server.stop(self.options.shutdown_grace if grace is None else grace)
-            self._server = None
-        stop_metrics_server(self._metrics_server)
-        self._metrics_server = None
+        await self.host.stop(grace)
         self.client.close()
-
-    async def run(self) -> None:
-        """Start, serve until SIGTERM/SIGINT or cancellation, then stop gracefully."""
-        await serve_until_signalled(self.start, self.stop)
 
 
 # Command line ------------------------------------------------------------------------------
@@ -316,22 +243,13 @@ environment (flags win):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``steward manager`` flags, with defaults from the environment."""
     env = os.environ.get
-    parser.add_argument(
-        "--listen",
-        default=env("STEWARD_MANAGER_LISTEN", DEFAULT_LISTEN),
-        help="gRPC address, host:port (port 0: a free one) (default: %(default)s)",
-    )
+    host.add_listen_argument(parser, "STEWARD_MANAGER_LISTEN", DEFAULT_LISTEN)
     parser.add_argument(
         "--advertise",
         default="",
         help="address other replicas give as the leader's (default: the bound address)",
     )
-    parser.add_argument(
-        "--kubeconfig",
-        default=None,
-        help="kubeconfig file (default: in-cluster config in a pod, else $KUBECONFIG or "
-        "~/.kube/config)",
-    )
+    host.add_kubeconfig_argument(parser)
     parser.add_argument(
         "--namespace",
         default=env("STEWARD_MANAGER_NAMESPACE", DEFAULT_NAMESPACE),
@@ -372,33 +290,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         help="seconds a disabled controller may drain before STOP (default: %(default)s)",
     )
-    parser.add_argument(
-        "--health-listen",
-        default=env("STEWARD_MANAGER_HEALTH_LISTEN"),
-        help="answer GET /healthz (the event loop runs) and /readyz (serving and leading) "
-        "over plain "
-        "HTTP on host:port, for kubelet probes (default: off)",
-    )
-    parser.add_argument(
-        "--metrics-listen",
-        default=env("STEWARD_MANAGER_METRICS_LISTEN"),
-        help="serve Prometheus metrics over HTTP on host:port (default: off)",
-    )
-    parser.add_argument(
+    host.add_endpoint_arguments(parser, "STEWARD_MANAGER", ready="serving and leading")
+    host.add_count_argument(
+        parser,
         "--max-sessions-per-peer",
-        type=int,
-        default=int(
-            env("STEWARD_MANAGER_MAX_SESSIONS_PER_PEER", str(DEFAULT_MAX_SESSIONS_PER_PEER))
-        ),
-        help="Sessions one caller (its identity; with AlwaysAllow, its connection) may hold at "
-        "once; one more is refused with "
-        "RESOURCE_EXHAUSTED (default: %(default)s)",
+        "STEWARD_MANAGER_MAX_SESSIONS_PER_PEER",
+        DEFAULT_MAX_SESSIONS_PER_PEER,
+        "Sessions one caller (its identity; with AlwaysAllow, its connection) may hold at "
+        "once; one more is refused with RESOURCE_EXHAUSTED (default: %(default)s)",
     )
-    parser.add_argument(
+    host.add_count_argument(
+        parser,
         "--max-standbys",
-        type=int,
-        default=int(env("STEWARD_MANAGER_MAX_STANDBYS", str(DEFAULT_MAX_STANDBYS))),
-        help="standby instances one controller may have; one more is refused with "
+        "STEWARD_MANAGER_MAX_STANDBYS",
+        DEFAULT_MAX_STANDBYS,
+        "standby instances one controller may have; one more is refused with "
         "RESOURCE_EXHAUSTED (default: %(default)s)",
     )
     add_serving_arguments(parser, "STEWARD_MANAGER")
@@ -417,15 +323,8 @@ def options_from_args(args: argparse.Namespace) -> ManagerOptions:
         drain_timeout=args.drain_timeout,
     )
     timing.check()
-    for flag, value in (
-        ("--max-sessions-per-peer", args.max_sessions_per_peer),
-        ("--max-standbys", args.max_standbys),
-    ):
-        if value < 1:
-            raise ValueError(f"{flag} must be at least 1, got {value}")
-    split_address(args.listen)
-    if args.metrics_listen:
-        split_address(args.metrics_listen)
+    host.check_counts(args, "--max-sessions-per-peer", "--max-standbys")
+    host.check_addresses(args)
     Enablement.parse([args.controllers], [args.disabled_by_default])
     return ManagerOptions(
         listen=args.listen,
@@ -446,39 +345,9 @@ def options_from_args(args: argparse.Namespace) -> ManagerOptions:
 def main(args: argparse.Namespace) -> int:
     """Run the manager until signalled: 0 on a clean stop, 2 for bad flags, 1 when it
     cannot start (no API server configuration, address in use); errors go to stderr."""
-    try:
-        options = options_from_args(args)
-        young = gctuning.threshold_from_env()
-    except (ValueError, InvalidNameError) as err:
-        print(f"steward manager: error: {err}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        server = ManagerServer(options)
-    except ApiError as err:
-        print(f"steward manager: error: {err}", file=sys.stderr)
-        return 1
-    try:
-        configure_tracing("steward-manager")
-        gctuning.tune(young)
-        asyncio.run(server.run())
-    except KeyboardInterrupt:
-        pass
-    except (OSError, RuntimeError) as err:
-        print(f"steward manager: error: {err}", file=sys.stderr)
-        return 1
-    return 0
+    return host.run_service("manager", args, options_from_args, ManagerServer)
 
 
 def main_cli() -> None:
     """The ``steward-manager`` console script (also ``python -m steward.manager``)."""
-    parser = argparse.ArgumentParser(
-        prog="steward-manager",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_arguments(parser)
-    sys.exit(main(parser.parse_args()))
+    host.main_cli("manager", DESCRIPTION, EPILOG, add_arguments, main)

@@ -9,17 +9,10 @@ with a grace period for unary calls in flight, then the reflectors stop.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
-import sys
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
-
-from steward import gctuning
 from steward.flowcontrol import (
     DEFAULT_BURST,
     DEFAULT_QPS,
@@ -38,24 +31,9 @@ from steward.informer.service import (
     ServiceOptions,
     add_to_server,
 )
-from steward.kube import ApiError, ClusterAccess, KubeClient, load_access
-from steward.runtime.health import (
-    LoopHealth,
-    split_address,
-    start_loop_health,
-    start_metrics_server,
-    stop_metrics_server,
-)
-from steward.serving import serve_until_signalled
-from steward.serving.reflection import enable_reflection
-from steward.serving.security import (
-    Guard,
-    ServingSecurity,
-    add_serving_arguments,
-    serving_from_args,
-)
-from steward.serving.tracing import ServerTracing
-from steward.telemetry import configure_tracing
+from steward.kube import ClusterAccess, KubeClient, load_access
+from steward.serving import host
+from steward.serving.security import Guard, add_serving_arguments, serving_from_args
 from steward.v1 import informer_pb2
 
 log = logging.getLogger(__name__)
@@ -71,18 +49,12 @@ MAX_WATCH_LINGER = 1.0
 
 
 @dataclass
-class InformerOptions:
-    """How to run the informer. Every field has a working default."""
+class InformerOptions(host.HostOptions):
+    """How to run the informer: the host's options (kubeconfig, probes, metrics, shutdown
+    grace, security) and the informer's own. Every field has a working default."""
 
     listen: str = DEFAULT_LISTEN
     """gRPC address (host:port; port 0 picks a free one). Defaults to 127.0.0.1:50061."""
-    kubeconfig: str | None = None
-    """Kubeconfig file; None for in-cluster config, else $KUBECONFIG or ~/.kube/config."""
-    metrics_listen: str | None = None
-    """host:port to serve Prometheus metrics on over HTTP; None (the default) for none."""
-    health_listen: str | None = None
-    """host:port to answer /healthz and /readyz on over HTTP (kubelet probes cannot
-    present a client certificate to the mTLS port); None (the default) for none."""
     history_size: int = 10_000
     """Recent events kept per type to serve resumes. Defaults to 10,000."""
     subscriber_buffer: int = 10_000
@@ -95,15 +67,11 @@ class InformerOptions:
     """Seconds an idle Watch stream waits after new events before it sends them, so that
     events close together share one response (each response costs its subscriber about
     0.1 ms of CPU); 0 sends at once. Defaults to 0.005."""
-    shutdown_grace: float = 5.0
-    """Seconds unary calls in flight may take to finish on shutdown. Defaults to 5."""
     max_selector_length: int = DEFAULT_MAX_SELECTOR_LENGTH
     """Longest label or field selector a request may carry (characters). Defaults to 4096."""
     max_watch_streams_per_peer: int = DEFAULT_MAX_STREAMS_PER_PEER
     """Watch streams one caller (its identity, else its connection) may hold open at once.
     Defaults to 100."""
-    security: ServingSecurity = field(default_factory=ServingSecurity)
-    """mTLS and authorization; the default needs TLS files (see steward.security)."""
     kube_api_qps: float = DEFAULT_QPS
     """Requests a second the LIST & WATCH client may send on average (client-go's token
     bucket; 0 or less: no limit). Defaults to 20, kube-controller-manager's default."""
@@ -111,7 +79,7 @@ class InformerOptions:
     """Requests the LIST & WATCH client may send at once. Defaults to 30."""
 
 
-class InformerServer:
+class InformerServer(host.HostedService):
     """The informer's servers and caches; :meth:`run` blocks until cancelled or signalled.
 
     :meth:`start` and :meth:`stop` are also usable alone (tests run it in-process).
@@ -124,7 +92,12 @@ class InformerServer:
         self.client = ApiClient(
             self.access, rate_limiter=TokenBucket(options.kube_api_qps, options.kube_api_burst)
         )
-        options.security.validate()
+        self.host = host.ServiceHost(
+            SERVICE_NAME,
+            options,
+            self.metrics.registry,
+            server_options=[("grpc.max_send_message_length", 64 * 1024 * 1024)],
+        )
         self.reviewer = (
             KubeClient(self.access, user_agent="steward-informer-auth")
             if options.security.authorization == "RBAC"
@@ -155,14 +128,6 @@ class InformerServer:
             ),
             self.guard,
         )
-        self.health = health.aio.HealthServicer()
-        self.tracing = ServerTracing()
-        self.port = 0
-        self.metrics_port = 0
-        self._server: grpc.aio.Server | None = None
-        self._metrics_server: Any = None
-        self._http_health: LoopHealth | None = None
-        self._unready: str | None = "starting"
 
     async def start(self) -> int:
         """Bind and start serving; returns the gRPC port.
@@ -170,39 +135,10 @@ class InformerServer:
         Raises:
             RuntimeError: the address cannot be bound.
         """
-        server = grpc.aio.server(
-            interceptors=[self.tracing],
-            options=[
-                ("grpc.max_send_message_length", 64 * 1024 * 1024),
-                ("grpc.so_reuseport", 0),
-            ],
-        )
-        add_to_server(self.service, server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        enable_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name), server
-        )
-        host, port = split_address(self.options.listen)
-        self.port = self.options.security.bind(server, f"{host}:{port}")
-        if self.port == 0:
-            raise RuntimeError(f"cannot listen on {self.options.listen}")
-        self.tracing.address = (host, self.port)
-        await server.start()
-        self._server = server
-        for name in (SERVICE_NAME, ""):
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        self._unready = None
-        self._http_health = start_loop_health(
-            self.options.health_listen or "", unready=self._why_unready
-        )
-        if self.options.metrics_listen:
-            self._metrics_server = start_metrics_server(
-                self.options.metrics_listen, self.metrics.registry
-            )
-            self.metrics_port = self._metrics_server.server_port
+        await self.host.start(lambda server: add_to_server(self.service, server))
         log.info(
             "informer serving on %s:%d (%s, authorization %s; API server %s)",
-            host,
+            self.host.listen_host,
             self.port,
             "mTLS" if self.options.security.tls else "PLAINTEXT",
             self.options.security.authorization,
@@ -212,28 +148,13 @@ class InformerServer:
 
     async def stop(self, grace: float | None = None) -> None:
         """Health NOT_SERVING, end Watch streams cleanly, stop the server, then the caches."""
-        self._unready = "shutting down"
-        await self.health.enter_graceful_shutdown()
+        await self.host.begin_shutdown()
         self.fanout.close_all()
-        if self._server is not None:
-            await self._server.stop(self.options.shutdown_grace if grace is None else grace)
-            self._server = None
+        await self.host.stop(grace)
         await self.reflectors.stop_all()
-        stop_metrics_server(self._metrics_server)
-        self._metrics_server = None
         self.client.close()
         if self.reviewer is not None:
             self.reviewer.close()
-        if self._http_health is not None:
-            self._http_health.stop()
-            self._http_health = None
-
-    def _why_unready(self) -> str | None:
-        return self._unready
-
-    async def run(self) -> None:
-        """Start, serve until SIGTERM/SIGINT or cancellation, then stop gracefully."""
-        await serve_until_signalled(self.start, self.stop)
 
 
 # Command line ------------------------------------------------------------------------------
@@ -279,40 +200,22 @@ environment (flags win):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``steward informer`` flags, with defaults from the environment."""
     env = os.environ.get
-    parser.add_argument(
-        "--listen",
-        default=env("STEWARD_INFORMER_LISTEN", DEFAULT_LISTEN),
-        help="gRPC address, host:port (port 0: a free one) (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--kubeconfig",
-        default=None,
-        help="kubeconfig file (default: in-cluster config in a pod, else $KUBECONFIG or "
-        "~/.kube/config)",
-    )
-    parser.add_argument(
-        "--health-listen",
-        default=env("STEWARD_INFORMER_HEALTH_LISTEN"),
-        help="answer GET /healthz (the event loop runs) and /readyz (serving) over plain "
-        "HTTP on host:port, "
-        "for kubelet probes (default: off)",
-    )
-    parser.add_argument(
-        "--metrics-listen",
-        default=env("STEWARD_INFORMER_METRICS_LISTEN"),
-        help="serve Prometheus metrics over HTTP on host:port (default: off)",
-    )
-    parser.add_argument(
+    host.add_listen_argument(parser, "STEWARD_INFORMER_LISTEN", DEFAULT_LISTEN)
+    host.add_kubeconfig_argument(parser)
+    host.add_endpoint_arguments(parser, "STEWARD_INFORMER", ready="serving")
+    host.add_count_argument(
+        parser,
         "--history-size",
-        type=int,
-        default=int(env("STEWARD_INFORMER_HISTORY_SIZE", "10000")),
-        help="recent events kept per resource type to serve resumes (default: %(default)s)",
+        "STEWARD_INFORMER_HISTORY_SIZE",
+        10000,
+        "recent events kept per resource type to serve resumes (default: %(default)s)",
     )
-    parser.add_argument(
+    host.add_count_argument(
+        parser,
         "--subscriber-buffer",
-        type=int,
-        default=int(env("STEWARD_INFORMER_SUBSCRIBER_BUFFER", "10000")),
-        help="objects queued per subscriber and type before it is sent REPLACED and a "
+        "STEWARD_INFORMER_SUBSCRIBER_BUFFER",
+        10000,
+        "objects queued per subscriber and type before it is sent REPLACED and a "
         "fresh snapshot (default: %(default)s)",
     )
     parser.add_argument(
@@ -330,23 +233,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "before it sends them, so that events close together share one response (each "
         "response costs the subscriber a wake-up); 0 sends at once (default: %(default)s)",
     )
-    parser.add_argument(
+    host.add_count_argument(
+        parser,
         "--max-selector-length",
-        type=int,
-        default=int(env("STEWARD_INFORMER_MAX_SELECTOR_LENGTH", str(DEFAULT_MAX_SELECTOR_LENGTH))),
-        help="longest label or field selector a Watch or List may carry, in characters; "
+        "STEWARD_INFORMER_MAX_SELECTOR_LENGTH",
+        DEFAULT_MAX_SELECTOR_LENGTH,
+        "longest label or field selector a Watch or List may carry, in characters; "
         "a longer one is refused with INVALID_ARGUMENT (default: %(default)s)",
     )
-    parser.add_argument(
+    host.add_count_argument(
+        parser,
         "--max-watch-streams-per-peer",
-        type=int,
-        default=int(
-            env("STEWARD_INFORMER_MAX_WATCH_STREAMS_PER_PEER", str(DEFAULT_MAX_STREAMS_PER_PEER))
-        ),
-        help="Watch streams one caller (its identity; with AlwaysAllow, its connection) may hold "
-        "open at once; one more is "
-        "refused with RESOURCE_EXHAUSTED (one Watch can name several types) "
-        "(default: %(default)s)",
+        "STEWARD_INFORMER_MAX_WATCH_STREAMS_PER_PEER",
+        DEFAULT_MAX_STREAMS_PER_PEER,
+        "Watch streams one caller (its identity; with AlwaysAllow, its connection) may hold "
+        "open at once; one more is refused with RESOURCE_EXHAUSTED (one Watch can name "
+        "several types) (default: %(default)s)",
     )
     add_rate_limit_arguments(parser)
     add_serving_arguments(parser, "STEWARD_INFORMER")
@@ -358,14 +260,13 @@ def options_from_args(args: argparse.Namespace) -> InformerOptions:
     Raises:
         ValueError: a flag is out of range or malformed; the message names it.
     """
-    for flag, value in (
-        ("--history-size", args.history_size),
-        ("--subscriber-buffer", args.subscriber_buffer),
-        ("--max-selector-length", args.max_selector_length),
-        ("--max-watch-streams-per-peer", args.max_watch_streams_per_peer),
-    ):
-        if value < 1:
-            raise ValueError(f"{flag} must be at least 1, got {value}")
+    host.check_counts(
+        args,
+        "--history-size",
+        "--subscriber-buffer",
+        "--max-selector-length",
+        "--max-watch-streams-per-peer",
+    )
     bucket_from_args(args)  # a burst below 1 with a qps above 0 is refused here
     if args.idle_grace < 0:
         raise ValueError(f"--idle-grace must not be negative, got {args.idle_grace}")
@@ -374,9 +275,7 @@ def options_from_args(args: argparse.Namespace) -> InformerOptions:
             f"--watch-linger must be between 0 and {MAX_WATCH_LINGER:g} seconds, "
             f"got {args.watch_linger}"
         )
-    split_address(args.listen)
-    if args.metrics_listen:
-        split_address(args.metrics_listen)
+    host.check_addresses(args)
     return InformerOptions(
         listen=args.listen,
         kubeconfig=args.kubeconfig,
@@ -397,39 +296,9 @@ def options_from_args(args: argparse.Namespace) -> InformerOptions:
 def main(args: argparse.Namespace) -> int:
     """Run the informer until signalled: 0 on a clean stop, 2 for bad flags, 1 when it
     cannot start (no API server configuration, address in use); errors go to stderr."""
-    try:
-        options = options_from_args(args)
-        young = gctuning.threshold_from_env()
-    except ValueError as err:
-        print(f"steward informer: error: {err}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        server = InformerServer(options)
-    except ApiError as err:
-        print(f"steward informer: error: {err}", file=sys.stderr)
-        return 1
-    configure_tracing("steward-informer")
-    gctuning.tune(young)
-    try:
-        asyncio.run(server.run())
-    except KeyboardInterrupt:
-        pass
-    except (OSError, RuntimeError) as err:
-        print(f"steward informer: error: {err}", file=sys.stderr)
-        return 1
-    return 0
+    return host.run_service("informer", args, options_from_args, InformerServer)
 
 
 def main_cli() -> None:
     """The ``steward-informer`` console script (also ``python -m steward.informer``)."""
-    parser = argparse.ArgumentParser(
-        prog="steward-informer",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_arguments(parser)
-    sys.exit(main(parser.parse_args()))
+    host.main_cli("informer", DESCRIPTION, EPILOG, add_arguments, main)

@@ -1,5 +1,8 @@
 """What Steward's services (the informer and the manager) share and controllers do not.
 
+- :mod:`steward.serving.host`: the process around a service: one gRPC server with the
+  health service and reflection, bound with or without TLS, probes and metrics, the flags
+  both services have, exit codes;
 - :func:`serve_until_signalled`: serve until SIGTERM/SIGINT, then stop gracefully;
 - :mod:`steward.serving.security`: serving TLS, caller identity, authorization (Guard);
 - :mod:`steward.serving.tracing`: SERVER spans continuing the callers' traces;
