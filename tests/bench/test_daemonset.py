@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from bench import controllers, daemonset
-from steward.controllers.daemonset.main import CONTROLLER
+from steward.controllers.daemonset.controller import CONTROLLER
 
 NODES = 3
 

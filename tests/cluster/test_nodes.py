@@ -70,7 +70,8 @@ def test_the_kubelet_serves_authenticated_and_authorized(tmp_path: Path) -> None
 
 JOB = RegisteredController(
     name="job",
-    module="steward.controllers.job.main",
+    definition="steward.controllers.job.controller:CONTROLLER",
+    launch=("-m", "steward", "run", "job"),
     beside_upstream=("--no-take-unmanaged",),
     alone=("--take-unmanaged",),
 )

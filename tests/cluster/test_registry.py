@@ -27,11 +27,14 @@ def test_every_controller_of_the_workspace_is_declared() -> None:
     # A controller's name is kube-controller-manager's --controllers alias of the
     # controller it replaces; its package is named after the directory (the Endpoints
     # controller is "endpoint" in services/controllers/endpoints).
-    packages = {name: c.module.split(".")[2] for name, c in declared.items()}
+    packages = {name: c.definition.split(".")[2] for name, c in declared.items()}
     assert set(packages.values()) == on_disk
     assert tuple(sorted(declared)) == STEWARD_CONTROLLERS
     for name, controller in declared.items():
-        assert controller.module == f"steward.controllers.{packages[name]}.main"
+        assert (
+            controller.definition == f"steward.controllers.{packages[name]}.controller:CONTROLLER"
+        )
+        assert controller.launch == ("-m", "steward", "run", name)
         assert f"controller-{name}" in STEWARD_IDENTITIES
         assert (ROOT / "deploy" / "rbac" / f"controller-{name}.yaml").exists()
     # The Job controller can run beside upstream's (Jobs name theirs in spec.managedBy),
@@ -55,15 +58,15 @@ def test_every_controller_of_the_workspace_is_declared() -> None:
     assert declared["horizontalpodautoscaling"].alone == ()
 
 
-def test_the_metadata_alone_names_each_controllers_module_and_distribution() -> None:
-    """What the image builder reads (nothing imported): the same controllers and modules
-    as the loaded registry, each from the workspace package of its directory."""
-    loaded = {c.name: c.module for c in registry.steward_controllers()}
+def test_the_metadata_alone_names_each_controllers_definition_and_distribution() -> None:
+    """What the image builder reads (nothing imported): the same controllers, definitions
+    and commands as the loaded registry, each from the workspace package of its directory."""
+    loaded = {c.name: (c.definition, c.launch) for c in registry.steward_controllers()}
     declared = registry.declared_controllers()
-    assert {c.name: c.module for c in declared} == loaded
+    assert {c.name: (c.definition, c.launch) for c in declared} == loaded
     assert tuple(c.name for c in declared) == STEWARD_CONTROLLERS
     for controller in declared:
-        package = controller.module.split(".")[2]
+        package = controller.definition.split(".")[2]
         project = (ROOT / "services" / "controllers" / package / "pyproject.toml").read_text()
         assert f'name = "{controller.distribution}"' in project, controller
 
@@ -86,7 +89,7 @@ def test_upstreams_controllers_of_those_names_are_switched_off() -> None:
 def test_a_declaration_that_does_not_load_is_an_error_naming_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    broken = EntryPoint("ghost", "steward.controllers.ghost.main:CONTROLLER", registry.GROUP)
+    broken = EntryPoint("ghost", "steward.controllers.ghost.controller:CONTROLLER", registry.GROUP)
     monkeypatch.setattr(registry, "entry_points", lambda group: [broken])
     with pytest.raises(registry.RegistryError, match=r"'ghost'.*cannot be loaded"):
         registry.steward_controllers()

@@ -77,7 +77,9 @@ def service_argv(
         argv = [
             sys.executable,
             "-m",
-            f"steward.controllers.{kind}.main",
+            "steward",
+            "run",
+            kind,
             f"--kubeconfig={kubeconfig}",
             f"--informer={informer}",
             f"--manager={manager}",

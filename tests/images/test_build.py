@@ -195,7 +195,7 @@ def test_configs(layout: Layout) -> None:
         assert config["created"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", epoch)
         run = config["config"]
         assert run["User"] == "65532:65532"
-        assert run["Entrypoint"] == ["/opt/steward/venv/bin/python", "-m", spec.module]
+        assert run["Entrypoint"] == ["/opt/steward/venv/bin/python", *spec.args]
         assert run["Env"] == EXPECTED_ENV
         assert run["WorkingDir"] == "/tmp"
         assert "Cmd" not in run

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import pytest
 
 from steward.cluster import LocalCluster
-from steward.controllers.daemonset.main import CONTROLLER
+from steward.controllers.daemonset.controller import CONTROLLER
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
 from tests.conftest import local_cluster
 from tests.services import ControllerHost, new_namespace

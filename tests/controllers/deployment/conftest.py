@@ -27,7 +27,7 @@ from steward import Controller, ControllerOptions
 from steward.cluster import ClusterConfig, LocalCluster
 from steward.cluster.pki import CertificateAuthority
 from steward.cluster.progress import Progress
-from steward.controllers.deployment.main import CONTROLLER
+from steward.controllers.deployment.controller import CONTROLLER
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import KubeClient, NotFoundError, load_access
 from steward.serving.security import DEVELOPMENT

@@ -36,7 +36,7 @@ import pytest
 import pytest_asyncio
 
 from steward.cluster import LocalCluster
-from steward.controllers.endpointslice.main import CONTROLLER
+from steward.controllers.endpointslice.controller import CONTROLLER
 from steward.controllers.endpointslice.sync import MANAGED_BY, MANAGED_BY_LABEL
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
 from steward.runtime.controller import Controller, ControllerOptions

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import pytest
 
 from steward.cluster import LocalCluster
-from steward.controllers.hpa.main import CONTROLLER
+from steward.controllers.hpa.controller import CONTROLLER
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
 from tests.conftest import local_cluster
 from tests.services import ControllerHost, new_namespace

@@ -135,7 +135,9 @@ def test_standby_finishes_a_burst_after_sigkill(
         argv = [
             sys.executable,
             "-m",
-            "steward.controllers.job.main",
+            "steward",
+            "run",
+            "job",
             f"--kubeconfig={cluster.component_kubeconfig('controller-job')}",
             f"--informer={informer}",
             f"--manager={manager.address}",

@@ -28,7 +28,7 @@ import yaml
 
 from steward.cluster import LocalCluster
 from steward.cluster.pki import CertificateAuthority
-from steward.controllers.replicaset.main import CONTROLLER
+from steward.controllers.replicaset.controller import CONTROLLER
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
 from steward.runtime.controller import Controller, ControllerOptions

@@ -1,6 +1,6 @@
-"""The ReplicaSet controller as its own process (``python -m
-steward.controllers.replicaset.main``): it registers with the manager as ``replicaset``,
-reconciles once active, serves its metrics, and exits 0 on SIGTERM."""
+"""The ReplicaSet controller as its own process (``python -m steward run replicaset``):
+it registers with the manager as ``replicaset``, reconciles once active, serves its
+metrics, and exits 0 on SIGTERM."""
 
 from __future__ import annotations
 
@@ -80,7 +80,9 @@ async def test_process_registers_reconciles_and_stops_on_sigterm(
     argv = [
         sys.executable,
         "-m",
-        "steward.controllers.replicaset.main",
+        "steward",
+        "run",
+        "replicaset",
         f"--kubeconfig={rs_identity}",
         f"--informer={rs_informer}",
         f"--manager={manager.address}",

@@ -1,16 +1,18 @@
 """Which Steward controllers exist: the one registry the local control plane reads.
 
 Every controller distribution declares its controller under the entry-point group
-``steward.controllers`` (its name → the ``CONTROLLER`` definition in its ``main`` module),
-for example in its ``pyproject.toml``::
+``steward.controllers`` (its name → its ``CONTROLLER`` definition), for example in its
+``pyproject.toml``::
 
     [project.entry-points."steward.controllers"]
-    job = "steward.controllers.job.main:CONTROLLER"
+    job = "steward.controllers.job.controller:CONTROLLER"
 
-The local control plane runs each one as ``python -m <that module>`` in place of upstream's
-controller of the same name, and gives it the flags its definition declares for running
-beside upstream's (``beside_upstream``) or alone. A controller installed later (a new
-workspace member) is picked up without changing this code.
+The local control plane runs each one with the author library's launcher,
+``python -m steward run <name>`` (:attr:`RegisteredController.launch`, see
+:mod:`steward.launcher`), in place of upstream's controller of the same name, and gives it
+the flags its definition declares for running beside upstream's (``beside_upstream``) or
+alone. A controller installed later (a new workspace member) is picked up without
+changing this code.
 
 # Errors
 A declared controller that cannot be imported, or whose entry point is not a controller
@@ -23,8 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
-GROUP = "steward.controllers"
-"""The entry-point group controllers declare themselves in."""
+from steward import launcher
+
+GROUP = launcher.GROUP
+"""The entry-point group controllers declare themselves in (the launcher's)."""
 
 
 class RegistryError(Exception):
@@ -37,8 +41,11 @@ class RegisteredController:
 
     name: str
     """The controller's name (as in kube-controller-manager's ``--controllers``)."""
-    module: str
-    """The module to run with ``python -m``."""
+    definition: str
+    """Where its definition is, ``module:ATTR`` (the entry point's value)."""
+    launch: tuple[str, ...]
+    """The arguments after the Python interpreter that run it (``-m steward run <name>``);
+    its flags follow."""
     beside_upstream: tuple[str, ...] | None
     """Flags that let it run beside upstream's controller of the same name; None when
     the two must not run together."""
@@ -62,8 +69,11 @@ class DeclaredController:
 
     name: str
     """The controller's name (as in kube-controller-manager's ``--controllers``)."""
-    module: str
-    """The module to run with ``python -m``."""
+    definition: str
+    """Where its definition is, ``module:ATTR`` (the entry point's value)."""
+    launch: tuple[str, ...]
+    """The arguments after the Python interpreter that run it (``-m steward run <name>``);
+    its flags follow."""
     distribution: str
     """The distribution that declares it (the workspace package its image installs)."""
 
@@ -78,7 +88,9 @@ def declared_controllers() -> tuple[DeclaredController, ...]:
     for ep in entry_points(group=GROUP):
         if ep.dist is None:
             raise RegistryError(f"controller {ep.name!r} ({ep.value}) has no distribution")
-        found[ep.name] = DeclaredController(ep.name, ep.module, ep.dist.name)
+        found[ep.name] = DeclaredController(
+            ep.name, ep.value, launcher.command(ep.name), ep.dist.name
+        )
     return tuple(found[name] for name in sorted(found))
 
 
@@ -109,7 +121,8 @@ def steward_controllers() -> tuple[RegisteredController, ...]:
             )
         found[ep.name] = RegisteredController(
             name=ep.name,
-            module=ep.module,
+            definition=ep.value,
+            launch=launcher.command(ep.name),
             beside_upstream=definition.beside_upstream,
             alone=tuple(definition.alone),
         )

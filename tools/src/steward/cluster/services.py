@@ -86,8 +86,7 @@ def start(state: ClusterState, config: ClusterConfig, out: Progress) -> None:
             continue
         argv = [
             sys.executable,
-            "-m",
-            registered.module,
+            *registered.launch,
             kubeconfig(f"controller-{name}"),
             f"--informer={st.informer_address}",
             f"--manager={st.manager_address}",

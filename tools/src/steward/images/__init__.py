@@ -9,13 +9,13 @@ image (as containerd lists it)                     entry point
 =================================================  ===============================================
 docker.io/library/steward-informer:TAG             python -m steward.informer
 docker.io/library/steward-manager:TAG              python -m steward.manager
-…/steward-controller-job:TAG                       python -m steward.controllers.job.main
-…/steward-controller-replicaset:TAG                python -m steward.controllers.replicaset.main
-…/steward-controller-deployment:TAG                python -m steward.controllers.deployment.main
-…/steward-controller-endpoint:TAG                  python -m steward.controllers.endpoints.main
-…/steward-controller-endpointslice:TAG             python -m steward.controllers.endpointslice.main
-…/steward-controller-daemonset:TAG                 python -m steward.controllers.daemonset.main
-…/steward-controller-horizontalpodautoscaling:TAG  python -m steward.controllers.hpa.main
+…/steward-controller-job:TAG                       python -m steward run job
+…/steward-controller-replicaset:TAG                python -m steward run replicaset
+…/steward-controller-deployment:TAG                python -m steward run deployment
+…/steward-controller-endpoint:TAG                  python -m steward run endpoint
+…/steward-controller-endpointslice:TAG             python -m steward run endpointslice
+…/steward-controller-daemonset:TAG                 python -m steward run daemonset
+…/steward-controller-horizontalpodautoscaling:TAG  python -m steward run horizontalpodautoscaling
 registry.k8s.io/pause:3.10.2                       /pause (only with ``pause_binary``)
 =================================================  ===============================================
 

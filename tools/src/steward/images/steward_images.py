@@ -76,11 +76,13 @@ PAUSE_USER = "65535:65535"
 
 @dataclass(frozen=True)
 class ImageSpec:
-    """One service image: its name, the venv it runs from, the module it runs."""
+    """One service image: its name, the venv it runs from, what its Python runs."""
 
     service: str
     venv: str
-    module: str
+    args: tuple[str, ...]
+    """The entry point's arguments after the interpreter (``-m steward.informer``; a
+    controller's: ``-m steward run <name>``, from the registry)."""
 
     @property
     def name(self) -> str:
@@ -91,13 +93,13 @@ class ImageSpec:
         return f"docker.io/library/{self.name}:{tag}"
 
     def entrypoint(self) -> list[str]:
-        return [f"{VENV}/bin/python", "-m", self.module]
+        return [f"{VENV}/bin/python", *self.args]
 
 
 IMAGES = (
-    ImageSpec("informer", "services", "steward.informer"),
-    ImageSpec("manager", "services", "steward.manager"),
-    *(ImageSpec(f"controller-{c.name}", f"controller-{c.name}", c.module) for c in CONTROLLERS),
+    ImageSpec("informer", "services", ("-m", "steward.informer")),
+    ImageSpec("manager", "services", ("-m", "steward.manager")),
+    *(ImageSpec(f"controller-{c.name}", f"controller-{c.name}", c.launch) for c in CONTROLLERS),
 )
 
 
