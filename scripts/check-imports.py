@@ -2,18 +2,22 @@
 """Check the import layers of the ``steward`` package against its contracts.
 
 The contracts live in pyproject.toml, table ``[tool.steward.import-contracts]``: ``roots``
-are the source directories that each hold a part of the package (one per distribution),
-and each ``[[tool.steward.import-contracts.contract]]`` is either
+are the source directories that each hold a part of the package (one per distribution;
+``*`` matches any one directory name, as in ``services/controllers/*/src``, and a pattern
+must match at least one), and each ``[[tool.steward.import-contracts.contract]]`` is either
 
 - a *forbidden* contract: no module of ``modules`` imports any of ``forbidden``; or
 - an *independence* contract: no module of one of ``independent`` imports another.
 
 A name stands for that module and every module below it; ``steward.__init__`` stands for
-the top-level package's own module alone. Every import counts, wherever it is (inside a
-function or an ``if TYPE_CHECKING:`` block too): ``import a.b``, ``from a import b``
-(an import of ``a`` and of ``a.b``), relative imports (resolved against the importing
-module's package) and ``importlib.import_module("a.b")`` or ``__import__("a.b")`` with a
-literal name.
+the top-level package's own module alone. A ``*`` in a name matches any one component:
+``steward.controllers.*`` stands for every package or module directly below
+``steward.controllers`` that the roots hold (so ``independent = ["steward.controllers.*"]``
+keeps every controller, present and future, from importing another). Every import
+counts, wherever it is (inside a function or an ``if TYPE_CHECKING:`` block too):
+``import a.b``, ``from a import b`` (an import of ``a`` and of ``a.b``), relative
+imports (resolved against the importing module's package) and
+``importlib.import_module("a.b")`` or ``__import__("a.b")`` with a literal name.
 
 Usage: scripts/check-imports.py [--repo DIR]   (default: the checkout holding this script)
 Prints one line per violation (``path:line: module imports target [contract]``) and exits
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import fnmatch
 import sys
 import tomllib
 from collections.abc import Iterator, Sequence
@@ -96,7 +101,8 @@ def load_contracts(pyproject: Path) -> tuple[list[str], list[Contract]]:
         description = str(raw.get("description", ""))
         if "independent" in raw:
             modules = tuple(raw["independent"])
-            if len(modules) < 2 or "modules" in raw or "forbidden" in raw:
+            enough = len(modules) >= 2 or any("*" in m for m in modules)
+            if not enough or "modules" in raw or "forbidden" in raw:
                 raise ContractError(f"contract {name}: 'independent' alone, naming two or more")
             contracts.append(Contract(name, description, modules, independent=True))
             continue
@@ -109,11 +115,29 @@ def load_contracts(pyproject: Path) -> tuple[list[str], list[Contract]]:
     return [str(r) for r in roots], contracts
 
 
-def discover(repo: Path, roots: Sequence[str]) -> list[Module]:
-    """Every module of the package under the roots."""
-    modules = []
+def expand_roots(repo: Path, roots: Sequence[str]) -> list[Path]:
+    """The source directories the roots name, ``*`` patterns expanded (sorted).
+
+    Raises:
+        ContractError: a pattern matches no directory.
+    """
+    found: list[Path] = []
     for root in roots:
-        base = repo / root
+        if "*" not in root:
+            found.append(repo / root)
+            continue
+        matched = sorted(p for p in repo.glob(root) if p.is_dir())
+        if not matched:
+            raise ContractError(f"root {root} matches no directory")
+        found.extend(matched)
+    return found
+
+
+def discover(repo: Path, roots: Sequence[str]) -> list[Module]:
+    """Every module of the package under the roots (``*`` patterns expanded)."""
+    modules = []
+    for base in expand_roots(repo, roots):
+        root = base.relative_to(repo) if base.is_relative_to(repo) else base
         if not (base / PACKAGE).is_dir():
             raise ContractError(f"root {root} holds no {PACKAGE}/ directory")
         for path in sorted((base / PACKAGE).rglob("*.py")):
@@ -175,10 +199,46 @@ def covers(pattern: str, name: str) -> bool:
     return name == pattern or name.startswith(pattern + ".")
 
 
+def expand(patterns: Sequence[str], names: set[str]) -> tuple[str, ...]:
+    """The names ``patterns`` stand for: each pattern with a ``*`` replaced by the module
+    names it matches (as many components, ``*`` one component each), sorted; the others
+    as they are."""
+    out: list[str] = []
+    for pattern in patterns:
+        if "*" not in pattern:
+            out.append(pattern)
+            continue
+        depth = pattern.count(".")
+        out.extend(
+            sorted(n for n in names if n.count(".") == depth and fnmatch.fnmatchcase(n, pattern))
+        )
+    return tuple(dict.fromkeys(out))
+
+
+def resolve(contract: Contract, names: set[str]) -> Contract:
+    """``contract`` with its ``*`` patterns expanded against the discovered modules.
+
+    Raises:
+        ContractError: a pattern matches no module, or an independence contract is left
+            with fewer than two.
+    """
+    for pattern in (*contract.modules, *contract.forbidden):
+        if "*" in pattern and not expand([pattern], names):
+            raise ContractError(f"contract {contract.name} names {pattern}: no such module")
+    modules, forbidden = expand(contract.modules, names), expand(contract.forbidden, names)
+    if contract.independent and len(modules) < 2:
+        raise ContractError(
+            f"contract {contract.name}: 'independent' names {len(modules)} module(s); "
+            "it needs two or more"
+        )
+    return Contract(contract.name, contract.description, modules, forbidden, contract.independent)
+
+
 def check(repo: Path) -> tuple[list[Contract], list[Violation]]:
     roots, contracts = load_contracts(repo / "pyproject.toml")
     modules = discover(repo, roots)
     names = {m.name for m in modules}
+    contracts = [resolve(contract, names) for contract in contracts]
     for contract in contracts:
         for pattern in (*contract.modules, *contract.forbidden):
             if not any(covers(pattern, n) for n in names):

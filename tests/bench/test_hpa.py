@@ -15,8 +15,7 @@ import pytest
 from bench import controllers, hpa
 from steward.cluster.identities import METRICS_SERVER_USER, STEWARD_IDENTITIES
 from steward.cluster.usage import CPU_ANNOTATION, quantity
-from steward.controllers.hpa.controller import SYNC_PERIOD
-from steward.controllers.hpa.controller import CONTROLLER
+from steward.controllers.hpa.controller import CONTROLLER, SYNC_PERIOD
 
 ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM = hpa.IDENTITIES[False]

@@ -37,10 +37,10 @@ def _check(repo: Path) -> subprocess.CompletedProcess[str]:
 def tree(tmp_path: Path) -> Path:
     """A copy of the checkout's pyproject.toml and of every part of the package."""
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    for root in CONTRACTS["roots"]:
+    for root in sorted({p for pattern in CONTRACTS["roots"] for p in ROOT.glob(pattern)}):
         shutil.copytree(
-            ROOT / root / "steward",
-            tmp_path / root / "steward",
+            root / "steward",
+            tmp_path / root.relative_to(ROOT) / "steward",
             ignore=lambda _dir, names: [
                 n for n in names if n == "__pycache__" or n.endswith((".pyc", ".json"))
             ],
@@ -93,7 +93,7 @@ CASES = [
     ),
     (
         "controllers-on-the-library",
-        "services/controllers/job/src/steward/controllers/job/main.py",
+        "services/controllers/job/src/steward/controllers/job/controller.py",
         MODULE,
         "from steward.serving.security import DEVELOPMENT",
         "steward.serving.security",
@@ -192,6 +192,30 @@ def test_allowed_imports_pass(tree: Path) -> None:
             f.write(LAZY.format(statement))
     done = _check(tree)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_new_controller_is_covered_without_changing_the_contracts(tree: Path) -> None:
+    """A directory more under services/controllers is a root and a controller of the
+    independence contract by the patterns alone."""
+    package = tree / "services/controllers/newcomer/src/steward/controllers/newcomer"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from steward.controllers.job import sync\n")
+    done = _check(tree)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (
+        "services/controllers/newcomer/src/steward/controllers/newcomer/__init__.py:1: "
+        "steward.controllers.newcomer imports steward.controllers.job [controllers-independent]"
+    ) in done.stdout
+
+
+def test_a_root_pattern_matching_nothing_is_an_error(tree: Path) -> None:
+    pyproject = tree / "pyproject.toml"
+    head, table, contracts = pyproject.read_text().partition("[tool.steward.import-contracts]")
+    contracts = contracts.replace('"services/controllers/*/src",', '"services/gone/*/src",', 1)
+    pyproject.write_text(head + table + contracts)
+    done = _check(tree)
+    assert done.returncode == 2
+    assert "root services/gone/*/src matches no directory" in done.stderr
 
 
 def test_a_contract_naming_no_module_is_an_error(tree: Path) -> None:
