@@ -158,7 +158,7 @@ class Context:
         self.expectations = Expectations()
         """The controller's expectations (one TTL: five minutes, as upstream)."""
         self.primary: Resource = controller.definition.primary
-        self._recorders: dict[tuple[str, str], EventRecorder] = {}
+        self._recorders: dict[tuple[str, str, Resource], EventRecorder] = {}
         self._client = Client(api) if api is not None else None
 
     @property
@@ -194,18 +194,21 @@ class Context:
         component: str,
         reporting_component: str = "",
         clock: Callable[[], Any] = utc_now,
+        *,
+        about: Resource | None = None,
     ) -> EventRecorder:
-        """The :class:`EventRecorder` for objects of the primary type, as ``component``
-        (reported by ``reporting_component``, default ``steward.io/<component>``); one per
-        component and reporter. Events still in flight at shutdown are sent before the
-        controller stops."""
+        """The :class:`EventRecorder` for objects of the primary type (or of ``about``), as
+        ``component`` (reported by ``reporting_component``, default
+        ``steward.io/<component>``); one per component, reporter and type. Events still in
+        flight at shutdown are sent before the controller stops."""
         reporter = reporting_component or f"steward.io/{component}"
-        recorder = self._recorders.get((component, reporter))
+        subject = about or self.primary
+        recorder = self._recorders.get((component, reporter, subject))
         if recorder is None:
-            recorder = self._recorders[(component, reporter)] = EventRecorder(
+            recorder = self._recorders[(component, reporter, subject)] = EventRecorder(
                 self.api,
-                api_version=self.primary.api_version,
-                kind=self.primary.kind,
+                api_version=subject.api_version,
+                kind=subject.kind,
                 component=component,
                 reporting_component=reporter,
                 clock=clock,

@@ -72,9 +72,8 @@ class EndpointsReconciler:
     def __init__(self, ctx: steward.Context) -> None:
         self.mirror = ctx.mirror
         self.endpoints = ctx.client(ENDPOINTS)
-        self.events = ctx.event_recorder(COMPONENT)
-        # As upstream, the Events are about the Endpoints object (same API version).
-        self.events.kind = ENDPOINTS.kind
+        # As upstream, the Events are about the Endpoints object.
+        self.events = ctx.event_recorder(COMPONENT, about=ENDPOINTS)
         self.triggers = steward.endpoints.TriggerTimes()
 
     # Mapping --------------------------------------------------------------------------
