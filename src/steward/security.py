@@ -178,7 +178,7 @@ PLAINTEXT = ClientSecurity(insecure_plaintext=True)
 def add_client_arguments(parser: argparse.ArgumentParser) -> None:
     """The security flags of a client; each defaults to ``$STEWARD_<FLAG>``."""
     env = os.environ.get
-    group = parser.add_argument_group("security (see the README: Security)")
+    group = parser.add_argument_group("security (see docs/security.md)")
     group.add_argument(
         "--tls-ca-file",
         default=env("STEWARD_TLS_CA_FILE"),

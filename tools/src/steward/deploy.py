@@ -131,7 +131,7 @@ the EndpointSlice controller: EndpointSlices, events; the DaemonSet controller:
 DaemonSets' status, pods, ControllerRevisions, events; the HorizontalPodAutoscaler
 controller: HPAs' status, the scale of their targets, the metrics APIs, events);
 Services for the informer (50061) and the manager (50062, the leader only is ready), both
-mutual TLS from the Secrets steward-<service>-tls (see the README: Deploy as pods);
+mutual TLS from the Secrets steward-<service>-tls (see deploy/README.md);
 network policies (only controller pods reach the informer and the manager; egress to DNS
 and the API server only); HTTP health probes, requests and limits, OTEL_* variables.
 

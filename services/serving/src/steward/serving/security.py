@@ -168,7 +168,7 @@ def add_serving_arguments(parser: argparse.ArgumentParser, env_prefix: str) -> N
     def env(name: str, default: str | None = None) -> str | None:
         return os.environ.get(f"{env_prefix}_{name}", default)
 
-    group = parser.add_argument_group("security (see the README: Security)")
+    group = parser.add_argument_group("security (see docs/security.md)")
     group.add_argument(
         "--tls-cert-file",
         default=env("TLS_CERT_FILE"),
