@@ -134,6 +134,11 @@ async def test_children_record_events_under_expectations(
     # One already gone counts as deleted, without an Event, and is lowered at once.
     again = await children.delete_all(owner, [first])
     assert again.succeeded == 1 and not again.errors and expectations.satisfied(key)
+    # So does one whose name another child took: the UID precondition spares the new one.
+    successor = await cms.create(_cm("child-0"), namespace=namespace)
+    spared = await children.delete_all(owner, [first], precondition=True)
+    assert spared.succeeded == 1 and not spared.errors and expectations.satisfied(key)
+    assert (await cms.get(namespace, "child-0"))["metadata"]["uid"] == successor["metadata"]["uid"]
 
     refused = _cm("Not A Name", ownerReferences=[children.ref(owner)])
     failed = await children.create_all(owner, [refused])

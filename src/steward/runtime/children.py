@@ -41,6 +41,7 @@ from steward.kube import (
     NAMESPACE_TERMINATING,
     ApiError,
     ApiStatusError,
+    ConflictError,
     NotFoundError,
     error_message,
 )
@@ -131,8 +132,9 @@ class Children:
     ) -> None:
         """Delete one child of ``owner`` (its owner's finalizers removed first; with
         ``precondition``, only if it still has the same UID). A child gone already raises
-        :class:`~steward.kube.NotFoundError` without an Event; any other refusal raises
-        after a ``FailedDelete`` Event."""
+        :class:`~steward.kube.NotFoundError` without an Event — so does one whose UID
+        precondition failed: that child is gone, another took its name. Any other
+        refusal raises after a ``FailedDelete`` Event."""
         meta = child.get("metadata") or {}
         ns, name = meta.get("namespace", ""), meta.get("name", "")
         try:
@@ -141,6 +143,11 @@ class Children:
                 await self.remove_finalizers(child)
             await self.client.delete(ns, name, uid=meta.get("uid") if precondition else None)
         except NotFoundError:
+            raise
+        except ConflictError as err:
+            if precondition:  # the child of that UID is gone; another has its name
+                raise NotFoundError(404, f"{ns}/{name}: {err.message}") from err
+            self._event(owner, "Warning", "FailedDelete", f"Error deleting: {error_message(err)}")
             raise
         except ApiError as err:
             self._event(owner, "Warning", "FailedDelete", f"Error deleting: {error_message(err)}")
