@@ -1,5 +1,6 @@
 """Steward's services for tests: an informer on a loop of its own, and the variables with
-which a controller process dials them."""
+which a controller process dials them. A controller beside them in-process is
+:mod:`tests.controllers.harness`'s."""
 
 from __future__ import annotations
 
@@ -16,10 +17,9 @@ import pytest
 
 from steward.cluster import LocalCluster
 from steward.informer import InformerOptions, InformerServer
-from steward.kube import KubeClient, NotFoundError, load_access
-from steward.runtime.controller import ControllerDefinition, ControllerOptions
+from steward.kube import KubeClient, NotFoundError
 from steward.security import ClientSecurity
-from steward.serving.security import DEVELOPMENT, ServingSecurity
+from steward.serving.security import ServingSecurity
 
 _T = TypeVar("_T")
 
@@ -57,79 +57,6 @@ class RunningInformer:
             self._call(self.server.stop(grace=1.0))
         finally:
             self._close_loop()
-
-
-class ControllerHost(RunningInformer):
-    """Steward's informer for a control plane, and one controller beside it while a test
-    runs, on an event loop of their own in a background thread: the controller as
-    ``identity`` (a key of the cluster's identities, with only its RBAC of
-    ``deploy/rbac/``), ``workers`` workers, its own ``flags``, watching one namespace."""
-
-    def __init__(
-        self,
-        plane: LocalCluster,
-        definition: ControllerDefinition[Any],
-        identity: str,
-        *,
-        workers: int,
-        flags: tuple[str, ...] = (),
-    ) -> None:
-        super().__init__(str(plane.component_kubeconfig("informer")), DEVELOPMENT)
-        self.plane = plane
-        self.definition = definition
-        self.identity = identity
-        self.workers = workers
-        self.flags = flags
-        self._task: asyncio.Task[None] | None = None
-        self._channel: grpc.aio.Channel | None = None
-        self._api: KubeClient | None = None
-
-    def call(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        return self._call(coro)
-
-    def start(self, namespace: str) -> None:
-        """Start the controller for ``namespace`` (one at a time)."""
-
-        async def run() -> None:
-            self._api = KubeClient(
-                load_access(str(self.plane.component_kubeconfig(self.identity))),
-                user_agent=f"steward-{self.definition.name}",
-                workers=8,
-            )
-            self._channel = grpc.aio.insecure_channel(self.address)
-            controller = self.definition.new(
-                self._channel,
-                self._api,
-                ControllerOptions(max_concurrent_reconciles=self.workers, namespace=namespace),
-                list(self.flags),
-            )
-            self._task = asyncio.create_task(controller.run())
-
-        self.call(run())
-
-    def stop_controller(self) -> None:
-        async def stop() -> None:
-            if self._task is not None:
-                self._task.cancel()
-                # A controller that died on its own raises here: the test that ran it fails.
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
-            if self._channel is not None:
-                await self._channel.close()
-            self._task = self._channel = None
-
-        try:
-            self.call(stop())
-        finally:
-            if self._api is not None:
-                self._api.close()
-                self._api = None
-
-    def close(self) -> None:
-        try:
-            self.stop_controller()
-        finally:
-            self.stop()
 
 
 def new_namespace(kube: KubeClient, request: pytest.FixtureRequest) -> str:

@@ -25,17 +25,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from steward.cluster import LocalCluster
 from steward.controllers.daemonset.controller import CONTROLLER
-from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
+from steward.kube import ConflictError, NotFoundError
 from tests.conftest import local_cluster
-from tests.services import ControllerHost, new_namespace
+from tests.controllers import harness
+from tests.controllers.harness import ControllerHost, hosted, steward, update, upstream
 
-_T = TypeVar("_T")
+__all__ = ["steward", "upstream"]
 
 IDENTITY = "controller-daemonset"
 WORKERS = 2
@@ -57,32 +58,27 @@ def upstream_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
 
 @pytest.fixture(scope="package")
 def steward_host(steward_plane: LocalCluster) -> Iterator[ControllerHost]:
-    host = ControllerHost(steward_plane, CONTROLLER, IDENTITY, workers=WORKERS)
-    try:
-        yield host
-    finally:
-        host.close()
+    yield from hosted(steward_plane, CONTROLLER, IDENTITY, workers=WORKERS)
+
+
+@pytest.fixture(scope="package")
+def side_kind() -> type[Side]:
+    """The sides of this package's scenarios (the harness's ``steward`` and ``upstream``)."""
+    return Side
 
 
 # A side: one control plane, its admin client and the test's namespace -----------------
 @dataclass
-class Side:
-    """One side of a scenario: its control plane's admin client, the test's namespace,
-    and the nodes the test made there."""
+class Side(harness.Side):
+    """One side of a scenario (see :class:`tests.controllers.harness.Side`), with the
+    nodes the test made there."""
 
-    name: str
-    kube: KubeClient
-    ns: str
     nodes: list[str] = field(default_factory=list)
 
     # Paths
     @property
     def daemonsets(self) -> str:
         return f"/apis/apps/v1/namespaces/{self.ns}/daemonsets"
-
-    @property
-    def pods_path(self) -> str:
-        return f"/api/v1/namespaces/{self.ns}/pods"
 
     @property
     def revisions_path(self) -> str:
@@ -104,14 +100,8 @@ class Side:
 
     def update_ds(self, name: str, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         """Read, change and PUT the DaemonSet, again on a conflict (``updateDS``)."""
-        for _ in range(20):
-            ds = self.ds(name)
-            change(ds)
-            try:
-                return self.kube.request("PUT", f"{self.daemonsets}/{name}", ds)
-            except ConflictError:
-                continue
-        raise AssertionError(f"{self.name}: could not update DaemonSet {name}")
+        failure = f"{self.name}: could not update DaemonSet {name}"
+        return update(self.kube, f"{self.daemonsets}/{name}", change, failure)
 
     def add_node(
         self,
@@ -143,14 +133,11 @@ class Side:
         return self.set_taints(name, taints or [])
 
     def set_taints(self, name: str, taints: list[dict[str, Any]]) -> dict[str, Any]:
-        for _ in range(20):
-            node = self.kube.request("GET", f"/api/v1/nodes/{name}")
+        def change(node: dict[str, Any]) -> None:
             node["spec"]["taints"] = taints or None
-            try:
-                return self.kube.request("PUT", f"/api/v1/nodes/{name}", node)
-            except ConflictError:
-                continue
-        raise AssertionError(f"{self.name}: could not set the taints of node {name}")
+
+        failure = f"{self.name}: could not set the taints of node {name}"
+        return update(self.kube, f"/api/v1/nodes/{name}", change, failure)
 
     def set_pod_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
         """Replace the pod's status (``UpdateStatus``); a pod gone or changed meanwhile
@@ -165,55 +152,3 @@ class Side:
         for name in self.nodes:
             with contextlib.suppress(NotFoundError):
                 self.kube.request("DELETE", f"/api/v1/nodes/{name}")
-
-
-def _drop_namespace(kube: KubeClient, ns: str) -> None:
-    """Delete the namespace, first clearing finalizers a test left on its pods."""
-    with contextlib.suppress(NotFoundError):
-        for pod in kube.request("GET", f"/api/v1/namespaces/{ns}/pods").get("items") or ():
-            if pod["metadata"].get("finalizers"):
-                with contextlib.suppress(NotFoundError, ConflictError):
-                    kube.request(
-                        "PATCH",
-                        f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}",
-                        {"metadata": {"finalizers": None}},
-                        content_type="application/merge-patch+json",
-                    )
-        with contextlib.suppress(ConflictError):
-            kube.request("DELETE", f"/api/v1/namespaces/{ns}")
-
-
-@contextlib.contextmanager
-def _side(name: str, plane: LocalCluster, request: pytest.FixtureRequest) -> Iterator[Side]:
-    kube = KubeClient(load_access(str(plane.kubeconfig)), user_agent=f"daemonset-test-{name}")
-    ns = new_namespace(kube, request)
-    side = Side(name, kube, ns)
-    try:
-        yield side
-    finally:
-        try:
-            side.cleanup()
-            _drop_namespace(kube, ns)
-        finally:
-            kube.close()
-
-
-@pytest.fixture
-def steward(
-    steward_plane: LocalCluster, steward_host: ControllerHost, request: pytest.FixtureRequest
-) -> Iterator[Side]:
-    """The Steward side: a fresh namespace, Steward's controller watching it."""
-    with _side("steward", steward_plane, request) as side:
-        steward_host.start(side.ns)
-        try:
-            yield side
-        finally:
-            steward_host.stop_controller()
-
-
-@pytest.fixture
-def upstream(upstream_plane: LocalCluster, request: pytest.FixtureRequest) -> Iterator[Side]:
-    """The upstream side: a fresh namespace of the plane where kube-controller-manager's
-    daemonset controller runs."""
-    with _side("upstream", upstream_plane, request) as side:
-        yield side

@@ -19,20 +19,19 @@ sides, their pods run by kwok on two simulated nodes; a test sets what a pod use
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from steward.cluster import LocalCluster
 from steward.controllers.hpa.controller import CONTROLLER
-from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
 from tests.conftest import local_cluster
-from tests.services import ControllerHost, new_namespace
+from tests.controllers import harness
+from tests.controllers.harness import ControllerHost, hosted, steward, update, upstream
 
-_T = TypeVar("_T")
+__all__ = ["steward", "upstream"]
 
 IDENTITY = "controller-horizontalpodautoscaling"
 SYNC_SECONDS = 5
@@ -44,54 +43,48 @@ WORKERS = 5
 --concurrent-horizontal-pod-autoscaler-syncs)."""
 
 
+def _plane(
+    tmp_path_factory: pytest.TempPathFactory, name: str, **cfg: Any
+) -> Iterator[LocalCluster]:
+    """A plane with two kwok nodes and the metrics pipeline, syncing every HPA every
+    :data:`SYNC_SECONDS`."""
+    kcm_flags = (f"--horizontal-pod-autoscaler-sync-period={SYNC_SECONDS}s",)
+    yield from local_cluster(
+        tmp_path_factory, name, nodes=2, metrics=True, kcm_flags=kcm_flags, **cfg
+    )
+
+
 @pytest.fixture(scope="package")
 def steward_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    yield from local_cluster(
-        tmp_path_factory,
-        "hpa",
-        nodes=2,
-        controllers="*,-horizontalpodautoscaling",
-        metrics=True,
-        kcm_flags=(f"--horizontal-pod-autoscaler-sync-period={SYNC_SECONDS}s",),
-    )
+    yield from _plane(tmp_path_factory, "hpa", controllers="*,-horizontalpodautoscaling")
 
 
 @pytest.fixture(scope="package")
 def upstream_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    yield from local_cluster(
-        tmp_path_factory,
-        "hpaup",
-        nodes=2,
-        metrics=True,
-        kcm_flags=(f"--horizontal-pod-autoscaler-sync-period={SYNC_SECONDS}s",),
-    )
+    yield from _plane(tmp_path_factory, "hpaup")
 
 
 @pytest.fixture(scope="package")
 def steward_host(steward_plane: LocalCluster) -> Iterator[ControllerHost]:
-    host = ControllerHost(
+    yield from hosted(
         steward_plane,
         CONTROLLER,
         IDENTITY,
         workers=WORKERS,
         flags=("--horizontal-pod-autoscaler-sync-period", str(SYNC_SECONDS)),
     )
-    try:
-        yield host
-    finally:
-        host.close()
+
+
+@pytest.fixture(scope="package")
+def side_kind() -> type[Side]:
+    """The sides of this package's scenarios (the harness's ``steward`` and ``upstream``)."""
+    return Side
 
 
 # A side: one control plane, its admin client and the test's namespace -----------------
 @dataclass
-class Side:
-    """One side of a scenario: its control plane's admin client and the test's
-    namespace."""
-
-    name: str
-    kube: KubeClient
-    ns: str
-    plane: LocalCluster
+class Side(harness.Side):
+    """One side of a scenario (see :class:`tests.controllers.harness.Side`)."""
 
     @property
     def hpas(self) -> str:
@@ -101,10 +94,6 @@ class Side:
     def deployments(self) -> str:
         return f"/apis/apps/v1/namespaces/{self.ns}/deployments"
 
-    @property
-    def pods_path(self) -> str:
-        return f"/api/v1/namespaces/{self.ns}/pods"
-
     def hpa(self, name: str) -> dict[str, Any]:
         return self.kube.request("GET", f"{self.hpas}/{name}")
 
@@ -113,15 +102,11 @@ class Side:
         return int((found.get("spec") or {}).get("replicas") or 0)
 
     def set_scale(self, name: str, replicas: int) -> None:
-        for _ in range(20):
-            found = self.kube.request("GET", f"{self.deployments}/{name}/scale")
-            found["spec"]["replicas"] = replicas
-            try:
-                self.kube.request("PUT", f"{self.deployments}/{name}/scale", found)
-                return
-            except ConflictError:
-                continue
-        raise AssertionError(f"{self.name}: could not scale {name}")
+        def change(scale: dict[str, Any]) -> None:
+            scale["spec"]["replicas"] = replicas
+
+        failure = f"{self.name}: could not scale {name}"
+        update(self.kube, f"{self.deployments}/{name}/scale", change, failure)
 
     def pods(self, app: str) -> list[dict[str, Any]]:
         found = self.kube.request("GET", f"{self.pods_path}?labelSelector=app%3D{app}")
@@ -139,38 +124,3 @@ class Side:
             f"?fieldSelector=involvedObject.kind%3DHorizontalPodAutoscaler,involvedObject.name%3D{name}",
         )
         return list(found.get("items") or ())
-
-
-@contextlib.contextmanager
-def _side(name: str, plane: LocalCluster, request: pytest.FixtureRequest) -> Iterator[Side]:
-    kube = KubeClient(load_access(str(plane.kubeconfig)), user_agent=f"hpa-test-{name}")
-    ns = new_namespace(kube, request)
-    try:
-        yield Side(name, kube, ns, plane)
-    finally:
-        try:
-            with contextlib.suppress(NotFoundError, ConflictError):
-                kube.request("DELETE", f"/api/v1/namespaces/{ns}")
-        finally:
-            kube.close()
-
-
-@pytest.fixture
-def steward(
-    steward_plane: LocalCluster, steward_host: ControllerHost, request: pytest.FixtureRequest
-) -> Iterator[Side]:
-    """The Steward side: a fresh namespace, Steward's controller watching it."""
-    with _side("steward", steward_plane, request) as side:
-        steward_host.start(side.ns)
-        try:
-            yield side
-        finally:
-            steward_host.stop_controller()
-
-
-@pytest.fixture
-def upstream(upstream_plane: LocalCluster, request: pytest.FixtureRequest) -> Iterator[Side]:
-    """The upstream side: a fresh namespace of the plane where kube-controller-manager's
-    HPA controller runs."""
-    with _side("upstream", upstream_plane, request) as side:
-        yield side
