@@ -7,106 +7,46 @@ as they do in a deployment; the tests' own setup and checks use the admin kubeco
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc
-import pytest
 import pytest_asyncio
 
-from steward import Controller, ControllerOptions, KubeClient, NotFoundError
+from steward import KubeClient, NotFoundError
 from steward.cluster import LocalCluster
-from steward.controllers.job.main import CONTROLLER
-from steward.informer import InformerOptions, InformerServer
-from steward.kube import load_access
-from steward.serving.security import DEVELOPMENT
+from steward.controllers.job.controller import CONTROLLER
+from tests.controllers.harness import (
+    Running,
+    Starter,
+    controllers,
+    eventually,
+    in_loop_informer,
+    kube,
+    now,
+)
+
+__all__ = ["Running", "Starter", "eventually", "kube"]
 
 MANAGED_BY = "steward.io/job-controller"
 
 
-@pytest.fixture
-def kube(cluster: LocalCluster) -> Iterator[KubeClient]:
-    """A raw JSON client with the admin kubeconfig (the test's own reads and writes)."""
-    api = KubeClient(load_access(str(cluster.kubeconfig)), user_agent="job-controller-test")
-    try:
-        yield api
-    finally:
-        api.close()
-
-
 @pytest_asyncio.fixture
-async def informer(cluster: LocalCluster) -> AsyncIterator[str]:
-    server = InformerServer(
-        InformerOptions(
-            security=DEVELOPMENT,
-            listen="127.0.0.1:0",
-            kubeconfig=str(cluster.component_kubeconfig("informer")),
-        )
-    )
-    await server.start()
-    try:
-        yield f"127.0.0.1:{server.port}"
-    finally:
-        await server.stop()
-
-
-class Running:
-    """A controller running in this event loop until :meth:`stop`."""
-
-    def __init__(self, controller: Controller[Any]) -> None:
-        self.controller = controller
-        self.task = asyncio.create_task(controller.run())
-
-    async def stop(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
-
-
-class Starter:
-    """Starts instances of Steward's Job controller for one namespace (for restarts)."""
-
-    def __init__(self, channel: grpc.aio.Channel, api: KubeClient, namespace: str) -> None:
-        self.channel = channel
-        self.api = api
-        self.namespace = namespace
-        self.running: list[Running] = []
-
-    def start(self) -> Running:
-        controller = CONTROLLER.new(
-            self.channel,
-            self.api,
-            ControllerOptions(max_concurrent_reconciles=2, namespace=self.namespace),
+async def job_controllers(cluster: LocalCluster, namespace: str) -> AsyncIterator[Starter]:
+    """An informer, and Steward's Job controller started (as often as needed) for the
+    test's namespace, managing only Jobs that name it in spec.managedBy (upstream's job
+    controller runs in the same cluster); every instance is stopped at the end."""
+    async with (
+        in_loop_informer(cluster) as informer,
+        controllers(
+            CONTROLLER,
+            cluster.component_kubeconfig("controller-job"),
+            informer,
+            namespace,
             flags=["--no-take-unmanaged"],
-        )
-        running = Running(controller)
-        self.running.append(running)
-        return running
-
-
-@pytest_asyncio.fixture
-async def job_controllers(
-    cluster: LocalCluster, informer: str, namespace: str
-) -> AsyncIterator[Starter]:
-    """Start Steward's Job controller (as often as needed) for the test's namespace,
-    managing only Jobs that name it in spec.managedBy (upstream's job controller runs in
-    the same cluster); every instance is stopped at the end."""
-    api = KubeClient(
-        load_access(str(cluster.component_kubeconfig("controller-job"))),
-        user_agent="steward-job",
-        workers=8,
-    )
-    async with grpc.aio.insecure_channel(informer) as channel:
-        starter = Starter(channel, api, namespace)
-        try:
-            yield starter
-        finally:
-            for running in starter.running:
-                await running.stop()
-    api.close()
+        ) as starter,
+    ):
+        yield starter
 
 
 @pytest_asyncio.fixture
@@ -133,20 +73,6 @@ def job_body(name: str, *, managed: bool = True, **spec: Any) -> dict[str, Any]:
     return body
 
 
-async def eventually(
-    check: Callable[[], Any], what: str, within: float = 120.0, interval: float = 0.25
-) -> Any:
-    """Poll ``check`` (in a thread) until it returns something truthy; return that."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await asyncio.to_thread(check)
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    pytest.fail(f"timed out waiting for {what} (last: {last!r})")
-
-
 def get_job(kube: KubeClient, ns: str, name: str) -> dict[str, Any]:
     return kube.request("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/{name}")
 
@@ -169,7 +95,7 @@ def fail_pod(kube: KubeClient, pod: dict[str, Any], exit_code: int = 1) -> None:
     """Make a pod end the way a kubelet would report its containers exiting with
     ``exit_code``: phase Failed, or Succeeded for 0."""
     meta = pod["metadata"]
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    finished = now()
     status = {
         "status": {
             "phase": "Succeeded" if exit_code == 0 else "Failed",
@@ -184,8 +110,8 @@ def fail_pod(kube: KubeClient, pod: dict[str, Any], exit_code: int = 1) -> None:
                         "terminated": {
                             "exitCode": exit_code,
                             "reason": "Completed" if exit_code == 0 else "Error",
-                            "startedAt": now,
-                            "finishedAt": now,
+                            "startedAt": finished,
+                            "finishedAt": finished,
                         }
                     },
                 }
