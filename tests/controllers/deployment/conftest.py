@@ -8,174 +8,57 @@ upstream controller on) is the reference of the differential tests."""
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import contextlib
-import os
-import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 import pytest_asyncio
-import yaml
 
-from steward import Controller, ControllerOptions
-from steward.cluster import ClusterConfig, LocalCluster
-from steward.cluster.pki import CertificateAuthority
-from steward.cluster.progress import Progress
+from steward.cluster import LocalCluster
 from steward.controllers.deployment.controller import CONTROLLER
-from steward.informer import InformerOptions, InformerServer
-from steward.kube import KubeClient, NotFoundError, load_access
-from steward.serving.security import DEVELOPMENT
+from steward.kube import KubeClient
+from tests.conftest import local_cluster
+from tests.controllers.harness import (
+    Running,
+    admin_kube,
+    controllers,
+    eventually,
+    in_loop_informer,
+    kube,
+    scoped_namespace,
+)
+from tests.services import new_namespace as fresh_namespace
 
-ROOT = Path(__file__).resolve().parents[3]
-USER = "steward:controller:deployment"
+__all__ = ["Running", "eventually", "fresh_namespace", "kube"]
+
+IDENTITY = "controller-deployment"
 APPS = "/apis/apps/v1"
-
-
-def make_identity(cluster: LocalCluster, directory: Path) -> Path:
-    """Issue the controller's client certificate from the cluster's CA, bind its
-    ClusterRole, and write its kubeconfig; returns the kubeconfig's path."""
-    ca = CertificateAuthority.load(cluster.directory / "pki")
-    pair = ca.issue(
-        "controller-deployment",
-        USER,
-        orgs=("system:monitoring",),
-        client=True,
-        directory=directory,
-    )
-    admin = KubeClient(load_access(str(cluster.kubeconfig)), user_agent="deployment-test-setup")
-    try:
-        role = yaml.safe_load((ROOT / "deploy/rbac/controller-deployment.yaml").read_text())
-        rbac = "/apis/rbac.authorization.k8s.io/v1"
-        with contextlib.suppress(Exception):
-            admin.request("POST", f"{rbac}/clusterroles", role)
-        binding = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": USER},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": USER,
-            },
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}],
-        }
-        with contextlib.suppress(Exception):
-            admin.request("POST", f"{rbac}/clusterrolebindings", binding)
-    finally:
-        admin.close()
-    admin_cfg = yaml.safe_load(cluster.kubeconfig.read_text())
-    server = admin_cfg["clusters"][0]["cluster"]["server"]
-
-    def b64(p: Path) -> str:
-        return base64.b64encode(p.read_bytes()).decode()
-
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "c",
-                "cluster": {"server": server, "certificate-authority-data": b64(ca.pair.cert)},
-            }
-        ],
-        "users": [
-            {
-                "name": USER,
-                "user": {
-                    "client-certificate-data": b64(pair.cert),
-                    "client-key-data": b64(pair.key),
-                },
-            }
-        ],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": USER}}],
-        "current-context": "c",
-    }
-    path = directory / "controller-deployment.kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
 
 
 @pytest.fixture(scope="package")
 def steward_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A cluster without upstream's deployment controller, for Steward's."""
-    cfg = ClusterConfig(
-        name=f"steward-test-deploy-{os.getpid()}",
-        state_dir=Path(tmp_path_factory.mktemp("deployment-cluster")),
-        nodes=3,
-        controllers="*,-deployment",
-        die_with_parent=True,
-    )
-    running = LocalCluster.up(cfg, progress=Progress(quiet=True))
-    try:
-        yield running
-    finally:
-        running.down(progress=Progress(quiet=True))
+    yield from local_cluster(tmp_path_factory, "deploy", controllers="*,-deployment")
 
 
 @pytest.fixture(scope="package")
-def controller_kubeconfig(
-    steward_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
-    return make_identity(steward_cluster, Path(tmp_path_factory.mktemp("deployment-identity")))
+def controller_kubeconfig(steward_cluster: LocalCluster) -> Path:
+    """The controller's own kubeconfig (``steward:controller:deployment``, bound to the
+    ClusterRole of deploy/rbac/controller-deployment.yaml by the control plane)."""
+    return steward_cluster.component_kubeconfig(IDENTITY)
 
 
 @pytest.fixture
 def skube(steward_cluster: LocalCluster) -> Iterator[KubeClient]:
     """Admin client of Steward's cluster (the test's own reads and writes)."""
-    api = KubeClient(load_access(str(steward_cluster.kubeconfig)), user_agent="deployment-test")
-    try:
-        yield api
-    finally:
-        api.close()
-
-
-@pytest.fixture
-def kube(cluster: LocalCluster) -> Iterator[KubeClient]:
-    """Admin client of the session's cluster (upstream's controllers)."""
-    api = KubeClient(load_access(str(cluster.kubeconfig)), user_agent="deployment-test")
-    try:
-        yield api
-    finally:
-        api.close()
-
-
-def fresh_namespace(api: KubeClient, request: pytest.FixtureRequest) -> str:
-    base = request.node.name.lower().replace("_", "-")
-    name = "".join(c for c in base if c.isalnum() or c == "-")[:40].strip("-")
-    name = f"{name}-{uuid.uuid4().hex[:6]}"
-    api.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
-    return name
+    yield from admin_kube(steward_cluster)
 
 
 @pytest.fixture
 def sns(skube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace in Steward's cluster."""
-    name = fresh_namespace(skube, request)
-    try:
-        yield name
-    finally:
-        with contextlib.suppress(NotFoundError):
-            skube.request("DELETE", f"/api/v1/namespaces/{name}")
-
-
-class Running:
-    """A controller running in this event loop until :meth:`stop`."""
-
-    def __init__(self, controller: Controller[Any]) -> None:
-        self.controller = controller
-        self.task = asyncio.create_task(controller.run())
-
-    async def stop(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+    yield from scoped_namespace(skube, request)
 
 
 @pytest_asyncio.fixture
@@ -183,31 +66,11 @@ async def deployment_controller(
     steward_cluster: LocalCluster, controller_kubeconfig: Path, sns: str
 ) -> AsyncIterator[Running]:
     """An informer and Steward's Deployment controller for the test's namespace."""
-    server = InformerServer(
-        InformerOptions(
-            security=DEVELOPMENT,
-            listen="127.0.0.1:0",
-            kubeconfig=str(steward_cluster.component_kubeconfig("informer")),
-        )
-    )
-    await server.start()
-    api = KubeClient(
-        load_access(str(controller_kubeconfig)), user_agent="steward-deployment", workers=8
-    )
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-            running = Running(
-                CONTROLLER.new(
-                    channel, api, ControllerOptions(max_concurrent_reconciles=2, namespace=sns)
-                )
-            )
-            try:
-                yield running
-            finally:
-                await running.stop()
-    finally:
-        api.close()
-        await server.stop()
+    async with (
+        in_loop_informer(steward_cluster) as informer,
+        controllers(CONTROLLER, controller_kubeconfig, informer, sns) as starter,
+    ):
+        yield starter.start()
 
 
 # Helpers -----------------------------------------------------------------------------------
@@ -273,20 +136,6 @@ def rolled_out(d: dict[str, Any]) -> bool:
     )
 
 
-async def eventually(
-    check: Callable[[], Any], what: str, within: float = 120.0, interval: float = 0.25
-) -> Any:
-    """Poll ``check`` (in a thread) until it returns something truthy; return that."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await asyncio.to_thread(check)
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    pytest.fail(f"timed out waiting for {what} (last: {last!r})")
-
-
 async def wait_rolled_out(
     api: KubeClient, ns: str, name: str, within: float = 120.0
 ) -> dict[str, Any]:
@@ -304,17 +153,16 @@ async def wait_rolled_out(
         )
         return d if ok else None
 
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        found = await asyncio.to_thread(check)
-        if found is not None:
-            return found
-        await asyncio.sleep(0.25)
-    last = seen[0] if seen else {}
-    pytest.fail(
-        f"timed out waiting for {name} rolled out on {api.access.host}: "
-        f"generation {last.get('metadata', {}).get('generation')}, status {last.get('status')}"
-    )
+    def failure(_: Any) -> str:
+        last = seen[0] if seen else {}
+        return (
+            f"timed out waiting for {name} rolled out on {api.access.host}: "
+            f"generation {last.get('metadata', {}).get('generation')}, "
+            f"status {last.get('status')}"
+        )
+
+    found: dict[str, Any] = await eventually(check, name, within, failure=failure)
+    return found
 
 
 @pytest.fixture
