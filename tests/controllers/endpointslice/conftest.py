@@ -23,15 +23,11 @@ integration tests do, so both controllers see exactly the same pods.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import Any
 
-import grpc
 import pytest
 import pytest_asyncio
 
@@ -39,26 +35,21 @@ from steward.cluster import LocalCluster
 from steward.controllers.endpointslice.controller import CONTROLLER
 from steward.controllers.endpointslice.sync import MANAGED_BY, MANAGED_BY_LABEL
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
-from steward.runtime.controller import Controller, ControllerOptions
-from tests.controllers.endpoints.conftest import (
-    Running,
+from tests.controllers.harness import (
+    Starter,
+    controllers,
+    kube,
+    now,
     upstream_kube,
     upstream_namespace,
 )
 
-__all__ = ["upstream_kube", "upstream_namespace"]
+__all__ = ["Starter", "kube", "upstream_kube", "upstream_namespace"]
 
 IDENTITY = "controller-endpointslice"
 NODE = "steward-endpointslice-node"
 ZONE = "zone-steward"
 TAINT = {"key": "steward.io/endpointslice-tests", "effect": "NoSchedule"}
-
-
-@pytest.fixture(scope="package")
-def es_identity(cluster: LocalCluster) -> Path:
-    """The controller's own kubeconfig (``steward:controller:endpointslice``, bound to the
-    ClusterRole of deploy/rbac/controller-endpointslice.yaml by the control plane)."""
-    return cluster.component_kubeconfig(IDENTITY)
 
 
 def _delete_our_slices(admin: KubeClient) -> None:
@@ -115,7 +106,7 @@ def es_node(cluster: LocalCluster) -> Iterator[str]:
     }
     with contextlib.suppress(ConflictError):
         admin.request("POST", "/api/v1/nodes", body)
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    ready = now()
     status = {
         "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "500"},
         "capacity": {"cpu": "4", "memory": "8Gi", "pods": "500"},
@@ -125,8 +116,8 @@ def es_node(cluster: LocalCluster) -> Iterator[str]:
                 "status": "True",
                 "reason": "KubeletReady",
                 "message": "simulated by the EndpointSlice tests",
-                "lastHeartbeatTime": now,
-                "lastTransitionTime": now,
+                "lastHeartbeatTime": ready,
+                "lastTransitionTime": ready,
             }
         ],
     }
@@ -156,62 +147,19 @@ def es_node(cluster: LocalCluster) -> Iterator[str]:
 
 
 @pytest.fixture
-def kube(upstream_kube: KubeClient) -> KubeClient:
-    """Admin client of the session cluster."""
-    return upstream_kube
-
-
-@pytest.fixture
 def namespace(upstream_namespace: str, es_node: str) -> str:
     """A fresh namespace of the session cluster for one test, deleted afterwards."""
     return upstream_namespace
 
 
-class Starter:
-    """Starts Steward's EndpointSlice controller (when a test says so)."""
-
-    def __init__(self, channel: grpc.aio.Channel, api: KubeClient) -> None:
-        self.channel = channel
-        self.api = api
-        self.running: list[Running] = []
-        self.mirrors: list[asyncio.Task[None]] = []
-
-    def new(self, *flags: str, workers: int = 5) -> Controller[Any]:
-        """The controller, bound but not running."""
-        return CONTROLLER.new(
-            self.channel,
-            self.api,
-            ControllerOptions(max_concurrent_reconciles=workers),
-            list(flags),
-        )
-
-    def start(self, *flags: str, workers: int = 5) -> Running:
-        running = Running(self.new(*flags, workers=workers))
-        self.running.append(running)
-        return running
-
-    def run_mirror(self, controller: Controller[Any]) -> asyncio.Task[None]:
-        """Run only the controller's mirror (no workers): the test reconciles by hand."""
-        task = asyncio.create_task(controller.mirror.run())
-        self.mirrors.append(task)
-        return task
-
-
 @pytest_asyncio.fixture
 async def es_controllers(
-    es_identity: Path, dev_informer: str, namespace: str
+    cluster: LocalCluster, dev_informer: str, namespace: str
 ) -> AsyncIterator[Starter]:
-    """Start Steward's EndpointSlice controller; every instance is stopped at the end."""
-    api = KubeClient(load_access(str(es_identity)), user_agent="steward-endpointslice", workers=8)
-    async with grpc.aio.insecure_channel(dev_informer) as channel:
-        starter = Starter(channel, api)
-        try:
-            yield starter
-        finally:
-            for running in starter.running:
-                await running.stop()
-            for task in starter.mirrors:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-    api.close()
+    """Start Steward's EndpointSlice controller, watching every namespace (five workers
+    unless told otherwise), as its own identity (``steward:controller:endpointslice``,
+    bound to the ClusterRole of deploy/rbac/controller-endpointslice.yaml by the control
+    plane); every instance and mirror is stopped at the end."""
+    identity = cluster.component_kubeconfig(IDENTITY)
+    async with controllers(CONTROLLER, identity, dev_informer, workers=5) as starter:
+        yield starter
