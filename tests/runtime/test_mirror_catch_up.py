@@ -19,11 +19,11 @@ from steward.cluster import LocalCluster
 from steward.cluster.process import free_port
 from steward.informer import InformerOptions, InformerServer
 from steward.runtime.mirror import Change, ChangeKind, Mirror, MirrorOptions
+from steward.runtime.resources import CONFIGMAPS
 from steward.serving.security import DEVELOPMENT
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
 from tests.polling import until
-from steward.runtime.resources import CONFIGMAPS
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
