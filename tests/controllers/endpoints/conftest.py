@@ -19,29 +19,35 @@ Pods that kwok should run (:func:`kwok_nodes`) get kwok's own status and IPs.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 import pytest_asyncio
 
 from steward.cluster import LocalCluster
-from steward.controllers.endpoints.main import CONTROLLER
-from steward.informer import InformerOptions, InformerServer
-from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
-from steward.runtime.controller import Controller, ControllerOptions
-from steward.serving.security import DEVELOPMENT
+from steward.controllers.endpoints.controller import CONTROLLER
+from steward.kube import KubeClient, NotFoundError
 from tests.conftest import local_cluster
+from tests.controllers import harness
+from tests.controllers.harness import (
+    LABELS,
+    Starter,
+    admin_kube,
+    controllers,
+    in_loop_informer,
+    now,
+    resource_path,
+    scoped_namespace,
+    stays,
+    update,
+    upstream_kube,
+    upstream_namespace,
+)
+
+__all__ = ["LABELS", "Starter", "stays", "upstream_kube", "upstream_namespace"]
 
 IDENTITY = "controller-endpoint"
-LABELS = {"foo": "bar"}
-"""The labels of upstream's integration tests (``labelMap()``)."""
 FAKE_NODE = "fakenode"
 """The node upstream's integration tests bind their pods to (no such node exists)."""
 
@@ -52,152 +58,30 @@ def ep_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluste
     yield from local_cluster(tmp_path_factory, "ep", controllers="*,-endpoint")
 
 
-@pytest.fixture(scope="package")
-def ep_identity(ep_cluster: LocalCluster) -> Path:
-    """The controller's own kubeconfig (``steward:controller:endpoint``, bound to the
-    ClusterRole of deploy/rbac/controller-endpoint.yaml by the control plane)."""
-    return ep_cluster.component_kubeconfig(IDENTITY)
-
-
 @pytest.fixture
 def ep_kube(ep_cluster: LocalCluster) -> Iterator[KubeClient]:
     """Admin client of ``ep_cluster`` (the tests' own reads and writes)."""
-    api = KubeClient(
-        load_access(str(ep_cluster.kubeconfig)), user_agent="endpoints-test", workers=16
-    )
-    try:
-        yield api
-    finally:
-        api.close()
-
-
-def _new_namespace(kube: KubeClient, request: pytest.FixtureRequest) -> str:
-    base = request.node.name.lower().replace("_", "-")
-    name = "".join(c for c in base if c.isalnum() or c == "-")[:40].strip("-")
-    name = f"{name}-{uuid.uuid4().hex[:6]}"
-    kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
-    # Pods are refused until the namespace's default ServiceAccount exists.
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
-            return name
-        except NotFoundError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
-def _drop_namespace(kube: KubeClient, ns: str) -> None:
-    """Delete the namespace, first clearing finalizers a test left on its pods."""
-    with contextlib.suppress(NotFoundError):
-        for pod in kube.request("GET", f"/api/v1/namespaces/{ns}/pods").get("items") or ():
-            if pod["metadata"].get("finalizers"):
-                with contextlib.suppress(NotFoundError, ConflictError):
-                    kube.request(
-                        "PATCH",
-                        f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}",
-                        {"metadata": {"finalizers": None}},
-                        content_type="application/merge-patch+json",
-                    )
-        with contextlib.suppress(ConflictError):  # being deleted already
-            kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+    yield from admin_kube(ep_cluster, workers=16)
 
 
 @pytest.fixture
 def ep_namespace(ep_kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace of ``ep_cluster`` for one test, deleted afterwards."""
-    ns = _new_namespace(ep_kube, request)
-    try:
-        yield ns
-    finally:
-        _drop_namespace(ep_kube, ns)
-
-
-@pytest.fixture
-def upstream_kube(cluster: LocalCluster) -> Iterator[KubeClient]:
-    """Admin client of the session cluster, where upstream's controller runs."""
-    api = KubeClient(load_access(str(cluster.kubeconfig)), user_agent="endpoints-test")
-    try:
-        yield api
-    finally:
-        api.close()
-
-
-@pytest.fixture
-def upstream_namespace(upstream_kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace of the session cluster, deleted afterwards."""
-    ns = _new_namespace(upstream_kube, request)
-    try:
-        yield ns
-    finally:
-        _drop_namespace(upstream_kube, ns)
+    yield from scoped_namespace(ep_kube, request)
 
 
 @pytest_asyncio.fixture
-async def ep_informer(ep_cluster: LocalCluster) -> AsyncIterator[str]:
-    server = InformerServer(
-        InformerOptions(
-            security=DEVELOPMENT,
-            listen="127.0.0.1:0",
-            kubeconfig=str(ep_cluster.component_kubeconfig("informer")),
-        )
-    )
-    await server.start()
-    try:
-        yield f"127.0.0.1:{server.port}"
-    finally:
-        await server.stop()
-
-
-class Running:
-    """A controller running in this event loop until :meth:`stop`."""
-
-    def __init__(self, controller: Controller[Any]) -> None:
-        self.controller = controller
-        self.task = asyncio.create_task(controller.run())
-
-    async def stop(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
-
-
-class Starter:
-    """Starts Steward's Endpoints controller for one namespace (when a test says so)."""
-
-    def __init__(self, channel: grpc.aio.Channel, api: KubeClient, namespace: str) -> None:
-        self.channel = channel
-        self.api = api
-        self.namespace = namespace
-        self.running: list[Running] = []
-
-    def start(self, workers: int = 5) -> Running:
-        controller = CONTROLLER.new(
-            self.channel,
-            self.api,
-            ControllerOptions(max_concurrent_reconciles=workers, namespace=self.namespace),
-        )
-        running = Running(controller)
-        self.running.append(running)
-        return running
-
-
-@pytest_asyncio.fixture
-async def ep_controllers(
-    ep_identity: Path, ep_informer: str, ep_namespace: str
-) -> AsyncIterator[Starter]:
-    """Start Steward's Endpoints controller for the test's namespace; every instance is
-    stopped at the end."""
-    api = KubeClient(load_access(str(ep_identity)), user_agent="steward-endpoint", workers=8)
-    async with grpc.aio.insecure_channel(ep_informer) as channel:
-        starter = Starter(channel, api, ep_namespace)
-        try:
-            yield starter
-        finally:
-            for running in starter.running:
-                await running.stop()
-    api.close()
+async def ep_controllers(ep_cluster: LocalCluster, ep_namespace: str) -> AsyncIterator[Starter]:
+    """An informer, and Steward's Endpoints controller started (five workers unless told
+    otherwise) for the test's namespace as its own identity (``steward:controller:endpoint``,
+    bound to the ClusterRole of deploy/rbac/controller-endpoint.yaml by the control
+    plane); every instance is stopped at the end."""
+    identity = ep_cluster.component_kubeconfig(IDENTITY)
+    async with (
+        in_loop_informer(ep_cluster) as informer,
+        controllers(CONTROLLER, identity, informer, ep_namespace, workers=5) as starter,
+    ):
+        yield starter
 
 
 # Objects -------------------------------------------------------------------------------
@@ -226,10 +110,6 @@ def pod_body(name: str, node: str = FAKE_NODE, **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
 
 
-def now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
 def running_status(ips: list[str], ready: bool | None, since: str | None = None) -> dict[str, Any]:
     """A Running pod's status with ``ips`` and (unless ``ready`` is None) a Ready
     condition, as upstream's tests write it."""
@@ -244,7 +124,7 @@ def running_status(ips: list[str], ready: bool | None, since: str | None = None)
 
 
 def pods_path(ns: str, name: str = "") -> str:
-    return f"/api/v1/namespaces/{ns}/pods/{name}" if name else f"/api/v1/namespaces/{ns}/pods"
+    return resource_path("/api/v1", ns, "pods", name)
 
 
 def create_pod(
@@ -257,22 +137,20 @@ def create_pod(
 
 def set_status(kube: KubeClient, ns: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
     """Replace the pod's status (read, change, PUT /status; again on a conflict)."""
-    for _ in range(20):
-        pod = kube.request("GET", pods_path(ns, name))
+
+    def change(pod: dict[str, Any]) -> None:
         pod["status"] = {**(pod.get("status") or {}), **status}
-        try:
-            return kube.request("PUT", pods_path(ns, name) + "/status", pod)
-        except ConflictError:
-            continue
-    raise AssertionError(f"could not update the status of pod {ns}/{name}")
+
+    failure = f"could not update the status of pod {ns}/{name}"
+    return update(kube, pods_path(ns, name), change, failure, subresource="/status")
 
 
 def set_ready(
     kube: KubeClient, ns: str, name: str, ready: bool, since: str | None = None
 ) -> dict[str, Any]:
     """Set the pod's Ready condition (its lastTransitionTime to ``since`` or now)."""
-    for _ in range(20):
-        pod = kube.request("GET", pods_path(ns, name))
+
+    def change(pod: dict[str, Any]) -> None:
         conditions = [
             c for c in (pod.get("status") or {}).get("conditions") or () if c["type"] != "Ready"
         ]
@@ -284,21 +162,17 @@ def set_ready(
             }
         )
         pod["status"]["conditions"] = conditions
-        try:
-            return kube.request("PUT", pods_path(ns, name) + "/status", pod)
-        except ConflictError:
-            continue
-    raise AssertionError(f"could not update pod {ns}/{name}")
+
+    failure = f"could not update pod {ns}/{name}"
+    return update(kube, pods_path(ns, name), change, failure, subresource="/status")
 
 
 def services_path(ns: str, name: str = "") -> str:
-    base = f"/api/v1/namespaces/{ns}/services"
-    return f"{base}/{name}" if name else base
+    return resource_path("/api/v1", ns, "services", name)
 
 
 def endpoints_path(ns: str, name: str = "") -> str:
-    base = f"/api/v1/namespaces/{ns}/endpoints"
-    return f"{base}/{name}" if name else base
+    return resource_path("/api/v1", ns, "endpoints", name)
 
 
 def get_endpoints(kube: KubeClient, ns: str, name: str) -> dict[str, Any] | None:
@@ -312,14 +186,7 @@ def update_service(
     kube: KubeClient, ns: str, name: str, change: Callable[[dict[str, Any]], None]
 ) -> dict[str, Any]:
     """Read, change and PUT the Service, again on a conflict."""
-    for _ in range(20):
-        svc = kube.request("GET", services_path(ns, name))
-        change(svc)
-        try:
-            return kube.request("PUT", services_path(ns, name), svc)
-        except ConflictError:
-            continue
-    raise AssertionError(f"could not update Service {ns}/{name}")
+    return update(kube, services_path(ns, name), change, f"could not update Service {ns}/{name}")
 
 
 def addresses(ep: dict[str, Any] | None, field: str = "addresses") -> list[dict[str, Any]]:
@@ -340,21 +207,5 @@ def kwok_nodes(kube: KubeClient) -> list[str]:
 async def eventually(
     check: Callable[[], Any], what: str, within: float = 60.0, interval: float = 0.25
 ) -> Any:
-    """Poll ``check`` (in a thread) until it returns something truthy; return that."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await asyncio.to_thread(check)
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    pytest.fail(f"timed out waiting for {what} (last: {last!r})")
-
-
-async def stays(check: Callable[[], Any], what: str, for_seconds: float) -> None:
-    """Fail as soon as ``check`` (in a thread) is falsy within ``for_seconds``."""
-    deadline = time.monotonic() + for_seconds
-    while time.monotonic() < deadline:
-        if not await asyncio.to_thread(check):
-            pytest.fail(f"{what} did not hold")
-        await asyncio.sleep(0.25)
+    """:func:`tests.controllers.harness.eventually`, within a minute unless told."""
+    return await harness.eventually(check, what, within, interval)
