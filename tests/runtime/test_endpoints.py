@@ -186,3 +186,20 @@ async def test_selected_pods_come_from_the_label_index() -> None:
     assert names({}) == ["db-1", "web-1", "web-2"]  # empty: every pod of the namespace
     assert names(None) == []  # no selector: none
     await channel.close()
+
+
+def test_the_trigger_time_is_written_as_upstream_writes_it() -> None:
+    from datetime import UTC, datetime, timedelta, timezone
+
+    whole = datetime(2026, 12, 6, 7, 0, 1, tzinfo=timezone(timedelta(hours=2)))
+    assert endpoints.format_trigger_time(whole) == "2026-12-06T05:00:01Z"
+    fraction = datetime(2026, 12, 6, 5, 0, 1, 120000, tzinfo=UTC)
+    assert endpoints.format_trigger_time(fraction) == "2026-12-06T05:00:01.12Z"
+    annotations = {"other": "kept"}
+    endpoints.set_trigger_time(annotations, fraction)
+    assert annotations == {
+        "other": "kept",
+        endpoints.TRIGGER_TIME_ANNOTATION: "2026-12-06T05:00:01.12Z",
+    }
+    endpoints.set_trigger_time(annotations, None)
+    assert annotations == {"other": "kept"}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from steward.runtime import pods
@@ -27,6 +27,25 @@ HEADLESS_LABEL = "service.kubernetes.io/headless"
 """Set (empty value) on the endpoints of a Service without a cluster IP."""
 TRIGGER_TIME_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
 """When the change that led to an endpoints object's last write happened."""
+
+
+def format_trigger_time(when: datetime) -> str:
+    """Go's RFC 3339 with nanoseconds in UTC (fractions only when present, trailing zeros
+    dropped), as upstream writes the trigger-time annotation."""
+    when = when.astimezone(UTC)
+    text = when.strftime("%Y-%m-%dT%H:%M:%S")
+    if when.microsecond:
+        text += f".{when.microsecond:06d}".rstrip("0")
+    return text + "Z"
+
+
+def set_trigger_time(annotations: dict[str, str], trigger_time: datetime | None) -> None:
+    """Set the last-change trigger-time annotation in ``annotations``, or remove it when
+    there is none (both controllers' rule)."""
+    if trigger_time is not None:
+        annotations[TRIGGER_TIME_ANNOTATION] = format_trigger_time(trigger_time)
+    else:
+        annotations.pop(TRIGGER_TIME_ANNOTATION, None)
 
 
 def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:

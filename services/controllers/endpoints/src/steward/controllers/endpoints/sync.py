@@ -21,7 +21,7 @@ from __future__ import annotations
 import ipaddress
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import steward
@@ -409,16 +409,6 @@ def desired_labels(service: Mapping[str, Any]) -> dict[str, str]:
     return labels
 
 
-def format_trigger_time(when: datetime) -> str:
-    """Go's RFC 3339 with nanoseconds in UTC (fractions only when present, trailing zeros
-    dropped), as upstream writes the trigger-time annotation."""
-    when = when.astimezone(UTC)
-    text = when.strftime("%Y-%m-%dT%H:%M:%S")
-    if when.microsecond:
-        text += f".{when.microsecond:06d}".rstrip("0")
-    return text + "Z"
-
-
 def up_to_date(
     current: Mapping[str, Any], service: Mapping[str, Any], subsets: Sequence[Mapping[str, Any]]
 ) -> bool:
@@ -465,10 +455,7 @@ def endpoints_for(
         body.setdefault("kind", "Endpoints")
     meta = body["metadata"]
     annotations = dict(meta.get("annotations") or {})
-    if trigger_time is not None:
-        annotations[TRIGGER_TIME_ANNOTATION] = format_trigger_time(trigger_time)
-    else:
-        annotations.pop(TRIGGER_TIME_ANNOTATION, None)
+    steward.endpoints.set_trigger_time(annotations, trigger_time)
     if truncate(subsets):
         annotations[OVER_CAPACITY_ANNOTATION] = TRUNCATED
     else:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import steward
@@ -304,24 +304,11 @@ def _placeholder_equal(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     )
 
 
-def format_trigger_time(when: datetime) -> str:
-    """Go's RFC 3339 with nanoseconds, UTC (fractions only when present, trailing zeros
-    dropped), as upstream writes the trigger-time annotation."""
-    when = when.astimezone(UTC)
-    text = when.strftime("%Y-%m-%dT%H:%M:%S")
-    if when.microsecond:
-        text += f".{when.microsecond:06d}".rstrip("0")
-    return text + "Z"
-
-
 def stamp_trigger_time(slice_: Slice, trigger_time: datetime | None) -> None:
     """Set the last-change trigger time annotation, or remove it when there is none."""
     meta = slice_.setdefault("metadata", {})
     annotations = dict(meta.get("annotations") or {})
-    if trigger_time is not None:
-        annotations[TRIGGER_TIME_ANNOTATION] = format_trigger_time(trigger_time)
-    else:
-        annotations.pop(TRIGGER_TIME_ANNOTATION, None)
+    steward.endpoints.set_trigger_time(annotations, trigger_time)
     if annotations:
         meta["annotations"] = annotations
     else:
