@@ -61,6 +61,7 @@ from steward.runtime.ownership import (
     is_controlled_by,
     orphan_index,
 )
+from steward.runtime.quantity import parse_quantity, parse_quantity_milli
 from steward.runtime.reconcile import Reconciler, Request, Result, RetryAfter, TerminalError
 from steward.runtime.resources import (
     CONFIGMAPS,
@@ -168,6 +169,8 @@ __all__ = [
     "namespace_terminating",
     "orphan_index",
     "owner_of",
+    "parse_quantity",
+    "parse_quantity_milli",
     "parse_selector",
     "parse_time",
     "pods",

@@ -73,11 +73,16 @@ class ResourceClient:
             "POST", path, stamp_trace_context(body) if stamp_trace else body
         )
 
-    async def update(self, obj: Object, *, stamp_trace: bool = False) -> Object:
-        """Replace ``obj`` (PUT; its ``resourceVersion`` makes it conditional); the object
-        as stored. ``stamp_trace`` as for :meth:`create`."""
+    async def update(
+        self, obj: Object, *, subresource: str = "", stamp_trace: bool = False
+    ) -> Object:
+        """Replace ``obj`` (PUT; its ``resourceVersion`` makes it conditional), or its
+        ``subresource`` (``scale``: ``obj`` is then the Scale, named as its target); the
+        object as stored. ``stamp_trace`` as for :meth:`create`."""
         return await self.api.arequest(
-            "PUT", self._path(obj), stamp_trace_context(obj) if stamp_trace else obj
+            "PUT",
+            self._path(obj, subresource),
+            stamp_trace_context(obj) if stamp_trace else obj,
         )
 
     async def update_status(

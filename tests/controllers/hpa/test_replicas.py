@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from steward import parse_quantity_milli
 from steward.controllers.hpa.replicas import (
     MAX_INT32,
     MAX_INT64,
@@ -23,7 +24,6 @@ from steward.controllers.hpa.replicas import (
     Tolerances,
     calculate_requests,
     group_pods,
-    parse_quantity_milli,
 )
 
 pytestmark = pytest.mark.unit

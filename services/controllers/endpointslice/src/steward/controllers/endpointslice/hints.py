@@ -15,12 +15,11 @@ in name order here, so the same inputs always give the same hints.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
+import steward
 from steward import copy_json
 
 Slice = dict[str, Any]
@@ -183,36 +182,13 @@ def remove_hints(
 
 
 # The topology cache -------------------------------------------------------------------------
-_QUANTITY = re.compile(r"^([+-]?[0-9]*\.?[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|[numkMGTPE])?$")
-_SUFFIXES = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-}
-
-
 def cpu_millis(quantity: Any) -> int:
     """A CPU quantity (``"4"``, ``"3500m"``, ``"1.5"``) in millicores, rounded up as
     ``Quantity.MilliValue``; 0 when absent or unreadable."""
-    match = _QUANTITY.match(str(quantity if quantity is not None else "").strip())
-    if match is None:
+    try:
+        return steward.parse_quantity_milli(str(quantity if quantity is not None else "").strip())
+    except ValueError:
         return 0
-    number, suffix = Decimal(match.group(1)), match.group(2) or ""
-    factor = Decimal(10) ** int(suffix[1:]) if suffix[:1] in ("e", "E") else _SUFFIXES[suffix]
-    return math.ceil(number * factor * 1000)
 
 
 def _node_ready(node: Mapping[str, Any]) -> bool:

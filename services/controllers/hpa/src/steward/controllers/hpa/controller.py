@@ -71,7 +71,6 @@ from steward.controllers.hpa.replicas import (
     Calculator,
     ReplicaError,
     Tolerances,
-    parse_quantity_milli,
 )
 from steward.kube import error_message
 
@@ -471,17 +470,14 @@ class HPAReconciler:
         self, target: Resource, ns: str, ref: dict[str, Any], scale: dict[str, Any], desired: int
     ) -> None:
         """PUT the desired count to ``/scale``; on a conflict read the scale again and
-        retry, five tries in all (upstream's ``retry.DefaultRetry``).
-
-        The PUT is a raw request: the typed client has no verb that replaces a
-        subresource other than ``status``, and the target is of any kind that has one."""
+        retry, five tries in all (upstream's ``retry.DefaultRetry``)."""
         name = str(ref.get("name", ""))
-        path = target.path(ns, name, "scale")
         body = steward.copy_json(scale)
         for attempt in range(CONFLICT_TRIES):
             body.setdefault("spec", {})["replicas"] = desired
+            body.setdefault("metadata", {}).update(namespace=ns, name=name)
             try:
-                await self.scales.api.arequest("PUT", path, body)
+                await self.scales(target).update(body, subresource="scale")
                 return
             except ConflictError:
                 if attempt == CONFLICT_TRIES - 1:
@@ -912,7 +908,7 @@ class HPAReconciler:
 def _milli(value: Any) -> int:
     if value is None:
         raise ValueError("the metric's target has no value")
-    return parse_quantity_milli(value)
+    return steward.parse_quantity_milli(value)
 
 
 def _identifier(ident: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ preferred one first, as upstream's REST mapper offers them; the first that answe
 - **Object**: the described object's value.
 - **External** (``external.metrics.k8s.io/v1beta1``): the values of the series the
   selector picks.
-Every value is in milli-units (:func:`~.replicas.parse_quantity_milli`). No items at all is
+Every value is in milli-units (:func:`steward.parse_quantity_milli`). No items at all is
 an error naming the API, as upstream's texts; so is an API that is not served.
 
 # Rate limits
@@ -33,8 +33,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import steward
-from steward import ApiError, KubeClient, NotFoundError, Resource
-from steward.controllers.hpa.replicas import PodMetric, PodMetrics, parse_quantity_milli
+from steward import ApiError, KubeClient, NotFoundError, Resource, parse_quantity_milli
+from steward.controllers.hpa.replicas import PodMetric, PodMetrics
 
 RESOURCE_METRICS = "/apis/metrics.k8s.io/v1beta1"
 CUSTOM_METRICS = "/apis/custom.metrics.k8s.io/v1beta2"
