@@ -372,7 +372,7 @@ class Controller(Generic[R]):
             dict(definition.indexers),
         )
         self.session: ManagerSession | None = None
-        self.api = api.fenced(self.may_reconcile, self.mirror.written) if api else None
+        self.api = api.fenced(self.may_reconcile, self.mirror.written) if api is not None else None
         """The controller's own client, derived from the one it was handed: fenced by
         the lease, its writes told to the mirror."""
         self.context = Context(self, self.api, flags)
