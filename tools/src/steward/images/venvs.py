@@ -85,7 +85,14 @@ class Member:
 def _members(root: Path) -> dict[str, Member]:
     """Every workspace member by the directory uv export names it with (``./manager``)."""
     config = tomllib.loads((root / "pyproject.toml").read_text())
-    dirs = [".", *config["tool"]["uv"]["workspace"]["members"]]
+    dirs = ["."]
+    for entry in config["tool"]["uv"]["workspace"]["members"]:
+        if any(c in entry for c in "*?["):  # a glob, as uv reads it: its member directories
+            dirs += sorted(
+                p.parent.relative_to(root).as_posix() for p in root.glob(f"{entry}/pyproject.toml")
+            )
+        else:
+            dirs.append(entry)
     found: dict[str, Member] = {}
     for rel in dirs:
         project = tomllib.loads((root / rel / "pyproject.toml").read_text())["project"]
