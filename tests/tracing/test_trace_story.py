@@ -245,3 +245,8 @@ def test_the_story_prints_the_cause_then_a_line_per_later_trace(rec: Recorder) -
     alone = select_story([t["created"]], JOB)
     assert alone is not None
     assert render_story("http://jaeger:16686", alone).endswith("\n\nlater traces: none")
+    # Jaeger's answer was full but held none of the later traces: say so, not just "none".
+    cut = render_story("http://jaeger:16686", alone, truncated="only the newest 1 were asked for")
+    assert cut.endswith("\n\nlater traces: none (only the newest 1 were asked for)")
+    cut = render_story("http://jaeger:16686", story, more="print one", truncated="see --limit")
+    assert "\n\nlater traces (2; print one; see --limit):\n" in cut

@@ -362,10 +362,14 @@ def _cmd_trace(args: argparse.Namespace) -> int:
         return 0
     if story.note:
         print(f"steward trace: note: {story.note}", file=sys.stderr)
-    more = "print one with --trace ID"
-    if len(found) >= args.limit:
-        more += f"; only the newest {args.limit} were asked for, see --limit"
-    print(traces.render_story(jaeger, story, more=more))
+    # Jaeger's limit keeps the traces it received last, which need not be the newest
+    # by start time: a full answer may leave later traces out, even all of them.
+    truncated = (
+        f"only the newest {args.limit} were asked for, see --limit"
+        if len(found) >= args.limit
+        else ""
+    )
+    print(traces.render_story(jaeger, story, more="print one with --trace ID", truncated=truncated))
     return 0
 
 

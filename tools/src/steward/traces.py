@@ -365,10 +365,11 @@ def render(jaeger: str, trace: Trace) -> str:
     )
 
 
-def render_story(jaeger: str, story: Story, *, more: str = "") -> str:
+def render_story(jaeger: str, story: Story, *, more: str = "", truncated: str = "") -> str:
     """The cause's waterfall (:func:`render`), then the earlier traces (if any) and the
     later ones, a line each. ``more`` ends the later traces' heading (e.g. how to print
-    one of them)."""
+    one of them); ``truncated`` says that Jaeger was asked for fewer traces than it may
+    hold, and is printed even when none of those it sent is a later one."""
     parts = [render(jaeger, story.cause)]
     if story.earlier:
         parts.append(
@@ -380,8 +381,9 @@ def render_story(jaeger: str, story: Story, *, more: str = "") -> str:
             )
         )
     if story.later:
-        heading = f"later traces ({len(story.later)}{'; ' + more if more else ''}):"
+        notes = "".join(f"; {n}" for n in (more, truncated) if n)
+        heading = f"later traces ({len(story.later)}{notes}):"
         parts.append("\n".join([heading, *(f"  {line}" for line in listing(story.later))]))
     else:
-        parts.append("later traces: none")
+        parts.append("later traces: none" + (f" ({truncated})" if truncated else ""))
     return "\n\n".join(parts)
