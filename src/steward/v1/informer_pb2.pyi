@@ -98,33 +98,135 @@ Global___ResourceType: _TypeAlias = ResourceType  # noqa: Y015
 
 @_typing.final
 class WatchTarget(_message.Message):
-    """WatchTarget is one resource type to watch and where to resume it."""
+    """WatchTarget is one resource type to watch, where to resume it, and what of it the
+    subscriber reads.
+
+    The filters and the projection are applied in the informer, before an event is
+    encoded or sent: a subscriber pays only for the objects and fields it asked for. They
+    add to the request's namespace and selectors (an object must pass both). An object
+    that starts to pass a target's filters is sent as ADDED, one that stops passing them
+    as DELETED (with its last state that passed), as for label selectors.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     TYPE_FIELD_NUMBER: _builtins.int
     RESOURCE_VERSION_FIELD_NUMBER: _builtins.int
+    LABEL_SELECTOR_FIELD_NUMBER: _builtins.int
+    FIELD_SELECTOR_FIELD_NUMBER: _builtins.int
+    OWNER_FILTER_FIELD_NUMBER: _builtins.int
+    FIELDS_FIELD_NUMBER: _builtins.int
+    METADATA_ONLY_FIELD_NUMBER: _builtins.int
     resource_version: _builtins.str
     """The last resource version the client saw of this type; empty to start with a
     snapshot. Must be a resource version this informer sent.
     """
+    label_selector: _builtins.str
+    """Kubernetes label selector for this type only; empty for everything."""
+    field_selector: _builtins.str
+    """Field selector for this type only (metadata.name, metadata.namespace); empty for
+    everything.
+    """
+    metadata_only: _builtins.bool
+    """Send only the object's metadata (client-go's metadata-only informer): apiVersion,
+    kind and metadata without managedFields, plus any paths in fields.
+    """
     @_builtins.property
     def type(self) -> Global___ResourceType:
         """The resource type."""
+
+    @_builtins.property
+    def owner_filter(self) -> Global___OwnerFilter:
+        """Only objects whose controller owner is of one of these kinds; unset for all."""
+
+    @_builtins.property
+    def fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The projection: the object paths the subscriber keeps, dot-separated (e.g.
+        "spec.nodeName", "status.conditions"; a path through a list applies to each of its
+        items, e.g. "spec.containers.resources"). The object sent holds apiVersion, kind,
+        metadata.name, metadata.namespace, metadata.uid, metadata.resourceVersion and these
+        paths; metadata.managedFields only when named. Empty for the whole object.
+
+        A MODIFIED event whose projected object equals the previous one is not sent (the
+        client's copy is already right); events of a relist are always sent.
+        """
 
     def __init__(
         self,
         *,
         type: Global___ResourceType | None = ...,
         resource_version: _builtins.str = ...,
+        label_selector: _builtins.str = ...,
+        field_selector: _builtins.str = ...,
+        owner_filter: Global___OwnerFilter | None = ...,
+        fields: _abc.Iterable[_builtins.str] | None = ...,
+        metadata_only: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["type", b"type"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["owner_filter", b"owner_filter", "type", b"type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["resource_version", b"resource_version", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["field_selector", b"field_selector", "fields", b"fields", "label_selector", b"label_selector", "metadata_only", b"metadata_only", "owner_filter", b"owner_filter", "resource_version", b"resource_version", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WatchTarget: _TypeAlias = WatchTarget  # noqa: Y015
+
+@_typing.final
+class GroupKind(_message.Message):
+    """GroupKind names a kind of object: the API group ("" for the core group) and kind."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    """API group, e.g. "apps"; empty for the core group."""
+    kind: _builtins.str
+    """Kind, e.g. "ReplicaSet"."""
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        kind: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "kind", b"kind"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupKind: _TypeAlias = GroupKind  # noqa: Y015
+
+@_typing.final
+class OwnerFilter(_message.Message):
+    """OwnerFilter keeps objects by their controller owner reference (the one with
+    controller: true).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KINDS_FIELD_NUMBER: _builtins.int
+    ORPHANS_FIELD_NUMBER: _builtins.int
+    orphans: _builtins.bool
+    """Also keep objects without a controller owner (orphans a controller may adopt)."""
+    @_builtins.property
+    def kinds(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupKind]:
+        """Kinds of controller owner to keep. A reference's group is its apiVersion's group
+        ("apps" of "apps/v1"; empty for "v1").
+        """
+
+    def __init__(
+        self,
+        *,
+        kinds: _abc.Iterable[Global___GroupKind] | None = ...,
+        orphans: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kinds", b"kinds", "orphans", b"orphans"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OwnerFilter: _TypeAlias = OwnerFilter  # noqa: Y015
 
 @_typing.final
 class WatchRequest(_message.Message):

@@ -83,7 +83,8 @@ class InformerServiceServicer:
         never a silent gap.
 
         Errors: NOT_FOUND for a resource type the API server does not serve;
-        INVALID_ARGUMENT for a malformed selector, resource version or empty target list;
+        INVALID_ARGUMENT for a malformed selector, projection path, owner filter, resource
+        version or empty target list;
         PERMISSION_DENIED when the caller may not list and watch the type.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -56,7 +56,8 @@ class InformerServiceStub:
     never a silent gap.
 
     Errors: NOT_FOUND for a resource type the API server does not serve;
-    INVALID_ARGUMENT for a malformed selector, resource version or empty target list;
+    INVALID_ARGUMENT for a malformed selector, projection path, owner filter, resource
+    version or empty target list;
     PERMISSION_DENIED when the caller may not list and watch the type.
     """
     List: _grpc.UnaryUnaryMultiCallable[_informer_pb2.ListRequest, _informer_pb2.ListResponse]
@@ -102,7 +103,8 @@ class InformerServiceAsyncStub(InformerServiceStub):
     never a silent gap.
 
     Errors: NOT_FOUND for a resource type the API server does not serve;
-    INVALID_ARGUMENT for a malformed selector, resource version or empty target list;
+    INVALID_ARGUMENT for a malformed selector, projection path, owner filter, resource
+    version or empty target list;
     PERMISSION_DENIED when the caller may not list and watch the type.
     """
     List: _aio.UnaryUnaryMultiCallable[_informer_pb2.ListRequest, _informer_pb2.ListResponse]  # type: ignore[assignment]
@@ -151,7 +153,8 @@ class InformerServiceServicer(metaclass=_abc_1.ABCMeta):
         never a silent gap.
 
         Errors: NOT_FOUND for a resource type the API server does not serve;
-        INVALID_ARGUMENT for a malformed selector, resource version or empty target list;
+        INVALID_ARGUMENT for a malformed selector, projection path, owner filter, resource
+        version or empty target list;
         PERMISSION_DENIED when the caller may not list and watch the type.
         """
 
