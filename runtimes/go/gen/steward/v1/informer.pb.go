@@ -157,7 +157,14 @@ func (x *ResourceType) GetResource() string {
 	return ""
 }
 
-// WatchTarget is one resource type to watch and where to resume it.
+// WatchTarget is one resource type to watch, where to resume it, and what of it the
+// subscriber reads.
+//
+// The filters and the projection are applied in the informer, before an event is
+// encoded or sent: a subscriber pays only for the objects and fields it asked for. They
+// add to the request's namespace and selectors (an object must pass both). An object
+// that starts to pass a target's filters is sent as ADDED, one that stops passing them
+// as DELETED (with its last state that passed), as for label selectors.
 type WatchTarget struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The resource type.
@@ -165,8 +172,27 @@ type WatchTarget struct {
 	// The last resource version the client saw of this type; empty to start with a
 	// snapshot. Must be a resource version this informer sent.
 	ResourceVersion string `protobuf:"bytes,2,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Kubernetes label selector for this type only; empty for everything.
+	LabelSelector string `protobuf:"bytes,3,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
+	// Field selector for this type only (metadata.name, metadata.namespace); empty for
+	// everything.
+	FieldSelector string `protobuf:"bytes,4,opt,name=field_selector,json=fieldSelector,proto3" json:"field_selector,omitempty"`
+	// Only objects whose controller owner is of one of these kinds; unset for all.
+	OwnerFilter *OwnerFilter `protobuf:"bytes,5,opt,name=owner_filter,json=ownerFilter,proto3" json:"owner_filter,omitempty"`
+	// The projection: the object paths the subscriber keeps, dot-separated (e.g.
+	// "spec.nodeName", "status.conditions"; a path through a list applies to each of its
+	// items, e.g. "spec.containers.resources"). The object sent holds apiVersion, kind,
+	// metadata.name, metadata.namespace, metadata.uid, metadata.resourceVersion and these
+	// paths; metadata.managedFields only when named. Empty for the whole object.
+	//
+	// A MODIFIED event whose projected object equals the previous one is not sent (the
+	// client's copy is already right); events of a relist are always sent.
+	Fields []string `protobuf:"bytes,6,rep,name=fields,proto3" json:"fields,omitempty"`
+	// Send only the object's metadata (client-go's metadata-only informer): apiVersion,
+	// kind and metadata without managedFields, plus any paths in fields.
+	MetadataOnly  bool `protobuf:"varint,7,opt,name=metadata_only,json=metadataOnly,proto3" json:"metadata_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchTarget) Reset() {
@@ -213,6 +239,153 @@ func (x *WatchTarget) GetResourceVersion() string {
 	return ""
 }
 
+func (x *WatchTarget) GetLabelSelector() string {
+	if x != nil {
+		return x.LabelSelector
+	}
+	return ""
+}
+
+func (x *WatchTarget) GetFieldSelector() string {
+	if x != nil {
+		return x.FieldSelector
+	}
+	return ""
+}
+
+func (x *WatchTarget) GetOwnerFilter() *OwnerFilter {
+	if x != nil {
+		return x.OwnerFilter
+	}
+	return nil
+}
+
+func (x *WatchTarget) GetFields() []string {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+func (x *WatchTarget) GetMetadataOnly() bool {
+	if x != nil {
+		return x.MetadataOnly
+	}
+	return false
+}
+
+// GroupKind names a kind of object: the API group ("" for the core group) and kind.
+type GroupKind struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// API group, e.g. "apps"; empty for the core group.
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// Kind, e.g. "ReplicaSet".
+	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupKind) Reset() {
+	*x = GroupKind{}
+	mi := &file_steward_v1_informer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupKind) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupKind) ProtoMessage() {}
+
+func (x *GroupKind) ProtoReflect() protoreflect.Message {
+	mi := &file_steward_v1_informer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupKind.ProtoReflect.Descriptor instead.
+func (*GroupKind) Descriptor() ([]byte, []int) {
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GroupKind) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GroupKind) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+// OwnerFilter keeps objects by their controller owner reference (the one with
+// controller: true).
+type OwnerFilter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Kinds of controller owner to keep. A reference's group is its apiVersion's group
+	// ("apps" of "apps/v1"; empty for "v1").
+	Kinds []*GroupKind `protobuf:"bytes,1,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// Also keep objects without a controller owner (orphans a controller may adopt).
+	Orphans       bool `protobuf:"varint,2,opt,name=orphans,proto3" json:"orphans,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OwnerFilter) Reset() {
+	*x = OwnerFilter{}
+	mi := &file_steward_v1_informer_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OwnerFilter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OwnerFilter) ProtoMessage() {}
+
+func (x *OwnerFilter) ProtoReflect() protoreflect.Message {
+	mi := &file_steward_v1_informer_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OwnerFilter.ProtoReflect.Descriptor instead.
+func (*OwnerFilter) Descriptor() ([]byte, []int) {
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *OwnerFilter) GetKinds() []*GroupKind {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *OwnerFilter) GetOrphans() bool {
+	if x != nil {
+		return x.Orphans
+	}
+	return false
+}
+
 // WatchRequest opens a Watch stream.
 type WatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -238,7 +411,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_steward_v1_informer_proto_msgTypes[2]
+	mi := &file_steward_v1_informer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -250,7 +423,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[2]
+	mi := &file_steward_v1_informer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -263,7 +436,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{2}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WatchRequest) GetTargets() []*WatchTarget {
@@ -326,7 +499,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_steward_v1_informer_proto_msgTypes[3]
+	mi := &file_steward_v1_informer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -338,7 +511,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[3]
+	mi := &file_steward_v1_informer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -351,7 +524,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{3}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WatchResponse) GetEvents() []*Event {
@@ -382,7 +555,7 @@ type OwnerReference struct {
 
 func (x *OwnerReference) Reset() {
 	*x = OwnerReference{}
-	mi := &file_steward_v1_informer_proto_msgTypes[4]
+	mi := &file_steward_v1_informer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -394,7 +567,7 @@ func (x *OwnerReference) String() string {
 func (*OwnerReference) ProtoMessage() {}
 
 func (x *OwnerReference) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[4]
+	mi := &file_steward_v1_informer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -407,7 +580,7 @@ func (x *OwnerReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnerReference.ProtoReflect.Descriptor instead.
 func (*OwnerReference) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{4}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OwnerReference) GetApiVersion() string {
@@ -480,7 +653,7 @@ type ObjectMeta struct {
 
 func (x *ObjectMeta) Reset() {
 	*x = ObjectMeta{}
-	mi := &file_steward_v1_informer_proto_msgTypes[5]
+	mi := &file_steward_v1_informer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +665,7 @@ func (x *ObjectMeta) String() string {
 func (*ObjectMeta) ProtoMessage() {}
 
 func (x *ObjectMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[5]
+	mi := &file_steward_v1_informer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +678,7 @@ func (x *ObjectMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectMeta.ProtoReflect.Descriptor instead.
 func (*ObjectMeta) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{5}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ObjectMeta) GetNamespace() string {
@@ -584,7 +757,7 @@ type TraceContext struct {
 
 func (x *TraceContext) Reset() {
 	*x = TraceContext{}
-	mi := &file_steward_v1_informer_proto_msgTypes[6]
+	mi := &file_steward_v1_informer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +769,7 @@ func (x *TraceContext) String() string {
 func (*TraceContext) ProtoMessage() {}
 
 func (x *TraceContext) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[6]
+	mi := &file_steward_v1_informer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +782,7 @@ func (x *TraceContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TraceContext.ProtoReflect.Descriptor instead.
 func (*TraceContext) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{6}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TraceContext) GetTraceparent() string {
@@ -655,7 +828,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_steward_v1_informer_proto_msgTypes[7]
+	mi := &file_steward_v1_informer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +840,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[7]
+	mi := &file_steward_v1_informer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +853,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{7}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Event) GetType() EventType {
@@ -745,7 +918,7 @@ type CachedObject struct {
 
 func (x *CachedObject) Reset() {
 	*x = CachedObject{}
-	mi := &file_steward_v1_informer_proto_msgTypes[8]
+	mi := &file_steward_v1_informer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +930,7 @@ func (x *CachedObject) String() string {
 func (*CachedObject) ProtoMessage() {}
 
 func (x *CachedObject) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[8]
+	mi := &file_steward_v1_informer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +943,7 @@ func (x *CachedObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CachedObject.ProtoReflect.Descriptor instead.
 func (*CachedObject) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{8}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CachedObject) GetMetadata() *ObjectMeta {
@@ -808,7 +981,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_steward_v1_informer_proto_msgTypes[9]
+	mi := &file_steward_v1_informer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +993,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[9]
+	mi := &file_steward_v1_informer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +1006,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{9}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListRequest) GetType() *ResourceType {
@@ -893,7 +1066,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_steward_v1_informer_proto_msgTypes[10]
+	mi := &file_steward_v1_informer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1078,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[10]
+	mi := &file_steward_v1_informer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1091,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{10}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListResponse) GetItems() []*CachedObject {
@@ -957,7 +1130,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_steward_v1_informer_proto_msgTypes[11]
+	mi := &file_steward_v1_informer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1142,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[11]
+	mi := &file_steward_v1_informer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1155,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{11}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetRequest) GetType() *ResourceType {
@@ -1017,7 +1190,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_steward_v1_informer_proto_msgTypes[12]
+	mi := &file_steward_v1_informer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1202,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[12]
+	mi := &file_steward_v1_informer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1215,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{12}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetResponse) GetObject() *CachedObject {
@@ -1061,10 +1234,21 @@ const file_steward_v1_informer_proto_rawDesc = "" +
 	"\fResourceType\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1a\n" +
-	"\bresource\x18\x03 \x01(\tR\bresource\"f\n" +
+	"\bresource\x18\x03 \x01(\tR\bresource\"\xad\x02\n" +
 	"\vWatchTarget\x12,\n" +
 	"\x04type\x18\x01 \x01(\v2\x18.steward.v1.ResourceTypeR\x04type\x12)\n" +
-	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\"\xa5\x02\n" +
+	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\x12%\n" +
+	"\x0elabel_selector\x18\x03 \x01(\tR\rlabelSelector\x12%\n" +
+	"\x0efield_selector\x18\x04 \x01(\tR\rfieldSelector\x12:\n" +
+	"\fowner_filter\x18\x05 \x01(\v2\x17.steward.v1.OwnerFilterR\vownerFilter\x12\x16\n" +
+	"\x06fields\x18\x06 \x03(\tR\x06fields\x12#\n" +
+	"\rmetadata_only\x18\a \x01(\bR\fmetadataOnly\"5\n" +
+	"\tGroupKind\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\"T\n" +
+	"\vOwnerFilter\x12+\n" +
+	"\x05kinds\x18\x01 \x03(\v2\x15.steward.v1.GroupKindR\x05kinds\x12\x18\n" +
+	"\aorphans\x18\x02 \x01(\bR\aorphans\"\xa5\x02\n" +
 	"\fWatchRequest\x121\n" +
 	"\atargets\x18\x01 \x03(\v2\x17.steward.v1.WatchTargetR\atargets\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12%\n" +
@@ -1169,52 +1353,56 @@ func file_steward_v1_informer_proto_rawDescGZIP() []byte {
 }
 
 var file_steward_v1_informer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_steward_v1_informer_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_steward_v1_informer_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_steward_v1_informer_proto_goTypes = []any{
 	(EventType)(0),                // 0: steward.v1.EventType
 	(*ResourceType)(nil),          // 1: steward.v1.ResourceType
 	(*WatchTarget)(nil),           // 2: steward.v1.WatchTarget
-	(*WatchRequest)(nil),          // 3: steward.v1.WatchRequest
-	(*WatchResponse)(nil),         // 4: steward.v1.WatchResponse
-	(*OwnerReference)(nil),        // 5: steward.v1.OwnerReference
-	(*ObjectMeta)(nil),            // 6: steward.v1.ObjectMeta
-	(*TraceContext)(nil),          // 7: steward.v1.TraceContext
-	(*Event)(nil),                 // 8: steward.v1.Event
-	(*CachedObject)(nil),          // 9: steward.v1.CachedObject
-	(*ListRequest)(nil),           // 10: steward.v1.ListRequest
-	(*ListResponse)(nil),          // 11: steward.v1.ListResponse
-	(*GetRequest)(nil),            // 12: steward.v1.GetRequest
-	(*GetResponse)(nil),           // 13: steward.v1.GetResponse
-	nil,                           // 14: steward.v1.ObjectMeta.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*GroupKind)(nil),             // 3: steward.v1.GroupKind
+	(*OwnerFilter)(nil),           // 4: steward.v1.OwnerFilter
+	(*WatchRequest)(nil),          // 5: steward.v1.WatchRequest
+	(*WatchResponse)(nil),         // 6: steward.v1.WatchResponse
+	(*OwnerReference)(nil),        // 7: steward.v1.OwnerReference
+	(*ObjectMeta)(nil),            // 8: steward.v1.ObjectMeta
+	(*TraceContext)(nil),          // 9: steward.v1.TraceContext
+	(*Event)(nil),                 // 10: steward.v1.Event
+	(*CachedObject)(nil),          // 11: steward.v1.CachedObject
+	(*ListRequest)(nil),           // 12: steward.v1.ListRequest
+	(*ListResponse)(nil),          // 13: steward.v1.ListResponse
+	(*GetRequest)(nil),            // 14: steward.v1.GetRequest
+	(*GetResponse)(nil),           // 15: steward.v1.GetResponse
+	nil,                           // 16: steward.v1.ObjectMeta.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
 }
 var file_steward_v1_informer_proto_depIdxs = []int32{
 	1,  // 0: steward.v1.WatchTarget.type:type_name -> steward.v1.ResourceType
-	2,  // 1: steward.v1.WatchRequest.targets:type_name -> steward.v1.WatchTarget
-	8,  // 2: steward.v1.WatchResponse.events:type_name -> steward.v1.Event
-	14, // 3: steward.v1.ObjectMeta.labels:type_name -> steward.v1.ObjectMeta.LabelsEntry
-	5,  // 4: steward.v1.ObjectMeta.owner_references:type_name -> steward.v1.OwnerReference
-	15, // 5: steward.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	0,  // 6: steward.v1.Event.type:type_name -> steward.v1.EventType
-	1,  // 7: steward.v1.Event.resource_type:type_name -> steward.v1.ResourceType
-	6,  // 8: steward.v1.Event.metadata:type_name -> steward.v1.ObjectMeta
-	7,  // 9: steward.v1.Event.trace_context:type_name -> steward.v1.TraceContext
-	6,  // 10: steward.v1.CachedObject.metadata:type_name -> steward.v1.ObjectMeta
-	1,  // 11: steward.v1.ListRequest.type:type_name -> steward.v1.ResourceType
-	9,  // 12: steward.v1.ListResponse.items:type_name -> steward.v1.CachedObject
-	1,  // 13: steward.v1.GetRequest.type:type_name -> steward.v1.ResourceType
-	9,  // 14: steward.v1.GetResponse.object:type_name -> steward.v1.CachedObject
-	3,  // 15: steward.v1.InformerService.Watch:input_type -> steward.v1.WatchRequest
-	10, // 16: steward.v1.InformerService.List:input_type -> steward.v1.ListRequest
-	12, // 17: steward.v1.InformerService.Get:input_type -> steward.v1.GetRequest
-	4,  // 18: steward.v1.InformerService.Watch:output_type -> steward.v1.WatchResponse
-	11, // 19: steward.v1.InformerService.List:output_type -> steward.v1.ListResponse
-	13, // 20: steward.v1.InformerService.Get:output_type -> steward.v1.GetResponse
-	18, // [18:21] is the sub-list for method output_type
-	15, // [15:18] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	4,  // 1: steward.v1.WatchTarget.owner_filter:type_name -> steward.v1.OwnerFilter
+	3,  // 2: steward.v1.OwnerFilter.kinds:type_name -> steward.v1.GroupKind
+	2,  // 3: steward.v1.WatchRequest.targets:type_name -> steward.v1.WatchTarget
+	10, // 4: steward.v1.WatchResponse.events:type_name -> steward.v1.Event
+	16, // 5: steward.v1.ObjectMeta.labels:type_name -> steward.v1.ObjectMeta.LabelsEntry
+	7,  // 6: steward.v1.ObjectMeta.owner_references:type_name -> steward.v1.OwnerReference
+	17, // 7: steward.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	0,  // 8: steward.v1.Event.type:type_name -> steward.v1.EventType
+	1,  // 9: steward.v1.Event.resource_type:type_name -> steward.v1.ResourceType
+	8,  // 10: steward.v1.Event.metadata:type_name -> steward.v1.ObjectMeta
+	9,  // 11: steward.v1.Event.trace_context:type_name -> steward.v1.TraceContext
+	8,  // 12: steward.v1.CachedObject.metadata:type_name -> steward.v1.ObjectMeta
+	1,  // 13: steward.v1.ListRequest.type:type_name -> steward.v1.ResourceType
+	11, // 14: steward.v1.ListResponse.items:type_name -> steward.v1.CachedObject
+	1,  // 15: steward.v1.GetRequest.type:type_name -> steward.v1.ResourceType
+	11, // 16: steward.v1.GetResponse.object:type_name -> steward.v1.CachedObject
+	5,  // 17: steward.v1.InformerService.Watch:input_type -> steward.v1.WatchRequest
+	12, // 18: steward.v1.InformerService.List:input_type -> steward.v1.ListRequest
+	14, // 19: steward.v1.InformerService.Get:input_type -> steward.v1.GetRequest
+	6,  // 20: steward.v1.InformerService.Watch:output_type -> steward.v1.WatchResponse
+	13, // 21: steward.v1.InformerService.List:output_type -> steward.v1.ListResponse
+	15, // 22: steward.v1.InformerService.Get:output_type -> steward.v1.GetResponse
+	20, // [20:23] is the sub-list for method output_type
+	17, // [17:20] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_steward_v1_informer_proto_init() }
@@ -1228,7 +1416,7 @@ func file_steward_v1_informer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_steward_v1_informer_proto_rawDesc), len(file_steward_v1_informer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

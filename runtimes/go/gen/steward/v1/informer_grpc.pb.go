@@ -51,7 +51,8 @@ type InformerServiceClient interface {
 	// never a silent gap.
 	//
 	// Errors: NOT_FOUND for a resource type the API server does not serve;
-	// INVALID_ARGUMENT for a malformed selector, resource version or empty target list;
+	// INVALID_ARGUMENT for a malformed selector, projection path, owner filter, resource
+	// version or empty target list;
 	// PERMISSION_DENIED when the caller may not list and watch the type.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 	// List returns the cached objects of one type that match the filters (unary),
@@ -142,7 +143,8 @@ type InformerServiceServer interface {
 	// never a silent gap.
 	//
 	// Errors: NOT_FOUND for a resource type the API server does not serve;
-	// INVALID_ARGUMENT for a malformed selector, resource version or empty target list;
+	// INVALID_ARGUMENT for a malformed selector, projection path, owner filter, resource
+	// version or empty target list;
 	// PERMISSION_DENIED when the caller may not list and watch the type.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	// List returns the cached objects of one type that match the filters (unary),
