@@ -405,6 +405,11 @@ export class Mirror {
       targets: [...this.types].map(([k, t]) => ({
         type: t,
         resourceVersion: this.state.get(k)!.resourceVersion,
+        labelSelector: "",
+        fieldSelector: "",
+        ownerFilter: undefined,
+        fields: [],
+        metadataOnly: false,
       })),
       namespace: o.namespace,
       labelSelector: o.labelSelector,

@@ -61,7 +61,16 @@ export interface ResourceType {
   resource: string;
 }
 
-/** WatchTarget is one resource type to watch and where to resume it. */
+/**
+ * WatchTarget is one resource type to watch, where to resume it, and what of it the
+ * subscriber reads.
+ *
+ * The filters and the projection are applied in the informer, before an event is
+ * encoded or sent: a subscriber pays only for the objects and fields it asked for. They
+ * add to the request's namespace and selectors (an object must pass both). An object
+ * that starts to pass a target's filters is sent as ADDED, one that stops passing them
+ * as DELETED (with its last state that passed), as for label selectors.
+ */
 export interface WatchTarget {
   /** The resource type. */
   type:
@@ -72,6 +81,55 @@ export interface WatchTarget {
    * snapshot. Must be a resource version this informer sent.
    */
   resourceVersion: string;
+  /** Kubernetes label selector for this type only; empty for everything. */
+  labelSelector: string;
+  /**
+   * Field selector for this type only (metadata.name, metadata.namespace); empty for
+   * everything.
+   */
+  fieldSelector: string;
+  /** Only objects whose controller owner is of one of these kinds; unset for all. */
+  ownerFilter:
+    | OwnerFilter
+    | undefined;
+  /**
+   * The projection: the object paths the subscriber keeps, dot-separated (e.g.
+   * "spec.nodeName", "status.conditions"; a path through a list applies to each of its
+   * items, e.g. "spec.containers.resources"). The object sent holds apiVersion, kind,
+   * metadata.name, metadata.namespace, metadata.uid, metadata.resourceVersion and these
+   * paths; metadata.managedFields only when named. Empty for the whole object.
+   *
+   * A MODIFIED event whose projected object equals the previous one is not sent (the
+   * client's copy is already right); events of a relist are always sent.
+   */
+  fields: string[];
+  /**
+   * Send only the object's metadata (client-go's metadata-only informer): apiVersion,
+   * kind and metadata without managedFields, plus any paths in fields.
+   */
+  metadataOnly: boolean;
+}
+
+/** GroupKind names a kind of object: the API group ("" for the core group) and kind. */
+export interface GroupKind {
+  /** API group, e.g. "apps"; empty for the core group. */
+  group: string;
+  /** Kind, e.g. "ReplicaSet". */
+  kind: string;
+}
+
+/**
+ * OwnerFilter keeps objects by their controller owner reference (the one with
+ * controller: true).
+ */
+export interface OwnerFilter {
+  /**
+   * Kinds of controller owner to keep. A reference's group is its apiVersion's group
+   * ("apps" of "apps/v1"; empty for "v1").
+   */
+  kinds: GroupKind[];
+  /** Also keep objects without a controller owner (orphans a controller may adopt). */
+  orphans: boolean;
 }
 
 /** WatchRequest opens a Watch stream. */
@@ -326,7 +384,15 @@ export const ResourceType: MessageFns<ResourceType> = {
 };
 
 function createBaseWatchTarget(): WatchTarget {
-  return { type: undefined, resourceVersion: "" };
+  return {
+    type: undefined,
+    resourceVersion: "",
+    labelSelector: "",
+    fieldSelector: "",
+    ownerFilter: undefined,
+    fields: [],
+    metadataOnly: false,
+  };
 }
 
 export const WatchTarget: MessageFns<WatchTarget> = {
@@ -336,6 +402,21 @@ export const WatchTarget: MessageFns<WatchTarget> = {
     }
     if (message.resourceVersion !== "") {
       writer.uint32(18).string(message.resourceVersion);
+    }
+    if (message.labelSelector !== "") {
+      writer.uint32(26).string(message.labelSelector);
+    }
+    if (message.fieldSelector !== "") {
+      writer.uint32(34).string(message.fieldSelector);
+    }
+    if (message.ownerFilter !== undefined) {
+      OwnerFilter.encode(message.ownerFilter, writer.uint32(42).fork()).join();
+    }
+    for (const v of message.fields) {
+      writer.uint32(50).string(v!);
+    }
+    if (message.metadataOnly !== false) {
+      writer.uint32(56).bool(message.metadataOnly);
     }
     return writer;
   },
@@ -369,6 +450,46 @@ export const WatchTarget: MessageFns<WatchTarget> = {
             message.resourceVersion = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.labelSelector = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.fieldSelector = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.ownerFilter = OwnerFilter.decode(reader, reader.uint32());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.fields.push(reader.string());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.metadataOnly = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -390,6 +511,147 @@ export const WatchTarget: MessageFns<WatchTarget> = {
       ? ResourceType.fromPartial(object.type)
       : undefined;
     message.resourceVersion = object.resourceVersion ?? "";
+    message.labelSelector = object.labelSelector ?? "";
+    message.fieldSelector = object.fieldSelector ?? "";
+    message.ownerFilter = (object.ownerFilter !== undefined && object.ownerFilter !== null)
+      ? OwnerFilter.fromPartial(object.ownerFilter)
+      : undefined;
+    message.fields = object.fields?.map((e) => e) || [];
+    message.metadataOnly = object.metadataOnly ?? false;
+    return message;
+  },
+};
+
+function createBaseGroupKind(): GroupKind {
+  return { group: "", kind: "" };
+}
+
+export const GroupKind: MessageFns<GroupKind> = {
+  encode(message: GroupKind, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.group !== "") {
+      writer.uint32(10).string(message.group);
+    }
+    if (message.kind !== "") {
+      writer.uint32(18).string(message.kind);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GroupKind {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGroupKind();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.group = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<GroupKind>, I>>(base?: I): GroupKind {
+    return GroupKind.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GroupKind>, I>>(object: I): GroupKind {
+    const message = createBaseGroupKind();
+    message.group = object.group ?? "";
+    message.kind = object.kind ?? "";
+    return message;
+  },
+};
+
+function createBaseOwnerFilter(): OwnerFilter {
+  return { kinds: [], orphans: false };
+}
+
+export const OwnerFilter: MessageFns<OwnerFilter> = {
+  encode(message: OwnerFilter, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.kinds) {
+      GroupKind.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.orphans !== false) {
+      writer.uint32(16).bool(message.orphans);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): OwnerFilter {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseOwnerFilter();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.kinds.push(GroupKind.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.orphans = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<OwnerFilter>, I>>(base?: I): OwnerFilter {
+    return OwnerFilter.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<OwnerFilter>, I>>(object: I): OwnerFilter {
+    const message = createBaseOwnerFilter();
+    message.kinds = object.kinds?.map((e) => GroupKind.fromPartial(e)) || [];
+    message.orphans = object.orphans ?? false;
     return message;
   },
 };
@@ -1578,7 +1840,8 @@ export const InformerServiceService = {
    * never a silent gap.
    *
    * Errors: NOT_FOUND for a resource type the API server does not serve;
-   * INVALID_ARGUMENT for a malformed selector, resource version or empty target list;
+   * INVALID_ARGUMENT for a malformed selector, projection path, owner filter, resource
+   * version or empty target list;
    * PERMISSION_DENIED when the caller may not list and watch the type.
    */
   watch: {
@@ -1642,7 +1905,8 @@ export interface InformerServiceServer extends UntypedServiceImplementation {
    * never a silent gap.
    *
    * Errors: NOT_FOUND for a resource type the API server does not serve;
-   * INVALID_ARGUMENT for a malformed selector, resource version or empty target list;
+   * INVALID_ARGUMENT for a malformed selector, projection path, owner filter, resource
+   * version or empty target list;
    * PERMISSION_DENIED when the caller may not list and watch the type.
    */
   watch: handleServerStreamingCall<WatchRequest, WatchResponse>;
@@ -1682,7 +1946,8 @@ export interface InformerServiceClient extends Client {
    * never a silent gap.
    *
    * Errors: NOT_FOUND for a resource type the API server does not serve;
-   * INVALID_ARGUMENT for a malformed selector, resource version or empty target list;
+   * INVALID_ARGUMENT for a malformed selector, projection path, owner filter, resource
+   * version or empty target list;
    * PERMISSION_DENIED when the caller may not list and watch the type.
    */
   watch(request: WatchRequest, options?: Partial<CallOptions>): ClientReadableStream<WatchResponse>;
