@@ -45,7 +45,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from steward.informer import wire
+from steward.informer import projections, wire
 from steward.informer.selectors import Filter
 from steward.informer.store import (
     EventKind,
@@ -55,6 +55,7 @@ from steward.informer.store import (
     StoredObject,
     StoreEvent,
 )
+from steward.projection import Projection
 
 FAST_LANE_LIMIT = 1024
 """Events a subscriber may have waiting in the fast lane before they are coalesced."""
@@ -86,8 +87,16 @@ class TypeFeed:
         send_previous: bool,
         on_replaced: Callable[[], None] | None = None,
         fast_limit: int = FAST_LANE_LIMIT,
+        projection: Projection | None = None,
     ) -> None:
         self.name = name
+        self.projection = projection
+        """The paths this subscriber reads (None: whole objects), see projections.py."""
+        self.sent = 0
+        """Events sent (markers included), for the per-subscriber metrics."""
+        self.withheld = 0
+        """Changes of the type this subscriber was not sent: outside its filters, or
+        touching nothing its projection keeps."""
         self.fast_limit = fast_limit
         self.on_replaced = on_replaced
         self.store = store
@@ -102,9 +111,12 @@ class TypeFeed:
         from index ``fast_pos``."""
         self.fast_pos = 0
         self.fast_len = 0
-        # The fast lane can filter by namespace alone; other selectors need the slow path.
+        # The fast lane can filter by namespace alone and sends whole objects; other
+        # selectors, owner filters and projections need the slow path.
         self._fast_namespace: str | None = (
-            flt.namespace if flt.labels.empty and flt.fields.empty else None
+            flt.namespace
+            if flt.labels.empty and flt.fields.empty and flt.owner is None and projection is None
+            else None
         )
         self.progress = store.rv
         """Everything published up to here is queued or delivered."""
@@ -162,6 +174,7 @@ class TypeFeed:
             and not self.send_previous
         ):
             selected = events if not ns else [e for e in events if e.key[0] == ns]
+            self.withheld += len(events) - len(selected)
             if not selected:
                 self.progress = max(self.progress, events[-1].rv)
                 return False
@@ -198,10 +211,16 @@ class TypeFeed:
         if not flt.everything:
             obj = event.obj
             prev = event.previous
-            now = obj is not None and flt.matches(obj.namespace, obj.name, obj.labels)
-            was = prev is not None and flt.matches(prev.namespace, prev.name, prev.labels)
+            admits = flt.admits
+            now = obj is not None and admits(
+                obj.namespace, obj.name, obj.labels, obj.owner_references
+            )
+            was = prev is not None and admits(
+                prev.namespace, prev.name, prev.labels, prev.owner_references
+            )
             if kind is EventKind.ADDED:
                 if not now:
+                    self.withheld += 1
                     return False
             elif kind is EventKind.MODIFIED:
                 if now and not was:
@@ -209,9 +228,24 @@ class TypeFeed:
                 elif was and not now:
                     kind = EventKind.DELETED
                 elif not now:
+                    self.withheld += 1
                     return False
             elif kind is EventKind.DELETED and not (now or was):
+                self.withheld += 1
                 return False
+        projection = self.projection
+        if (
+            projection is not None
+            and kind is EventKind.MODIFIED
+            and not event.relisted
+            and event.previous is not None
+            and event.obj is not None
+            and projections.digest(projection, event.previous)
+            == projections.digest(projection, event.obj)
+        ):
+            # Nothing this subscriber reads changed: its copy is right as it is.
+            self.withheld += 1
+            return False
         key = event.key
         entry = self.pending.get(key)
         if entry is None:
@@ -282,6 +316,11 @@ class TypeFeed:
     def take(self, room: int, out: list[bytes]) -> int:
         """Move up to ``room`` events, in order, into ``out`` (framed wire form as chunks,
         wire.py); returns how many events it moved."""
+        taken = self._take(room, out)
+        self.sent += taken
+        return taken
+
+    def _take(self, room: int, out: list[bytes]) -> int:
         taken = 0
         wtype = self.wire_type
         if self.needs_snapshot:
@@ -295,10 +334,17 @@ class TypeFeed:
             taken += 1
         snapshot = self.snapshot
         if snapshot is not None:
-            snapshot_parts = wire.snapshot_parts
-            while snapshot and taken < room:
-                out.extend(snapshot_parts(snapshot.popleft(), wtype))
-                taken += 1
+            projection = self.projection
+            if projection is None:
+                snapshot_parts = wire.snapshot_parts
+                while snapshot and taken < room:
+                    out.extend(snapshot_parts(snapshot.popleft(), wtype))
+                    taken += 1
+            else:
+                projected_parts = projections.snapshot_parts
+                while snapshot and taken < room:
+                    out.extend(projected_parts(snapshot.popleft(), wtype, projection))
+                    taken += 1
             if snapshot or taken >= room:
                 return taken
             self.snapshot = None
@@ -357,6 +403,11 @@ class TypeFeed:
         if item.kind is EventKind.INITIAL_EVENTS_END:
             return (wire.frame(wire.event_body(item.kind, self.wire_type, None), str(rv)),)
         previous = item.previous if self.send_previous and item.kind is EventKind.MODIFIED else None
+        if self.projection is not None:
+            projected = projections.event_parts(
+                item.kind, self.wire_type, event, self.projection, previous
+            )
+            return wire.frame_parts(projected, str(rv))
         if item.kind is event.kind and previous is None:
             parts = event.wire
             if parts is None:
@@ -463,27 +514,58 @@ class Fanout:
     def __init__(self) -> None:
         self._feeds: dict[ResourceTypeName, dict[TypeFeed, Subscription]] = {}
         self._rtype_fields: dict[ResourceTypeName, bytes] = {}
+        self._projections: dict[ResourceTypeName, dict[Projection, int]] = {}
+        """The projections subscribers of each type use, with how many feeds use each."""
         self.subscriptions: set[Subscription] = set()
+        self.totals: dict[tuple[str, ResourceTypeName], list[int]] = {}
+        """[sent, withheld] events of closed streams, by subscriber and type (the live
+        feeds' counts add to them, see :meth:`counts`)."""
 
     def add(self, sub: Subscription) -> None:
         self.subscriptions.add(sub)
         for feed in sub.feeds:
             self._feeds.setdefault(feed.name, {})[feed] = sub
+            if feed.projection is not None:
+                used = self._projections.setdefault(feed.name, {})
+                used[feed.projection] = used.get(feed.projection, 0) + 1
         sub.notify()
 
     def remove(self, sub: Subscription) -> None:
+        if sub not in self.subscriptions:
+            return
         self.subscriptions.discard(sub)
         for feed in sub.feeds:
+            total = self.totals.setdefault((sub.name, feed.name), [0, 0])
+            total[0] += feed.sent
+            total[1] += feed.withheld
             feeds = self._feeds.get(feed.name)
             if feeds is not None:
                 feeds.pop(feed, None)
                 if not feeds:
                     del self._feeds[feed.name]
+            used = self._projections.get(feed.name)
+            if feed.projection is not None and used is not None:
+                used[feed.projection] -= 1
+                if not used[feed.projection]:
+                    del used[feed.projection]
+                if not used:
+                    del self._projections[feed.name]
+
+    def counts(self) -> dict[tuple[str, ResourceTypeName], tuple[int, int]]:
+        """(sent, withheld) events by subscriber and type, closed streams included."""
+        out = {key: (sent, withheld) for key, (sent, withheld) in self.totals.items()}
+        for sub in list(self.subscriptions):
+            for feed in sub.feeds:
+                sent, withheld = out.get((sub.name, feed.name), (0, 0))
+                out[(sub.name, feed.name)] = (sent + feed.sent, withheld + feed.withheld)
+        return out
 
     def publish(self, name: ResourceTypeName, events: Iterable[StoreEvent]) -> None:
         """Queue ``events`` (already applied to the store) for every subscriber of ``name``."""
         feeds = self._feeds.get(name)
         if not feeds:
+            for event in events:
+                event.decoded = None
             return
         events = list(events)
         rtype_field = self._rtype_fields.get(name)
@@ -491,10 +573,16 @@ class Fanout:
             rtype_field = self._rtype_fields[name] = wire.resource_type_field(
                 wire.resource_type(name)
             )
+        used = self._projections.get(name)
+        in_use = list(used) if used else []
         for event in events:
-            # Encoded once here, whatever the number of subscribers (see wire.py).
+            # Encoded once here, whatever the number of subscribers (see wire.py), and
+            # once per projection in use (projections.py).
             if event.wire is None:
                 event.wire = encode_event(event, rtype_field)
+            if in_use:
+                projections.prepare(event, in_use)
+            event.decoded = None
         if not events:
             return
         for feed, sub in feeds.items():

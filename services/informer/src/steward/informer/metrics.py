@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from steward.informer.store import ResourceTypeName
@@ -80,9 +80,12 @@ class InformerMetrics:
         self,
         lags: Callable[[], Iterable[tuple[str, ResourceTypeName, int]]],
         sizes: Callable[[], Iterable[tuple[ResourceTypeName, int]]],
+        counts: Callable[[], Mapping[tuple[str, ResourceTypeName], tuple[int, int]]] = dict,
     ) -> None:
-        """Expose subscriber lag and cache sizes, read from ``lags`` and ``sizes`` at scrape."""
-        self.registry.register(_LiveGauges(lags, sizes))
+        """Expose subscriber lag, cache sizes and events per subscriber, read from
+        ``lags``, ``sizes`` and ``counts`` ((sent, withheld) by subscriber and type) at
+        scrape."""
+        self.registry.register(_LiveGauges(lags, sizes, counts))
 
 
 class _LiveGauges(Collector):
@@ -90,9 +93,11 @@ class _LiveGauges(Collector):
         self,
         lags: Callable[[], Iterable[tuple[str, ResourceTypeName, int]]],
         sizes: Callable[[], Iterable[tuple[ResourceTypeName, int]]],
+        counts: Callable[[], Mapping[tuple[str, ResourceTypeName], tuple[int, int]]],
     ) -> None:
         self._lags = lags
         self._sizes = sizes
+        self._counts = counts
 
     def collect(self) -> Iterator[Metric]:
         lag = GaugeMetricFamily(
@@ -121,3 +126,25 @@ class _LiveGauges(Collector):
         except RuntimeError:
             pass
         yield objects
+        sent = CounterMetricFamily(
+            "steward_informer_subscriber_events",
+            "Events sent to a subscriber, by resource (markers included): what it pays for.",
+            labels=["subscriber", "resource"],
+        )
+        withheld = CounterMetricFamily(
+            "steward_informer_subscriber_withheld_events",
+            "Changes of a resource a subscriber watches that it was not sent: outside its "
+            "namespace, selectors or owner filter, or touching nothing its projection keeps.",
+            labels=["subscriber", "resource"],
+        )
+        try:
+            counts = dict(self._counts())
+        except RuntimeError:  # a subscription came or went mid-scrape: skip this once
+            counts = {}
+        for (subscriber, name), (sent_count, withheld_count) in sorted(
+            counts.items(), key=lambda item: (item[0][0], str(item[0][1]))
+        ):
+            sent.add_metric([subscriber, str(name)], sent_count)
+            withheld.add_metric([subscriber, str(name)], withheld_count)
+        yield sent
+        yield withheld

@@ -371,6 +371,7 @@ class Reflector:
             event = store.apply(kind, stored, rv, traceparent, tracestate)
             # Encode once at ingest, whatever the number of subscribers (see wire.py).
             event.wire = encode_event(event, self._rtype_field)
+            event.decoded = obj  # for the projections, until published (fanout.py)
             batch.append(event)
         if batch:
             self.fanout.publish(self.name, batch)

@@ -8,9 +8,10 @@ selector and what was expected; the service maps it to ``INVALID_ARGUMENT``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 _NAME_PART = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _PREFIX = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
@@ -228,17 +229,90 @@ def parse_field_selector(text: str) -> FieldSelector:
     return FieldSelector(tuple(equals), tuple(not_equals))
 
 
+class HasOwners(Protocol):
+    """What an owner filter reads of an object: its parsed owner references."""
+
+    @property
+    def api_version(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def controller(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class OwnerSelector:
+    """Objects whose controller owner is of one of ``kinds`` ((group, kind) pairs), and
+    with ``orphans`` those without a controller owner too."""
+
+    kinds: frozenset[tuple[str, str]]
+    orphans: bool = False
+
+    def matches(self, refs: Iterable[HasOwners]) -> bool:
+        for ref in refs:
+            if ref.controller:
+                # The group of "apps/v1" is "apps"; of "v1" (the core group) it is "".
+                return (ref.api_version.rpartition("/")[0], ref.kind) in self.kinds
+        return self.orphans
+
+
+def parse_owner_selector(kinds: Iterable[tuple[str, str]], orphans: bool) -> OwnerSelector:
+    """An owner filter of (group, kind) pairs.
+
+    Raises:
+        ValueError: a kind is empty, or the filter names no kind and leaves orphans out
+            (it would match nothing).
+    """
+    pairs = frozenset(kinds)
+    for group, kind in pairs:
+        if not kind:
+            raise ValueError(f"owner_filter names group {group!r} without a kind")
+    if not pairs and not orphans:
+        raise ValueError(
+            "owner_filter names no kind and leaves orphans out: it would match nothing "
+            "(name the owner kinds, set orphans, or leave owner_filter unset)"
+        )
+    return OwnerSelector(pairs, orphans)
+
+
 @dataclass(frozen=True)
 class Filter:
-    """What one subscriber or List asked for: namespace, label and field selectors."""
+    """What one subscriber or List asked for: namespace, label and field selectors, and
+    for a Watch target the kinds of controller owner."""
 
     namespace: str = ""
     labels: LabelSelector = LabelSelector()
     fields: FieldSelector = FieldSelector()
+    owner: OwnerSelector | None = None
 
     @property
     def everything(self) -> bool:
-        return not self.namespace and self.labels.empty and self.fields.empty
+        return not self.namespace and self.labels.empty and self.fields.empty and self.owner is None
+
+    def narrowed(
+        self, labels: LabelSelector, fields: FieldSelector, owner: OwnerSelector | None
+    ) -> Filter:
+        """This filter and those selectors: an object must pass all of them."""
+        return Filter(
+            namespace=self.namespace,
+            labels=LabelSelector(self.labels.requirements + labels.requirements),
+            fields=FieldSelector(
+                self.fields.equals + fields.equals, self.fields.not_equals + fields.not_equals
+            ),
+            owner=owner if owner is not None else self.owner,
+        )
+
+    def admits(
+        self,
+        namespace: str,
+        name: str,
+        labels: Mapping[str, str],
+        owner_references: Iterable[HasOwners],
+    ) -> bool:
+        """Whether an object passes every part of the filter, its owners included."""
+        if not self.matches(namespace, name, labels):
+            return False
+        return self.owner is None or self.owner.matches(owner_references)
 
     def matches(self, namespace: str, name: str, labels: Mapping[str, str]) -> bool:
         """Whether an object with this namespace, name and labels passes the filter."""

@@ -112,7 +112,9 @@ class InformerServer(host.HostedService):
             ReflectorOptions(history_size=options.history_size, idle_grace=options.idle_grace),
         )
         self.metrics.register_gauges(
-            self.fanout.lags, lambda: [(r.name, len(r.store)) for r in self.reflectors]
+            self.fanout.lags,
+            lambda: [(r.name, len(r.store)) for r in self.reflectors],
+            self.fanout.counts,
         )
         self.service = InformerService(
             self.client,

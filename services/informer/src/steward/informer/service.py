@@ -48,9 +48,10 @@ from steward.informer.apiclient import ApiClient, ResourceInfo, UnknownResourceE
 from steward.informer.fanout import Fanout, Subscription, TypeFeed
 from steward.informer.metrics import InformerMetrics
 from steward.informer.reflector import Reflector, Reflectors
-from steward.informer.selectors import Filter, parse_filter
+from steward.informer.selectors import Filter, parse_filter, parse_owner_selector
 from steward.informer.store import ObjectKey, ResourceTypeName, parse_resource_version
 from steward.kube import ApiStatusError, ApiUnavailableError
+from steward.projection import Projection
 from steward.serving.security import DEVELOPMENT, AuthError, Guard, Identity
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
@@ -98,6 +99,16 @@ class ServiceOptions:
     max_streams_per_peer: int = DEFAULT_MAX_STREAMS_PER_PEER
     """Watch streams one caller (identity, else connection) may hold open at once; one more is
     RESOURCE_EXHAUSTED. Defaults to 100."""
+
+
+@dataclass(frozen=True)
+class _Target:
+    """One Watch target, checked: its type, resume point, filter and projection."""
+
+    info: ResourceInfo
+    resume: int | None
+    filter: Filter
+    projection: Projection | None
 
 
 class _RequestError(Exception):
@@ -216,9 +227,12 @@ class InformerService(pb_grpc.InformerServiceServicer):
         except ApiStatusError as err:
             raise _status_to_request_error(err, f"looking up {_type_label(rtype)}") from err
 
-    def _filter(self, namespace: str, label_selector: str, field_selector: str) -> Filter:
+    def _filter(
+        self, namespace: str, label_selector: str, field_selector: str, where: str = ""
+    ) -> Filter:
         _check_length(namespace, "namespace")
         limit = self.options.max_selector_length
+        prefix = f"{where}." if where else ""
         for field, selector in (
             ("label_selector", label_selector),
             ("field_selector", field_selector),
@@ -226,13 +240,14 @@ class InformerService(pb_grpc.InformerServiceServicer):
             if len(selector) > limit:
                 raise _RequestError(
                     grpc.StatusCode.INVALID_ARGUMENT,
-                    f"{field} is {len(selector)} characters long; the informer accepts "
-                    f"selectors of at most {limit} characters (--max-selector-length)",
+                    f"{prefix}{field} is {len(selector)} characters long; the informer "
+                    f"accepts selectors of at most {limit} characters (--max-selector-length)",
                 )
         try:
             return parse_filter(namespace, label_selector, field_selector)
         except ValueError as err:
-            raise _RequestError(grpc.StatusCode.INVALID_ARGUMENT, str(err)) from err
+            message = f"{prefix}selector: {err}" if where else str(err)
+            raise _RequestError(grpc.StatusCode.INVALID_ARGUMENT, message) from err
 
     async def _ready(self, reflector: Reflector) -> None:
         """Wait until the type's cache is synced, or fail UNAVAILABLE if it cannot be."""
@@ -320,8 +335,8 @@ class InformerService(pb_grpc.InformerServiceServicer):
         """
         identity = await self._well_formed(request, context)
         assert isinstance(request, pb.WatchRequest)
-        targets, flt = await self._guard(context, self._watch_targets(request, identity))
-        infos = [info for info, _ in targets]
+        targets = await self._guard(context, self._watch_targets(request, identity))
+        infos = [t.info for t in targets]
         await self._guard(context, self._authorize_watch(identity, infos, request.namespace))
         max_batch = request.max_batch_size or self.options.default_batch
         max_batch = min(max_batch, MAX_BATCH)
@@ -347,22 +362,24 @@ class InformerService(pb_grpc.InformerServiceServicer):
         revoked: list[_RequestError] = []
         recheck: asyncio.Task[None] | None = None
         try:
-            for info, _ in targets:
-                acquired.append(self.reflectors.acquire(info))
+            for target in targets:
+                acquired.append(self.reflectors.acquire(target.info))
             for reflector in acquired:
                 await reflector.synced.wait()  # the stream stays open while the API server is away
             # From here to fanout.add nothing awaits: no change can slip in between.
             feeds: list[TypeFeed] = []
-            for reflector, (info, resume) in zip(acquired, targets, strict=True):
+            for reflector, target in zip(acquired, targets, strict=True):
+                flt, resume = target.filter, target.resume
                 feed = TypeFeed(
                     reflector.name,
                     reflector.store,
                     # A namespace limits namespaced types only: a controller of one
                     # namespace still sees the Nodes it looks up.
-                    flt if info.namespaced else dataclasses.replace(flt, namespace=""),
+                    flt if target.info.namespaced else dataclasses.replace(flt, namespace=""),
                     self.options.subscriber_buffer,
                     request.send_previous_object,
                     self.metrics.replaced.labels(subscriber, str(reflector.name)).inc,
+                    projection=target.projection,
                 )
                 history = (
                     reflector.store.history.since(resume, reflector.store.rv)
@@ -432,9 +449,7 @@ class InformerService(pb_grpc.InformerServiceServicer):
                 sub.close()
                 return
 
-    async def _watch_targets(
-        self, request: pb.WatchRequest, identity: Identity
-    ) -> tuple[list[tuple[ResourceInfo, int | None]], Filter]:
+    async def _watch_targets(self, request: pb.WatchRequest, identity: Identity) -> list[_Target]:
         if not request.targets:
             raise _RequestError(
                 grpc.StatusCode.INVALID_ARGUMENT, "targets is empty: name at least one type"
@@ -460,9 +475,12 @@ class InformerService(pb_grpc.InformerServiceServicer):
                     raise _RequestError(grpc.StatusCode.INVALID_ARGUMENT, str(err)) from err
             else:
                 resumes.append(None)
-        result: list[tuple[ResourceInfo, int | None]] = []
+        narrowed = [self._target_filter(flt, i, t) for i, t in enumerate(request.targets)]
+        result: list[_Target] = []
         seen: set[ResourceTypeName] = set()
-        for target, resume in zip(request.targets, resumes, strict=True):
+        for target, resume, (target_filter, projection) in zip(
+            request.targets, resumes, narrowed, strict=True
+        ):
             info = await self._resolve(target.type, identity, ("list", "watch"), request.namespace)
             if info.name in seen:
                 raise _RequestError(
@@ -470,8 +488,29 @@ class InformerService(pb_grpc.InformerServiceServicer):
                     f"resource type {info.name} is named twice in targets",
                 )
             seen.add(info.name)
-            result.append((info, resume))
-        return result, flt
+            result.append(_Target(info, resume, target_filter, projection))
+        return result
+
+    def _target_filter(
+        self, base: Filter, index: int, target: pb.WatchTarget
+    ) -> tuple[Filter, Projection | None]:
+        """The request's filter narrowed by one target's own, and its projection."""
+        where = f"targets[{index}]"
+        per_type = self._filter("", target.label_selector, target.field_selector, where)
+        owner = None
+        if target.HasField("owner_filter"):
+            kinds = [(k.group, k.kind) for k in target.owner_filter.kinds]
+            try:
+                owner = parse_owner_selector(kinds, target.owner_filter.orphans)
+            except ValueError as err:
+                raise _RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"{where}.{err}") from err
+        try:
+            projection = Projection.parse(target.fields, target.metadata_only)
+        except ValueError as err:
+            raise _RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"{where}.fields: {err}") from err
+        if per_type.everything and owner is None:
+            return base, projection
+        return base.narrowed(per_type.labels, per_type.fields, owner), projection
 
     # List ----------------------------------------------------------------------------------
     async def List(

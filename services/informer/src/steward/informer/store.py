@@ -126,6 +126,7 @@ class StoredObject:
 
     __slots__ = (
         "deletion_timestamp",
+        "digests",
         "finalizers",
         "generation",
         "labels",
@@ -165,6 +166,9 @@ class StoredObject:
             else ()
         )
         self.deletion_timestamp: str | None = meta.get("deletionTimestamp")
+        self.digests: dict[Any, int] | None = None
+        """Hashes of this object's projected forms, by projection (projections.py): what
+        tells a projected subscriber that a change touched nothing it reads."""
         finalizers = meta.get("finalizers")
         self.finalizers: tuple[str, ...] = (
             tuple(_interned(f) for f in finalizers) if finalizers else ()
@@ -201,6 +205,15 @@ class StoreEvent:
     """The encoded Event without its resource version (wire.event_parts), built once, when
     the event enters the cache or by whoever first needs it; its object head serves the
     other encodings of this event too (wire.event_head)."""
+    relisted: bool = False
+    """Made by a relist (:meth:`Store.replace`): delivered even to a projected subscriber
+    whose projection did not change, so that a relist repairs whatever was missed."""
+    decoded: Any = None
+    """The object as a dict, while the reflector that decoded it publishes the event (the
+    projections are taken from it); None once published."""
+    views: dict[Any, tuple[bytes, ...]] | None = None
+    """The encodings of this event for projected subscribers, by projection, built once
+    for all subscribers with that projection (projections.py)."""
 
 
 class History:
@@ -384,6 +397,13 @@ class Store:
                     candidates, count = indexed, len(indexed)
         if flt.everything:
             return list(candidates)
+        if flt.owner is not None:
+            admits = flt.admits
+            return [
+                obj
+                for obj in candidates
+                if admits(obj.namespace, obj.name, obj.labels, obj.owner_references)
+            ]
         matches = flt.matches
         return [obj for obj in candidates if matches(obj.namespace, obj.name, obj.labels)]
 
@@ -448,14 +468,14 @@ class Store:
             now = new.get(key[0], _EMPTY).get(key[1])
             if now is None:
                 assert was is not None
-                events.append(StoreEvent(EventKind.DELETED, key, was, was, before))
+                events.append(StoreEvent(EventKind.DELETED, key, was, was, before, relisted=True))
             elif was is None:
-                events.append(StoreEvent(EventKind.ADDED, key, now, None, before))
+                events.append(StoreEvent(EventKind.ADDED, key, now, None, before, relisted=True))
             elif was.uid != now.uid:
-                events.append(StoreEvent(EventKind.DELETED, key, was, was, before))
-                events.append(StoreEvent(EventKind.ADDED, key, now, None, before))
+                events.append(StoreEvent(EventKind.DELETED, key, was, was, before, relisted=True))
+                events.append(StoreEvent(EventKind.ADDED, key, now, None, before, relisted=True))
             elif was.resource_version != now.resource_version:
-                events.append(StoreEvent(EventKind.MODIFIED, key, now, was, before))
+                events.append(StoreEvent(EventKind.MODIFIED, key, now, was, before, relisted=True))
         self.rv = rv
         self.history.reset(rv)
         return events

@@ -150,6 +150,41 @@ def object_head(obj: StoredObject) -> bytes:
     return meta + bytes((_OBJECT,)) + _varint(len(obj.raw))
 
 
+def view_head(obj: StoredObject, view: bytes, head: bytes | None = None) -> bytes:
+    """The head of an event that carries ``view`` (a projection of ``obj``, see
+    projections.py) as its object: ``obj``'s metadata field, then the key and length of
+    the ``object`` field. ``head`` is ``obj``'s own :func:`object_head` when the caller
+    has it (its metadata field is reused, not encoded again)."""
+    if head is None:
+        meta = _field(_METADATA, object_meta(obj).SerializeToString())
+    else:
+        meta = head[: len(head) - 1 - len(_varint(len(obj.raw)))]
+    return meta + bytes((_OBJECT,)) + _varint(len(view))
+
+
+def view_parts(
+    kind: EventKind,
+    rtype_field: bytes,
+    head: bytes,
+    view: bytes,
+    *,
+    previous: bytes | None = None,
+    traceparent: str = "",
+    tracestate: str = "",
+) -> tuple[bytes, ...]:
+    """:func:`event_parts` of an event whose object is a projection: ``head`` from
+    :func:`view_head`, ``view`` the projected JSON, ``previous`` the projected previous
+    object when the subscriber asked for it."""
+    tail = b""
+    if traceparent:
+        ctx = pb.TraceContext(traceparent=traceparent, tracestate=tracestate)
+        tail = _field(_TRACE, ctx.SerializeToString())
+    lead = _lead(kind, rtype_field)
+    if previous is None:
+        return (lead, head, view, tail)
+    return (lead, head, view, bytes((_PREVIOUS,)) + _varint(len(previous)), previous, tail)
+
+
 def event_head(parts: tuple[bytes, ...] | None) -> bytes | None:
     """The object's head (:func:`object_head`) in an event's chunks, framed or not; None
     when there are none or they are a marker's (no object)."""
