@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -377,17 +378,53 @@ func (c *Controller) heartbeatStatus() *pb.InstanceStatus {
 
 // Builder wires a Controller: one primary type, owned and mapped types
 // (controller-runtime's ControllerManagedBy(mgr).For(..).Owns(..).Watches(..)).
+//
+// # Subscriptions
+//
+// Each source can narrow what the informer sends of its type: WithSubscription, right
+// after the For, Owns or Watches it applies to, gives it label and field selectors, an
+// owner filter, a projection or metadata only (see Subscription):
+//
+//	steward.NewBuilder("deployment").
+//		For(steward.Deployments, "Deployment", steward.GenerationChanged).
+//		Owns(steward.ReplicaSets).WithSubscription(steward.Subscription{
+//			OwnerFilter: &steward.OwnerFilter{Orphans: true}, // and those it may adopt
+//		}).
+//		Watches(steward.Pods, podsToDeployment).WithSubscription(steward.Subscription{
+//			LabelSelector: "app",
+//			Fields:        []string{"status.phase"},
+//			MetadataOnly:  true, // labels and owner references are metadata
+//		})
+//
+// An Owns source keeps only the objects whose controller owner is of the primary kind
+// even without a subscription — that is all it reacts to; its subscription's OwnerFilter
+// adds kinds or orphans to that. The controller watches each type once: when several
+// sources name the same type, Complete merges their subscriptions into the one target
+// its WatchRequest carries, so each gets at least what it asked for. There is no owner
+// filter when any of them has none (a Watches or For of a type also Owned lifts the
+// Owns filter), else the kinds of all of them, with orphans when any keeps them. Objects
+// are whole when any source wants them whole (no Fields, not MetadataOnly); else the
+// Fields of all of them, metadata only when every source is (when only some are,
+// "metadata" joins the fields). Selectors cannot be merged: Complete refuses sources of
+// one type that give different selectors.
 type Builder struct {
-	name    string
-	primary *pb.ResourceType
-	kind    string
-	routes  []struct {
-		t   *pb.ResourceType
-		src Source
-	}
+	name     string
+	primary  *pb.ResourceType
+	kind     string
+	routes   []builderRoute
 	opts     ControllerOptions
 	indexers map[string]Indexer
 	err      error
+}
+
+// builderRoute is one source of a Builder.
+type builderRoute struct {
+	t      *pb.ResourceType
+	src    Source
+	method string // For, Owns or Watches: how errors name the source
+	owns   bool
+	sub    Subscription
+	hasSub bool
 }
 
 // NewBuilder starts wiring a controller named name (a DNS-1123 label).
@@ -395,11 +432,8 @@ func NewBuilder(name string) *Builder {
 	return &Builder{name: name, indexers: map[string]Indexer{}}
 }
 
-func (b *Builder) add(t *pb.ResourceType, s Source) {
-	b.routes = append(b.routes, struct {
-		t   *pb.ResourceType
-		src Source
-	}{t, s})
+func (b *Builder) add(t *pb.ResourceType, s Source, method string) {
+	b.routes = append(b.routes, builderRoute{t: t, src: s, method: method, owns: method == "Owns"})
 }
 
 // For sets the primary type: each change enqueues the object's own key. kind (e.g.
@@ -410,25 +444,92 @@ func (b *Builder) For(t *pb.ResourceType, kind string, preds ...Predicate) *Buil
 		return b
 	}
 	b.primary, b.kind = t, kind
-	b.add(t, EnqueueObject{Predicates: preds})
+	b.add(t, EnqueueObject{Predicates: preds}, "For")
 	return b
 }
 
 // Owns adds a type whose objects the primary type controls: a change enqueues the key
-// of the controlling owner when it is of the primary kind.
+// of the controlling owner when it is of the primary kind. The informer sends only those
+// objects (an owner filter on the primary kind), unless another source of the type reads
+// every object; see the type's docs.
 func (b *Builder) Owns(t *pb.ResourceType, preds ...Predicate) *Builder {
 	if b.primary == nil || b.kind == "" {
 		b.err = errors.Join(b.err, errors.New("Owns needs For(type, kind) first"))
 		return b
 	}
-	b.add(t, EnqueueOwner{OwnerGroup: b.primary.GetGroup(), OwnerKind: b.kind, Predicates: preds})
+	b.add(t, EnqueueOwner{OwnerGroup: b.primary.GetGroup(), OwnerKind: b.kind, Predicates: preds}, "Owns")
 	return b
 }
 
 // Watches adds any other type: mapper says which keys a changed object concerns.
 func (b *Builder) Watches(t *pb.ResourceType, mapper Mapper, preds ...Predicate) *Builder {
-	b.add(t, EnqueueMapped{Mapper: mapper, Predicates: preds})
+	b.add(t, EnqueueMapped{Mapper: mapper, Predicates: preds}, "Watches")
 	return b
+}
+
+// WithSubscription sets what the informer sends for the source added just before it
+// (For, Owns or Watches): which objects of its type, and which of their fields. A source
+// has at most one subscription; without one it reads every object, whole (an Owns
+// source: every object the primary kind controls). Complete merges the subscriptions of
+// the sources of one type and refuses different selectors; see the type's docs.
+func (b *Builder) WithSubscription(sub Subscription) *Builder {
+	if len(b.routes) == 0 {
+		b.err = errors.Join(b.err, fmt.Errorf("controller %q: WithSubscription follows the For, Owns or Watches it applies to", b.name))
+		return b
+	}
+	r := &b.routes[len(b.routes)-1]
+	if r.hasSub {
+		b.err = errors.Join(b.err, fmt.Errorf("controller %q: the %s of %s already has a subscription", b.name, r.method, KeyOf(r.t)))
+		return b
+	}
+	if err := sub.validate(); err != nil {
+		b.err = errors.Join(b.err, fmt.Errorf("controller %q: the subscription of the %s of %s: %w", b.name, r.method, KeyOf(r.t), err))
+		return b
+	}
+	r.sub, r.hasSub = sub.clone(), true
+	return b
+}
+
+// subscriptions merges the subscriptions of each type's sources (see the type's docs).
+func (b *Builder) subscriptions() (map[TypeKey]Subscription, error) {
+	var order []TypeKey
+	byType := map[TypeKey][]sourceSubscription{}
+	for i, r := range b.routes {
+		sub := r.sub
+		if r.owns {
+			sub = ownedBy(sub, GroupKind{b.primary.GetGroup(), b.kind})
+		}
+		k := KeyOf(r.t)
+		if _, seen := byType[k]; !seen {
+			order = append(order, k)
+		}
+		byType[k] = append(byType[k], sourceSubscription{from: fmt.Sprintf("source %d, %s", i+1, r.method), sub: sub})
+	}
+	out := make(map[TypeKey]Subscription, len(order))
+	for _, k := range order {
+		merged, err := mergeSubscriptions(k, byType[k])
+		if err != nil {
+			return nil, fmt.Errorf("controller %q: %w", b.name, err)
+		}
+		out[k] = merged
+	}
+	return out, nil
+}
+
+// ownedBy is the subscription of an Owns source: its own, keeping at least the objects
+// whose controller owner is of kind owner.
+func ownedBy(sub Subscription, owner GroupKind) Subscription {
+	f := &OwnerFilter{Kinds: []GroupKind{owner}}
+	if own := sub.OwnerFilter; own != nil {
+		f.Orphans = own.Orphans
+		for _, gk := range own.Kinds {
+			if !slices.Contains(f.Kinds, gk) {
+				f.Kinds = append(f.Kinds, gk)
+			}
+		}
+	}
+	sub.OwnerFilter = f
+	return sub
 }
 
 // WithOptions sets the controller's options.
@@ -460,9 +561,13 @@ func (b *Builder) Complete(conn grpc.ClientConnInterface, newReconciler func(*Mi
 	for _, r := range b.routes {
 		types = append(types, r.t)
 	}
+	subs, err := b.subscriptions()
+	if err != nil {
+		return nil, err
+	}
 	mirror, err := NewMirror(conn, types, MirrorOptions{
 		Namespace: b.opts.Namespace, LabelSelector: b.opts.LabelSelector,
-		Subscriber: b.name, Logger: log,
+		Subscriber: b.name, Logger: log, Subscriptions: subs,
 	}, b.indexers)
 	if err != nil {
 		return nil, err

@@ -146,6 +146,10 @@ type MirrorOptions struct {
 	// MaxBatchSize is the largest batch of events per message; 0 for the informer's
 	// default.
 	MaxBatchSize uint32
+	// Subscriptions say, per watched type, which of its objects and fields the informer
+	// sends (see Subscription); a type without one gets every object, whole. They apply
+	// on top of Namespace, LabelSelector and FieldSelector.
+	Subscriptions map[TypeKey]Subscription
 	// InitialBackoff is the first reconnection delay. Defaults to 800 ms.
 	InitialBackoff time.Duration
 	// MaxBackoff caps the reconnection delay. Defaults to 30 s.
@@ -204,6 +208,13 @@ type typeState struct {
 // to active calls it before its first reconcile: the events it was fed while standing by
 // may still sit in buffers between the informer and it, and acting on a cache that lacks
 // the last objects its predecessor created would create them again.
+//
+// # Subscriptions
+//
+// MirrorOptions.Subscriptions narrow what the informer sends of a type, per type: the
+// mirror then holds only the objects that pass the type's filters (one that stops
+// passing is reported as Deleted, one that starts to as Added), and of a projected type
+// only the fields asked for in Object.Raw.
 //
 // # Memory
 //
@@ -287,6 +298,17 @@ func NewMirror(conn grpc.ClientConnInterface, types []*pb.ResourceType, opts Mir
 		m.types = append(m.types, t)
 		m.state[k] = &typeState{objects: map[ObjectKey]*Object{}, indexes: map[string]map[string]map[ObjectKey]struct{}{}}
 	}
+	subs := make(map[TypeKey]Subscription, len(opts.Subscriptions))
+	for k, sub := range opts.Subscriptions {
+		if _, ok := m.state[k]; !ok {
+			return nil, fmt.Errorf("steward: a subscription for %s, which the mirror does not watch", k)
+		}
+		if err := sub.validate(); err != nil {
+			return nil, fmt.Errorf("steward: the subscription for %s: %w", k, err)
+		}
+		subs[k] = sub.clone()
+	}
+	m.opts.Subscriptions = subs
 	return m, nil
 }
 
@@ -510,7 +532,12 @@ func (m *Mirror) request() *pb.WatchRequest {
 		MaxBatchSize:  m.opts.MaxBatchSize,
 	}
 	for _, t := range m.types {
-		req.Targets = append(req.Targets, &pb.WatchTarget{Type: t, ResourceVersion: m.state[KeyOf(t)].resourceVersion})
+		k := KeyOf(t)
+		target := &pb.WatchTarget{Type: t, ResourceVersion: m.state[k].resourceVersion}
+		if sub, ok := m.opts.Subscriptions[k]; ok {
+			sub.fill(target)
+		}
+		req.Targets = append(req.Targets, target)
 	}
 	return req
 }
