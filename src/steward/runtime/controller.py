@@ -96,6 +96,7 @@ from steward.runtime.source import (
     Source,
     spec_selector,
 )
+from steward.runtime.subscriptions import EVERYTHING, TypeSubscription, merge, subscription
 from steward.runtime.times import utc_now
 from steward.runtime.workers import WorkerOptions, WorkerPool, WorkerStatus
 from steward.runtime.workqueue import TraceContext
@@ -295,6 +296,8 @@ class _SourceSpec(Generic[R]):
     """For "owner": lower the owner's expectations as the mirror shows children."""
     selector: SelectorOf = spec_selector
     """For "adopters": where an owner keeps the selector its orphans are matched by."""
+    subscription: TypeSubscription = EVERYTHING
+    """What this source reads of its type (merged with the type's other sources)."""
 
 
 @dataclass(frozen=True)
@@ -316,6 +319,18 @@ class ControllerDefinition(Generic[R]):
     alone: tuple[str, ...] = ()
     """Flags for when upstream's controller of the same name is off."""
     description: str = ""
+
+    def subscriptions(self) -> dict[Resource, TypeSubscription]:
+        """What the controller reads of each type: its sources' subscriptions merged per
+        type (steward.runtime.subscriptions).
+
+        Raises:
+            ValueError: two sources of one type ask for different selectors.
+        """
+        by_type: dict[Resource, list[TypeSubscription]] = {}
+        for spec in self.sources:
+            by_type.setdefault(spec.rtype, []).append(spec.subscription)
+        return {rtype: merge(rtype, subs) for rtype, subs in by_type.items()}
 
     def flag_parser(self, parser: Any = None) -> Any:
         """``parser`` (an argument parser or group; a new parser when None) with the
@@ -361,6 +376,8 @@ class Controller(Generic[R]):
         self.options = options
         types = dict.fromkeys([definition.primary, *(s.rtype for s in definition.sources)])
         self.primary = definition.primary
+        self.subscriptions = definition.subscriptions()
+        """What the controller reads of each type, as sent to the informer."""
         self.mirror = Mirror(
             channel,
             types,
@@ -370,6 +387,7 @@ class Controller(Generic[R]):
                 subscriber=self.name,
             ),
             dict(definition.indexers),
+            self.subscriptions,
         )
         self.session: ManagerSession | None = None
         self.api = api.fenced(self.may_reconcile, self.mirror.written) if api is not None else None
@@ -638,13 +656,25 @@ class ControllerBuilder(Generic[R]):
         self._alone: tuple[str, ...] = ()
         self._description = ""
 
-    def for_(self, rtype: Resource, *predicates: Predicate) -> ControllerBuilder[R]:
+    def for_(
+        self,
+        rtype: Resource,
+        *predicates: Predicate,
+        fields: Sequence[str] | None = None,
+        metadata_only: bool = False,
+    ) -> ControllerBuilder[R]:
         """The primary type: each change queues the object's own key. Its ``kind`` is
-        needed for :meth:`owns`, :meth:`adopts`, Events and children."""
+        needed for :meth:`owns`, :meth:`adopts`, Events and children.
+
+        Every source takes ``fields`` (the paths its reconciler reads of each object, a
+        projection) and ``metadata_only``; the default is the whole object. The informer
+        then sends only those paths, and withholds changes that touch none of them
+        (steward.runtime.subscriptions; reading another path raises ProjectionError)."""
         if self._primary is not None:
             raise ValueError(f"controller {self.name!r} already has a primary type")
         self._primary = rtype
-        self._sources.append(_SourceSpec(rtype, "object", predicates))
+        sub = subscription(fields=fields, metadata_only=metadata_only)
+        self._sources.append(_SourceSpec(rtype, "object", predicates, subscription=sub))
         return self
 
     def _needs_kind(self, what: str) -> Resource:
@@ -653,52 +683,98 @@ class ControllerBuilder(Generic[R]):
         return self._primary
 
     def owns(
-        self, rtype: Resource, *predicates: Predicate, expect: bool = False
+        self,
+        rtype: Resource,
+        *predicates: Predicate,
+        expect: bool = False,
+        orphans: bool = False,
+        fields: Sequence[str] | None = None,
+        metadata_only: bool = False,
     ) -> ControllerBuilder[R]:
         """A type whose objects the primary type controls: a change queues the key of the
         controlling owner (old and new, when the controller changed). With ``expect``,
         the controller's expectations of the owner are lowered first as the mirror shows
         each child appear or go (:func:`~steward.runtime.children.expectation_observer`):
         declare it when the reconciler creates or deletes them with
-        :meth:`Context.children`."""
-        self._needs_kind("owns")
-        self._sources.append(_SourceSpec(rtype, "owner", predicates, expect=expect))
+        :meth:`Context.children`.
+
+        Only objects the primary's kind controls are received (and with ``orphans``,
+        those without a controller too); ``fields`` and ``metadata_only`` as for
+        :meth:`for_`."""
+        primary = self._needs_kind("owns")
+        sub = subscription(
+            owned_by=[primary], orphans=orphans, fields=fields, metadata_only=metadata_only
+        )
+        self._sources.append(
+            _SourceSpec(rtype, "owner", predicates, expect=expect, subscription=sub)
+        )
         return self
 
     def adopts(
-        self, rtype: Resource, *predicates: Predicate, selector: SelectorOf = spec_selector
+        self,
+        rtype: Resource,
+        *predicates: Predicate,
+        selector: SelectorOf = spec_selector,
+        fields: Sequence[str] | None = None,
+        metadata_only: bool = False,
     ) -> ControllerBuilder[R]:
         """A type whose orphans the primary type adopts: an orphan's change queues every
         object of the primary type in its namespace whose ``selector`` (default
         ``spec.selector``) matches its labels
-        (:class:`~steward.runtime.source.EnqueueAdopters`)."""
+        (:class:`~steward.runtime.source.EnqueueAdopters`). Only orphans are received
+        by this source; ``fields`` and ``metadata_only`` as for :meth:`for_`."""
         self._needs_kind("adopts")
-        self._sources.append(_SourceSpec(rtype, "adopters", predicates, selector=selector))
+        sub = subscription(owned_by=(), orphans=True, fields=fields, metadata_only=metadata_only)
+        self._sources.append(
+            _SourceSpec(rtype, "adopters", predicates, selector=selector, subscription=sub)
+        )
         return self
 
     def watches(
-        self, rtype: Resource, mapper: Mapper[R], *predicates: Predicate
+        self,
+        rtype: Resource,
+        mapper: Mapper[R],
+        *predicates: Predicate,
+        **reads: Any,
     ) -> ControllerBuilder[R]:
         """Any other type: ``mapper(reconciler, obj)`` says which keys a changed object
         concerns (for an update, the old object's keys too). A mapper that raises is
-        logged and queues nothing."""
-        self._sources.append(_SourceSpec(rtype, "mapped", predicates, mapper))
+        logged and queues nothing. ``reads`` narrow what is received, as
+        :func:`~steward.runtime.subscriptions.subscription` takes them: ``owned_by``
+        (resource types of the controller owners kept), ``orphans``,
+        ``label_selector``, ``field_selector``, ``fields``, ``metadata_only``."""
+        self._sources.append(
+            _SourceSpec(rtype, "mapped", predicates, mapper, subscription=subscription(**reads))
+        )
         return self
 
     def watches_changes(
-        self, rtype: Resource, mapper: ChangeMapper[R], *predicates: Predicate
+        self,
+        rtype: Resource,
+        mapper: ChangeMapper[R],
+        *predicates: Predicate,
+        **reads: Any,
     ) -> ControllerBuilder[R]:
         """Any other type, mapped by the whole change: ``mapper(reconciler, change)`` says
         which keys it concerns, seeing the old and the new object at once (for keys that
-        depend on what changed). A mapper that raises is logged and queues nothing."""
-        self._sources.append(_SourceSpec(rtype, "changed", predicates, change_mapper=mapper))
+        depend on what changed). A mapper that raises is logged and queues nothing.
+        ``reads`` as for :meth:`watches`."""
+        self._sources.append(
+            _SourceSpec(
+                rtype,
+                "changed",
+                predicates,
+                change_mapper=mapper,
+                subscription=subscription(**reads),
+            )
+        )
         return self
 
-    def reads(self, rtype: Resource) -> ControllerBuilder[R]:
+    def reads(self, rtype: Resource, **reads: Any) -> ControllerBuilder[R]:
         """A type the reconciler reads from the mirror but whose changes queue nothing
         (upstream's listers without event handlers: the HPA controller's pods, read at
-        each periodic sync)."""
-        self._sources.append(_SourceSpec(rtype, "read", ()))
+        each periodic sync). ``reads`` as for :meth:`watches`."""
+        self._sources.append(_SourceSpec(rtype, "read", (), subscription=subscription(**reads)))
         return self
 
     def observe(self, observer: Observer[R]) -> ControllerBuilder[R]:

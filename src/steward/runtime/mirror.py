@@ -50,7 +50,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import Enum
@@ -60,7 +60,9 @@ import grpc
 import orjson
 
 from steward.deepjson import loads_deep
+from steward.projection import Node, Projection
 from steward.runtime.resources import Resource
+from steward.runtime.subscriptions import EVERYTHING, TypeSubscription, guard, readable_tree
 from steward.runtime.workqueue import TraceContext
 from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
@@ -161,15 +163,24 @@ def parse_path(path: str) -> tuple[Resource, str, str] | None:
     return Resource(group, version, rest[0]), namespace, rest[1] if len(rest) > 1 else ""
 
 
+_View = tuple[Projection, dict[str, Node]]
+"""A projected type's projection and the tree of what may be read of its objects."""
+
+
 class MirrorObject:
-    """One mirrored object: parsed metadata, the API server's JSON, decoded on demand."""
+    """One mirrored object: parsed metadata, the API server's JSON (or, for a projected
+    type, the informer's projection of it), decoded on demand."""
 
-    __slots__ = ("_decoded", "meta", "raw", "type")
+    __slots__ = ("_decoded", "meta", "raw", "type", "view")
 
-    def __init__(self, rtype: Resource, meta: pb.ObjectMeta, raw: bytes) -> None:
+    def __init__(
+        self, rtype: Resource, meta: pb.ObjectMeta, raw: bytes, view: _View | None = None
+    ) -> None:
         self.type = rtype
         self.meta = meta
         self.raw = raw
+        self.view = view
+        """The projection the object came in, None for a whole object."""
         self._decoded: dict[str, Any] | None = None
 
     @property
@@ -195,9 +206,21 @@ class MirrorObject:
         decoded by :func:`steward.deepjson.loads_deep` instead."""
         if self._decoded is None:
             try:
-                self._decoded = orjson.loads(self.raw)
+                decoded = orjson.loads(self.raw)
             except orjson.JSONDecodeError:
-                self._decoded = loads_deep(self.raw)
+                decoded = loads_deep(self.raw)
+            view = self.view
+            if view is not None:
+                # The informer leaves out what the parsed metadata carries already.
+                meta = self.meta
+                metadata = decoded.setdefault("metadata", {})
+                metadata["name"] = meta.name
+                if meta.namespace:
+                    metadata["namespace"] = meta.namespace
+                metadata["uid"] = meta.uid
+                metadata["resourceVersion"] = meta.resource_version
+                decoded = guard(decoded, view[1], view[0])
+            self._decoded = decoded
         return self._decoded
 
     def controller_owner(self) -> pb.OwnerReference | None:
@@ -287,9 +310,16 @@ class Mirror:
         types: Iterable[Resource],
         options: MirrorOptions | None = None,
         indexers: dict[str, Indexer] | None = None,
+        subscriptions: Mapping[Resource, TypeSubscription] | None = None,
     ) -> None:
         self._stub = pb_grpc.InformerServiceStub(channel)
         self._types = list(dict.fromkeys(types))
+        self._subscriptions = {t: (subscriptions or {}).get(t, EVERYTHING) for t in self._types}
+        """What is read of each type (steward.runtime.subscriptions): its WatchTarget."""
+        self._views: dict[Resource, _View | None] = {}
+        for t, sub in self._subscriptions.items():
+            projection = sub.projection()
+            self._views[t] = (projection, readable_tree(projection)) if projection else None
         self._by_wire = {(t.group, t.version, t.plural): t for t in self._types}
         if not self._types:
             raise ValueError("a mirror needs at least one resource type")
@@ -391,6 +421,10 @@ class Mirror:
         record.replaced.discard(record.version)
         if held is not None and not record.older(held.resource_version):
             self._caught_up(state, key)  # the mirror already shows this write (or later)
+        elif held is not None and held.view is not None and _same_view(held, answer):
+            # The write changed nothing this controller reads: the informer will send
+            # nothing of it, and the copy held is already what the controller would see.
+            self._caught_up(state, key)
 
     def when_current(self, obj: MirrorObject, callback: Callable[[], None]) -> None:
         """Call ``callback`` (on the event loop, once) as soon as the mirror shows the
@@ -509,7 +543,7 @@ class Mirror:
         o = self.options
         return pb.WatchRequest(
             targets=[
-                pb.WatchTarget(type=t.wire, resource_version=self._state[t].resource_version)
+                self._subscriptions[t].target(t, self._state[t].resource_version)
                 for t in self._types
             ],
             namespace=o.namespace,
@@ -543,12 +577,12 @@ class Mirror:
                             done.set_result(None)
                     self._stream_barriers = []
             elif kind in (pb.EVENT_TYPE_ADDED, pb.EVENT_TYPE_MODIFIED):
-                obj = MirrorObject(key, event.metadata, event.object)
+                obj = MirrorObject(key, event.metadata, event.object, self._views[key])
                 if state.replacing is not None:
                     state.replacing.add(obj.key)
                 self._upsert(state, obj, event)
             elif kind == pb.EVENT_TYPE_DELETED:
-                obj = MirrorObject(key, event.metadata, event.object)
+                obj = MirrorObject(key, event.metadata, event.object, self._views[key])
                 gone = state.objects.get(obj.key)
                 if gone is not None:
                     self._unindex(state, gone)
@@ -605,6 +639,43 @@ class Mirror:
     def __iter__(self) -> Iterator[MirrorObject]:
         for state in self._state.values():
             yield from state.objects.values()
+
+
+def _same_view(held: MirrorObject, answer: dict[str, Any]) -> bool:
+    """Whether ``answer`` (an object as the API server stored it) projects to what the
+    mirror holds of it: the projected JSON and the parsed metadata the informer compares
+    before it withholds a change (see the informer's projections.py)."""
+    assert held.view is not None
+    try:
+        projected = held.view[0].encode(answer)
+    except (TypeError, orjson.JSONEncodeError):
+        return False
+    if projected != held.raw:
+        return False
+    meta = answer.get("metadata") or {}
+    parsed = held.meta
+    refs = [
+        (
+            r.get("apiVersion", ""),
+            r.get("kind", ""),
+            r.get("name", ""),
+            r.get("uid", ""),
+            bool(r.get("controller")),
+            bool(r.get("blockOwnerDeletion")),
+        )
+        for r in meta.get("ownerReferences") or ()
+    ]
+    held_refs = [
+        (r.api_version, r.kind, r.name, r.uid, r.controller, r.block_owner_deletion)
+        for r in parsed.owner_references
+    ]
+    return (
+        dict(meta.get("labels") or {}) == dict(parsed.labels)
+        and refs == held_refs
+        and list(meta.get("finalizers") or ()) == list(parsed.finalizers)
+        and bool(meta.get("deletionTimestamp")) == parsed.HasField("deletion_timestamp")
+        and int(meta.get("generation") or 0) == parsed.generation
+    )
 
 
 def _trace(event: pb.Event) -> TraceContext | None:
