@@ -275,7 +275,7 @@ def counted_behind(job: dict[str, Any], owned: Sequence[dict[str, Any]]) -> bool
 CONTROLLER = (
     steward.ControllerBuilder[JobReconciler](NAME)
     .for_(JOBS)
-    .owns(PODS, expect=True)
+    .owns(PODS, expect=True, orphans=True)  # orphans it may adopt, as upstream
     .flags(add_flags)
     .beside_upstream(["--no-take-unmanaged"], alone=["--take-unmanaged"])
     .observe(JobReconciler.observe)
@@ -290,4 +290,4 @@ CONTROLLER = (
 )
 """The Job controller: Jobs are the primary type, pods are owned (a pod change lowers its
 Job's expectations, then queues it) and indexed by controlling Job, orphans by
-namespace."""
+namespace. It receives only the pods Jobs control and orphans."""
