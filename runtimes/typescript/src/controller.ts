@@ -56,6 +56,14 @@ import {
 } from "./reconcile";
 import { securityFromEnv } from "./security";
 import { ManagerSession, type SessionOptions } from "./session";
+import {
+  type SourceSubscription,
+  type SubscribedType,
+  type Subscription,
+  mergeSubscriptions,
+  splitSubscribed,
+  validateSubscription,
+} from "./subscription";
 import { type Outcome, WorkerPool, type WorkerStatus } from "./workers";
 import type { TraceContext } from "./workqueue";
 
@@ -151,7 +159,7 @@ export class Controller {
     private readonly routes: Map<TypeKey, Source[]>,
     reconciler: Reconciler | ((mirror: Mirror) => Reconciler),
     options: ControllerOptions = {},
-    types: ResourceType[] = [primary],
+    types: (ResourceType | SubscribedType)[] = [primary],
   ) {
     this.options = options;
     this.metrics = options.metrics ?? defaultMetrics;
@@ -362,44 +370,92 @@ export class Controller {
   }
 }
 
-/** Fluent wiring of a {@link Controller}: one primary type, plus owned and mapped types. */
+/**
+ * Fluent wiring of a {@link Controller}: one primary type, plus owned and mapped types.
+ *
+ * Wherever a type goes, a {@link SubscribedType} may go instead (`{ type, ...subscription }`)
+ * to narrow what the informer sends of it for that source: selectors, an owner filter, a
+ * projection, metadata only. An {@link owns} source asks only for the objects the primary
+ * kind controls. {@link complete} merges the subscriptions of the sources of each type into
+ * the one target the watch carries, and throws when they give different selectors (see
+ * subscription.ts):
+ *
+ * ```ts
+ * new ControllerBuilder("deployment")
+ *   .forKind(DEPLOYMENTS, "Deployment", generationChanged)
+ *   .owns({ type: REPLICASETS, ownerFilter: { orphans: true } }) // and those it may adopt
+ *   .watches({ type: PODS, labelSelector: "app", fields: ["status.phase"], metadataOnly: true }, podsToDeployment);
+ * ```
+ */
 export class ControllerBuilder {
   private primary: ResourceType | undefined;
   private primaryKind = "";
   private readonly routes = new Map<TypeKey, Source[]>();
   private readonly types = new Map<TypeKey, ResourceType>();
+  /** Each type's sources' subscriptions (an owns source's with the primary kind added). */
+  private readonly subscriptions = new Map<TypeKey, SourceSubscription[]>();
+  private sources = 0;
   private options: ControllerOptions = {};
 
   constructor(readonly name: string) {}
 
-  private route(rtype: ResourceType, source: Source): void {
+  private route(
+    entry: ResourceType | SubscribedType,
+    method: string,
+    source: Source,
+    owner?: { group: string; kind: string },
+  ): void {
+    const [rtype, given] = splitSubscribed(entry);
     const key = typeKey(rtype);
+    try {
+      validateSubscription(given);
+    } catch (err) {
+      throw new RangeError(`controller ${this.name}: the subscription of ${method}(${key}): ${(err as Error).message}`);
+    }
+    let subscription: Subscription = given;
+    if (owner !== undefined) {
+      // An owns source reacts only to objects the primary kind controls: it asks for those.
+      const own = given.ownerFilter;
+      subscription = { ...given, ownerFilter: { kinds: [owner, ...(own?.kinds ?? [])], orphans: own?.orphans ?? false } };
+    }
+    this.sources += 1;
     this.types.set(key, rtype);
     const list = this.routes.get(key) ?? [];
     list.push(source);
     this.routes.set(key, list);
+    const subs = this.subscriptions.get(key) ?? [];
+    subs.push({ from: `source ${this.sources}, ${method}`, subscription });
+    this.subscriptions.set(key, subs);
   }
 
-  /** The primary type: each change enqueues the object's own key. `kind` is needed for {@link owns}. */
-  for(rtype: ResourceType, ...predicates: Predicate[]): this {
+  /**
+   * The primary type (or a {@link SubscribedType}): each change enqueues the object's own key.
+   * `kind` is needed for {@link owns}.
+   */
+  for(rtype: ResourceType | SubscribedType, ...predicates: Predicate[]): this {
     return this.forKind(rtype, "", ...predicates);
   }
 
   /** {@link for} with the primary type's kind (e.g. "Job"), for {@link owns}. */
-  forKind(rtype: ResourceType, kind: string, ...predicates: Predicate[]): this {
+  forKind(rtype: ResourceType | SubscribedType, kind: string, ...predicates: Predicate[]): this {
     if (this.primary !== undefined) throw new Error(`controller ${this.name} already has a primary type`);
-    this.primary = rtype;
-    this.primaryKind = kind;
-    this.route(rtype, (change, enqueue) => {
+    this.route(rtype, "for", (change, enqueue) => {
       if (predicates.every((p) => p(change))) {
         enqueue({ namespace: change.obj.namespace, name: change.obj.name }, change.trace);
       }
     });
+    this.primary = splitSubscribed(rtype)[0];
+    this.primaryKind = kind;
     return this;
   }
 
-  /** A type whose objects the primary type controls: a change enqueues the controlling owner. */
-  owns(rtype: ResourceType, ...predicates: Predicate[]): this {
+  /**
+   * A type (or a {@link SubscribedType}) whose objects the primary type controls: a change
+   * enqueues the controlling owner when it is of the primary kind. The informer sends only
+   * those objects (plus the kinds and orphans of the subscription's `ownerFilter`), unless
+   * another source of the type reads every object.
+   */
+  owns(rtype: ResourceType | SubscribedType, ...predicates: Predicate[]): this {
     const primary = this.primary;
     if (primary === undefined || !this.primaryKind) throw new Error("owns() needs forKind() first");
     const kind = this.primaryKind;
@@ -410,7 +466,7 @@ export class ControllerBuilder {
       const group = slash < 0 ? "" : ref.apiVersion.slice(0, slash);
       return group === primary.group ? { namespace: obj.namespace, name: ref.name } : undefined;
     };
-    this.route(rtype, (change, enqueue) => {
+    const route: Source = (change, enqueue) => {
       if (!predicates.every((p) => p(change))) return;
       const now = owner(change.obj);
       if (now !== undefined) enqueue(now, change.trace);
@@ -418,13 +474,14 @@ export class ControllerBuilder {
       if (before !== undefined && (now === undefined || requestKey(before) !== requestKey(now))) {
         enqueue(before, change.trace);
       }
-    });
+    };
+    this.route(rtype, "owns", route, { group: primary.group, kind });
     return this;
   }
 
-  /** Any other type: `mapper` says which keys a changed object concerns. */
-  watches(rtype: ResourceType, mapper: Mapper, ...predicates: Predicate[]): this {
-    this.route(rtype, (change, enqueue) => {
+  /** Any other type (or a {@link SubscribedType}): `mapper` says which keys a changed object concerns. */
+  watches(rtype: ResourceType | SubscribedType, mapper: Mapper, ...predicates: Predicate[]): this {
+    this.route(rtype, "watches", (change, enqueue) => {
       if (!predicates.every((p) => p(change))) return;
       const keys = new Map<string, Request>();
       try {
@@ -457,16 +514,31 @@ export class ControllerBuilder {
   }
 
   /**
+   * Each watched type with its sources' subscriptions merged (see subscription.ts); throws
+   * when sources of one type give different selectors.
+   */
+  subscribedTypes(): SubscribedType[] {
+    return [...this.types].map(([key, type]) => {
+      try {
+        return { type, ...mergeSubscriptions(key, this.subscriptions.get(key) ?? []) };
+      } catch (err) {
+        throw new Error(`controller ${this.name}: ${(err as Error).message}`);
+      }
+    });
+  }
+
+  /**
    * Build the controller. `informer` is the informer's host:port, dialed with the options'
    * `credentials` (default {@link securityFromEnv}, which throws `SecurityConfigError`
    * when the environment says neither TLS nor plaintext), or a client; `reconciler` may be
-   * a factory taking the mirror.
+   * a factory taking the mirror. Throws when sources of one type give different selectors.
    */
   complete(
     informer: string | InformerServiceClient,
     reconciler: Reconciler | ((mirror: Mirror) => Reconciler),
   ): Controller {
     if (this.primary === undefined) throw new Error(`controller ${this.name} needs a primary type: call for()`);
+    const types = this.subscribedTypes(); // before dialing: a conflict fails here
     let options = this.options;
     let client: InformerServiceClient;
     if (typeof informer === "string") {
@@ -485,7 +557,7 @@ export class ControllerBuilder {
       this.routes,
       reconciler,
       options,
-      [...this.types.values()],
+      types,
     );
   }
 }

@@ -28,6 +28,12 @@
  * UNAUTHENTICATED, UNIMPLEMENTED) is not retried: {@link Mirror.run} rejects with
  * {@link MirrorError} carrying the informer's message.
  *
+ * # Subscriptions
+ * Each type may come with a {@link Subscription} (pass a {@link SubscribedType} for it): the
+ * informer then sends only the objects that pass its filters (one that stops passing is
+ * reported as deleted, one that starts to as added) and, of a projected type, only the
+ * fields asked for. Entries naming the same type are merged (see subscription.ts).
+ *
  * # Memory usage
  * One {@link MirrorObject} per object (the JSON bytes and parsed metadata; the decoded
  * object only once someone asked for it), plus index entries.
@@ -45,6 +51,14 @@ import {
   type WatchResponse,
 } from "./gen/steward/v1/informer";
 import { log } from "./log";
+import {
+  type SubscribedType,
+  type Subscription,
+  mergeSubscriptions,
+  splitSubscribed,
+  validateSubscription,
+  watchTarget,
+} from "./subscription";
 import type { TraceContext } from "./workqueue";
 
 /** `group/version/resource`: the map key of a resource type. */
@@ -215,6 +229,8 @@ export class Mirror {
   /** How often the stream was reopened (for logs and tests). */
   reconnects = 0;
   private readonly types = new Map<TypeKey, ResourceType>();
+  /** What the informer sends of each type (merged per type). */
+  private readonly subscriptions = new Map<TypeKey, Subscription>();
   private readonly state = new Map<TypeKey, TypeState>();
   private readonly handlers: Handler[] = [];
   private syncedFlag = false;
@@ -231,16 +247,33 @@ export class Mirror {
   private readonly streamEnded = new Set<TypeKey>();
   readonly options: Required<MirrorOptions>;
 
+  /**
+   * `types` are the resource types to watch, each plain (every object, whole) or with a
+   * subscription (`{ type, fields: [...] }`: see {@link SubscribedType}). Throws a
+   * `RangeError` for a malformed subscription and an `Error` for entries of one type with
+   * different selectors.
+   */
   constructor(
     private readonly client: InformerServiceClient,
-    types: Iterable<ResourceType>,
+    types: Iterable<ResourceType | SubscribedType>,
     options: MirrorOptions = {},
   ) {
-    for (const t of types) {
-      this.types.set(typeKey(t), t);
-      this.state.set(typeKey(t), new TypeState());
+    const entries = new Map<TypeKey, { from: string; subscription: Subscription }[]>();
+    let n = 0;
+    for (const entry of types) {
+      n += 1;
+      const [t, subscription] = splitSubscribed(entry);
+      validateSubscription(subscription);
+      const key = typeKey(t);
+      if (!this.types.has(key)) {
+        this.types.set(key, t);
+        this.state.set(key, new TypeState());
+        entries.set(key, []);
+      }
+      entries.get(key)!.push({ from: `entry ${n}`, subscription });
     }
     if (this.types.size === 0) throw new RangeError("a mirror needs at least one resource type");
+    for (const [key, subs] of entries) this.subscriptions.set(key, mergeSubscriptions(key, subs));
     this.options = {
       namespace: options.namespace ?? "",
       labelSelector: options.labelSelector ?? "",
@@ -280,6 +313,12 @@ export class Mirror {
   /** The resource types this mirror watches. */
   watchedTypes(): ResourceType[] {
     return [...this.types.values()];
+  }
+
+  /** What the informer is asked to send of a type (its sources' subscriptions, merged). */
+  subscription(rtype: ResourceType | TypeKey): Subscription {
+    this.typeState(rtype);
+    return this.subscriptions.get(typeof rtype === "string" ? rtype : typeKey(rtype)) ?? {};
   }
 
   /** True once every type's initial snapshot has arrived. */
@@ -402,15 +441,9 @@ export class Mirror {
   private request(): WatchRequest {
     const o = this.options;
     return {
-      targets: [...this.types].map(([k, t]) => ({
-        type: t,
-        resourceVersion: this.state.get(k)!.resourceVersion,
-        labelSelector: "",
-        fieldSelector: "",
-        ownerFilter: undefined,
-        fields: [],
-        metadataOnly: false,
-      })),
+      targets: [...this.types].map(([k, t]) =>
+        watchTarget(t, this.state.get(k)!.resourceVersion, this.subscriptions.get(k) ?? {}),
+      ),
       namespace: o.namespace,
       labelSelector: o.labelSelector,
       fieldSelector: o.fieldSelector,
