@@ -28,6 +28,29 @@ HEADLESS_LABEL = "service.kubernetes.io/headless"
 TRIGGER_TIME_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
 """When the change that led to an endpoints object's last write happened."""
 
+POD_FIELDS = (
+    "metadata.labels",
+    "metadata.deletionTimestamp",
+    "spec.hostname",
+    "spec.subdomain",
+    "spec.containers.ports",
+    "spec.initContainers.ports",
+    "spec.initContainers.restartPolicy",
+    "status.phase",
+    "status.podIP",
+    "status.podIPs",
+    "status.conditions.type",
+    "status.conditions.status",
+    "status.conditions.lastTransitionTime",
+)
+"""The paths of a pod the functions here read (a projection, steward.projection): the
+labels and deletion mark, the hostname and subdomain, the containers' ports and the init
+containers' restart policy (named target ports), the phase, the IPs, and each
+condition's type, status and transition time (readiness and the trigger time). A
+controller watching pods for these adds the paths its own code reads
+(``.watches(PODS, ..., fields=[*POD_FIELDS, "spec.nodeName"])``); a MODIFIED touching
+none of them is then never sent to it."""
+
 
 def format_trigger_time(when: datetime) -> str:
     """Go's RFC 3339 with nanoseconds in UTC (fractions only when present, trailing zeros

@@ -21,6 +21,11 @@ while the mirror's initial snapshot is arriving, every Endpoints object not hold
 leader-election record is queued too, so leftovers of Services deleted while no
 controller ran are deleted (upstream's checkLeftoverEndpoints).
 
+# What it reads
+Services and Endpoints whole (an update is a copy of the mirror's Endpoints object); of a
+pod only :data:`POD_FIELDS`, so a pod change touching none of them (annotations, most of
+the status) never reaches the controller.
+
 # Errors
 A create that finds the object already there (409 AlreadyExists: usually this
 controller's own create that the mirror does not show yet) ends the sync quietly, since
@@ -64,6 +69,9 @@ MAX_RETRIES = 15
 maxRetries; its backoff is client-go's default, 5 ms doubling to 1000 s)."""
 COMPONENT = "endpoint-controller"
 """The Events' source component, as upstream's."""
+POD_FIELDS = (*steward.endpoints.POD_FIELDS, "spec.nodeName")
+"""What the controller reads of a pod: what ``steward.endpoints`` reads, and the node name
+of its addresses (:func:`.sync.endpoint_address`)."""
 
 
 class EndpointsReconciler:
@@ -164,7 +172,13 @@ class EndpointsReconciler:
 CONTROLLER = (
     steward.ControllerBuilder[EndpointsReconciler](NAME)
     .for_(SERVICES)
-    .watches(PODS, EndpointsReconciler.services_of_pod, steward.endpoints.pod_change_matters)
+    .watches(
+        PODS,
+        EndpointsReconciler.services_of_pod,
+        steward.endpoints.pod_change_matters,
+        fields=POD_FIELDS,
+    )
+    # Whole: an update is a copy of the object as the mirror holds it.
     .watches(ENDPOINTS, EndpointsReconciler.service_of_endpoints)
     .with_index(steward.endpoints.LABEL_INDEX, steward.endpoints.index_pod_labels)
     .with_options(steward.ControllerOptions(max_concurrent_reconciles=5, max_retries=MAX_RETRIES))
