@@ -39,6 +39,11 @@ when one of ours was deleted by someone else. A node change that matters to topo
 hints (added, deleted, readiness or zone changed) recomputes the zones' CPU shares and
 queues the Services whose hints now overload a zone, as upstream.
 
+# What it reads
+Services and EndpointSlices whole (an update is a copy of the mirror's slice); of a pod
+only :data:`POD_FIELDS`, of a node only :data:`NODE_FIELDS`: a change touching none of
+them never reaches the controller.
+
 # Errors
 A refused write ends the sync with the API server's error, after a Warning Event
 ``FailedToUpdateEndpointSlices`` on the Service, and the key is retried with backoff; a
@@ -89,6 +94,18 @@ BACKOFF_MAX_SECONDS = 1000.0
 maxSyncBackOff)."""
 UPSTREAM_MANAGED_BY = "endpointslice-controller.k8s.io"
 """The managed-by value of kube-controller-manager's endpointslice-controller."""
+POD_FIELDS = (*steward.endpoints.POD_FIELDS, "spec.nodeName")
+"""What the controller reads of a pod: what ``steward.endpoints`` reads, and the node name
+of its endpoint (:func:`.sync.endpoint_for`)."""
+NODE_FIELDS = (
+    "metadata.labels",
+    "status.allocatable.cpu",
+    "status.conditions.type",
+    "status.conditions.status",
+)
+"""What the controller reads of a node: its labels (zone, control-plane roles), its
+allocatable CPU and its Ready condition (:mod:`.hints`, :func:`.sync.endpoint_for`); so
+neither heartbeats nor image lists reach it."""
 
 Key = tuple[str, str]
 """(namespace, name) of a Service: the key of its expectations."""
@@ -399,9 +416,17 @@ class EndpointSliceReconciler:
 CONTROLLER = (
     steward.ControllerBuilder[EndpointSliceReconciler](NAME)
     .for_(SERVICES)
-    .watches(PODS, EndpointSliceReconciler.services_of_pod, steward.endpoints.pod_change_matters)
+    .watches(
+        PODS,
+        EndpointSliceReconciler.services_of_pod,
+        steward.endpoints.pod_change_matters,
+        fields=POD_FIELDS,
+    )
+    # Whole: an update is a copy of the slice as the mirror holds it.
     .watches(ENDPOINT_SLICES, EndpointSliceReconciler.service_of_slice)
-    .watches(NODES, EndpointSliceReconciler.services_of_node, node_change_matters)
+    .watches(
+        NODES, EndpointSliceReconciler.services_of_node, node_change_matters, fields=NODE_FIELDS
+    )
     .observe(EndpointSliceReconciler.observe)
     .with_index("service", _service_index)
     .with_index(steward.endpoints.LABEL_INDEX, steward.endpoints.index_pod_labels)
