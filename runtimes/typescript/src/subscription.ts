@@ -186,5 +186,6 @@ export function watchTarget(type: ResourceType, resourceVersion: string, sub: Su
         : { kinds: (owners.kinds ?? []).map((gk) => ({ group: gk.group, kind: gk.kind })), orphans: owners.orphans ?? false },
     fields: [...(sub.fields ?? [])],
     metadataOnly: sub.metadataOnly ?? false,
+    selectedBy: undefined,
   };
 }

@@ -117,6 +117,7 @@ class WatchTarget(_message.Message):
     OWNER_FILTER_FIELD_NUMBER: _builtins.int
     FIELDS_FIELD_NUMBER: _builtins.int
     METADATA_ONLY_FIELD_NUMBER: _builtins.int
+    SELECTED_BY_FIELD_NUMBER: _builtins.int
     resource_version: _builtins.str
     """The last resource version the client saw of this type; empty to start with a
     snapshot. Must be a resource version this informer sent.
@@ -151,6 +152,12 @@ class WatchTarget(_message.Message):
         client's copy is already right); events of a relist are always sent.
         """
 
+    @_builtins.property
+    def selected_by(self) -> Global___SelectedBy:
+        """Only objects that an object of another type selects by their labels, in the same
+        namespace: e.g. the pods some Service selects. Unset for all.
+        """
+
     def __init__(
         self,
         *,
@@ -161,14 +168,54 @@ class WatchTarget(_message.Message):
         owner_filter: Global___OwnerFilter | None = ...,
         fields: _abc.Iterable[_builtins.str] | None = ...,
         metadata_only: _builtins.bool = ...,
+        selected_by: Global___SelectedBy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["owner_filter", b"owner_filter", "type", b"type"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["owner_filter", b"owner_filter", "selected_by", b"selected_by", "type", b"type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["field_selector", b"field_selector", "fields", b"fields", "label_selector", b"label_selector", "metadata_only", b"metadata_only", "owner_filter", b"owner_filter", "resource_version", b"resource_version", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["field_selector", b"field_selector", "fields", b"fields", "label_selector", b"label_selector", "metadata_only", b"metadata_only", "owner_filter", b"owner_filter", "resource_version", b"resource_version", "selected_by", b"selected_by", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WatchTarget: _TypeAlias = WatchTarget  # noqa: Y015
+
+@_typing.final
+class SelectedBy(_message.Message):
+    """SelectedBy keeps the objects that some object of another type selects: a join the
+    informer makes, holding both types. When a selector changes, the objects it starts to
+    select are sent as ADDED and those no selector selects any more as DELETED. A target
+    with selected_by is never resumed: it gets REPLACED and a fresh snapshot (its history
+    depends on the selectors' history too).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """Dot-separated path of the selector in a selecting object: a map of labels (a
+    Service's "spec.selector": every label must match) or a LabelSelector with
+    matchLabels and matchExpressions (a Deployment's "spec.selector"). An absent or empty
+    selector selects nothing.
+    """
+    @_builtins.property
+    def type(self) -> Global___ResourceType:
+        """The selecting type, e.g. services.v1. The caller must be allowed to list and watch
+        it too; the informer watches it for the stream's life.
+        """
+
+    def __init__(
+        self,
+        *,
+        type: Global___ResourceType | None = ...,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["type", b"type"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SelectedBy: _TypeAlias = SelectedBy  # noqa: Y015
 
 @_typing.final
 class GroupKind(_message.Message):

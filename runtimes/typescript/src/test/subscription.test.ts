@@ -80,6 +80,7 @@ function target(type: ResourceType, set: Partial<WatchTarget> = {}): WatchTarget
     ownerFilter: undefined,
     fields: [],
     metadataOnly: false,
+    selectedBy: undefined,
     ...set,
   };
 }

@@ -190,7 +190,10 @@ type WatchTarget struct {
 	Fields []string `protobuf:"bytes,6,rep,name=fields,proto3" json:"fields,omitempty"`
 	// Send only the object's metadata (client-go's metadata-only informer): apiVersion,
 	// kind and metadata without managedFields, plus any paths in fields.
-	MetadataOnly  bool `protobuf:"varint,7,opt,name=metadata_only,json=metadataOnly,proto3" json:"metadata_only,omitempty"`
+	MetadataOnly bool `protobuf:"varint,7,opt,name=metadata_only,json=metadataOnly,proto3" json:"metadata_only,omitempty"`
+	// Only objects that an object of another type selects by their labels, in the same
+	// namespace: e.g. the pods some Service selects. Unset for all.
+	SelectedBy    *SelectedBy `protobuf:"bytes,8,opt,name=selected_by,json=selectedBy,proto3" json:"selected_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -274,6 +277,76 @@ func (x *WatchTarget) GetMetadataOnly() bool {
 	return false
 }
 
+func (x *WatchTarget) GetSelectedBy() *SelectedBy {
+	if x != nil {
+		return x.SelectedBy
+	}
+	return nil
+}
+
+// SelectedBy keeps the objects that some object of another type selects: a join the
+// informer makes, holding both types. When a selector changes, the objects it starts to
+// select are sent as ADDED and those no selector selects any more as DELETED. A target
+// with selected_by is never resumed: it gets REPLACED and a fresh snapshot (its history
+// depends on the selectors' history too).
+type SelectedBy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The selecting type, e.g. services.v1. The caller must be allowed to list and watch
+	// it too; the informer watches it for the stream's life.
+	Type *ResourceType `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// Dot-separated path of the selector in a selecting object: a map of labels (a
+	// Service's "spec.selector": every label must match) or a LabelSelector with
+	// matchLabels and matchExpressions (a Deployment's "spec.selector"). An absent or empty
+	// selector selects nothing.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SelectedBy) Reset() {
+	*x = SelectedBy{}
+	mi := &file_steward_v1_informer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SelectedBy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SelectedBy) ProtoMessage() {}
+
+func (x *SelectedBy) ProtoReflect() protoreflect.Message {
+	mi := &file_steward_v1_informer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SelectedBy.ProtoReflect.Descriptor instead.
+func (*SelectedBy) Descriptor() ([]byte, []int) {
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SelectedBy) GetType() *ResourceType {
+	if x != nil {
+		return x.Type
+	}
+	return nil
+}
+
+func (x *SelectedBy) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
 // GroupKind names a kind of object: the API group ("" for the core group) and kind.
 type GroupKind struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -287,7 +360,7 @@ type GroupKind struct {
 
 func (x *GroupKind) Reset() {
 	*x = GroupKind{}
-	mi := &file_steward_v1_informer_proto_msgTypes[2]
+	mi := &file_steward_v1_informer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +372,7 @@ func (x *GroupKind) String() string {
 func (*GroupKind) ProtoMessage() {}
 
 func (x *GroupKind) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[2]
+	mi := &file_steward_v1_informer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +385,7 @@ func (x *GroupKind) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupKind.ProtoReflect.Descriptor instead.
 func (*GroupKind) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{2}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GroupKind) GetGroup() string {
@@ -344,7 +417,7 @@ type OwnerFilter struct {
 
 func (x *OwnerFilter) Reset() {
 	*x = OwnerFilter{}
-	mi := &file_steward_v1_informer_proto_msgTypes[3]
+	mi := &file_steward_v1_informer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +429,7 @@ func (x *OwnerFilter) String() string {
 func (*OwnerFilter) ProtoMessage() {}
 
 func (x *OwnerFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[3]
+	mi := &file_steward_v1_informer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +442,7 @@ func (x *OwnerFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnerFilter.ProtoReflect.Descriptor instead.
 func (*OwnerFilter) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{3}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *OwnerFilter) GetKinds() []*GroupKind {
@@ -411,7 +484,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_steward_v1_informer_proto_msgTypes[4]
+	mi := &file_steward_v1_informer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +496,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[4]
+	mi := &file_steward_v1_informer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +509,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{4}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WatchRequest) GetTargets() []*WatchTarget {
@@ -499,7 +572,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_steward_v1_informer_proto_msgTypes[5]
+	mi := &file_steward_v1_informer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +584,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[5]
+	mi := &file_steward_v1_informer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +597,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{5}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WatchResponse) GetEvents() []*Event {
@@ -555,7 +628,7 @@ type OwnerReference struct {
 
 func (x *OwnerReference) Reset() {
 	*x = OwnerReference{}
-	mi := &file_steward_v1_informer_proto_msgTypes[6]
+	mi := &file_steward_v1_informer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +640,7 @@ func (x *OwnerReference) String() string {
 func (*OwnerReference) ProtoMessage() {}
 
 func (x *OwnerReference) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[6]
+	mi := &file_steward_v1_informer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +653,7 @@ func (x *OwnerReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnerReference.ProtoReflect.Descriptor instead.
 func (*OwnerReference) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{6}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *OwnerReference) GetApiVersion() string {
@@ -653,7 +726,7 @@ type ObjectMeta struct {
 
 func (x *ObjectMeta) Reset() {
 	*x = ObjectMeta{}
-	mi := &file_steward_v1_informer_proto_msgTypes[7]
+	mi := &file_steward_v1_informer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -665,7 +738,7 @@ func (x *ObjectMeta) String() string {
 func (*ObjectMeta) ProtoMessage() {}
 
 func (x *ObjectMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[7]
+	mi := &file_steward_v1_informer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -678,7 +751,7 @@ func (x *ObjectMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectMeta.ProtoReflect.Descriptor instead.
 func (*ObjectMeta) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{7}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ObjectMeta) GetNamespace() string {
@@ -757,7 +830,7 @@ type TraceContext struct {
 
 func (x *TraceContext) Reset() {
 	*x = TraceContext{}
-	mi := &file_steward_v1_informer_proto_msgTypes[8]
+	mi := &file_steward_v1_informer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +842,7 @@ func (x *TraceContext) String() string {
 func (*TraceContext) ProtoMessage() {}
 
 func (x *TraceContext) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[8]
+	mi := &file_steward_v1_informer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +855,7 @@ func (x *TraceContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TraceContext.ProtoReflect.Descriptor instead.
 func (*TraceContext) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{8}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TraceContext) GetTraceparent() string {
@@ -828,7 +901,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_steward_v1_informer_proto_msgTypes[9]
+	mi := &file_steward_v1_informer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +913,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[9]
+	mi := &file_steward_v1_informer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +926,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{9}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Event) GetType() EventType {
@@ -918,7 +991,7 @@ type CachedObject struct {
 
 func (x *CachedObject) Reset() {
 	*x = CachedObject{}
-	mi := &file_steward_v1_informer_proto_msgTypes[10]
+	mi := &file_steward_v1_informer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1003,7 @@ func (x *CachedObject) String() string {
 func (*CachedObject) ProtoMessage() {}
 
 func (x *CachedObject) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[10]
+	mi := &file_steward_v1_informer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1016,7 @@ func (x *CachedObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CachedObject.ProtoReflect.Descriptor instead.
 func (*CachedObject) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{10}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CachedObject) GetMetadata() *ObjectMeta {
@@ -981,7 +1054,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_steward_v1_informer_proto_msgTypes[11]
+	mi := &file_steward_v1_informer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -993,7 +1066,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[11]
+	mi := &file_steward_v1_informer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1006,7 +1079,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{11}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListRequest) GetType() *ResourceType {
@@ -1066,7 +1139,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_steward_v1_informer_proto_msgTypes[12]
+	mi := &file_steward_v1_informer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1151,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[12]
+	mi := &file_steward_v1_informer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1164,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{12}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListResponse) GetItems() []*CachedObject {
@@ -1130,7 +1203,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_steward_v1_informer_proto_msgTypes[13]
+	mi := &file_steward_v1_informer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1215,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[13]
+	mi := &file_steward_v1_informer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1228,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{13}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetRequest) GetType() *ResourceType {
@@ -1190,7 +1263,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_steward_v1_informer_proto_msgTypes[14]
+	mi := &file_steward_v1_informer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1275,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_steward_v1_informer_proto_msgTypes[14]
+	mi := &file_steward_v1_informer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1288,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_steward_v1_informer_proto_rawDescGZIP(), []int{14}
+	return file_steward_v1_informer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetResponse) GetObject() *CachedObject {
@@ -1234,7 +1307,7 @@ const file_steward_v1_informer_proto_rawDesc = "" +
 	"\fResourceType\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1a\n" +
-	"\bresource\x18\x03 \x01(\tR\bresource\"\xad\x02\n" +
+	"\bresource\x18\x03 \x01(\tR\bresource\"\xe6\x02\n" +
 	"\vWatchTarget\x12,\n" +
 	"\x04type\x18\x01 \x01(\v2\x18.steward.v1.ResourceTypeR\x04type\x12)\n" +
 	"\x10resource_version\x18\x02 \x01(\tR\x0fresourceVersion\x12%\n" +
@@ -1242,7 +1315,13 @@ const file_steward_v1_informer_proto_rawDesc = "" +
 	"\x0efield_selector\x18\x04 \x01(\tR\rfieldSelector\x12:\n" +
 	"\fowner_filter\x18\x05 \x01(\v2\x17.steward.v1.OwnerFilterR\vownerFilter\x12\x16\n" +
 	"\x06fields\x18\x06 \x03(\tR\x06fields\x12#\n" +
-	"\rmetadata_only\x18\a \x01(\bR\fmetadataOnly\"5\n" +
+	"\rmetadata_only\x18\a \x01(\bR\fmetadataOnly\x127\n" +
+	"\vselected_by\x18\b \x01(\v2\x16.steward.v1.SelectedByR\n" +
+	"selectedBy\"N\n" +
+	"\n" +
+	"SelectedBy\x12,\n" +
+	"\x04type\x18\x01 \x01(\v2\x18.steward.v1.ResourceTypeR\x04type\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"5\n" +
 	"\tGroupKind\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\"T\n" +
@@ -1353,56 +1432,59 @@ func file_steward_v1_informer_proto_rawDescGZIP() []byte {
 }
 
 var file_steward_v1_informer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_steward_v1_informer_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_steward_v1_informer_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_steward_v1_informer_proto_goTypes = []any{
 	(EventType)(0),                // 0: steward.v1.EventType
 	(*ResourceType)(nil),          // 1: steward.v1.ResourceType
 	(*WatchTarget)(nil),           // 2: steward.v1.WatchTarget
-	(*GroupKind)(nil),             // 3: steward.v1.GroupKind
-	(*OwnerFilter)(nil),           // 4: steward.v1.OwnerFilter
-	(*WatchRequest)(nil),          // 5: steward.v1.WatchRequest
-	(*WatchResponse)(nil),         // 6: steward.v1.WatchResponse
-	(*OwnerReference)(nil),        // 7: steward.v1.OwnerReference
-	(*ObjectMeta)(nil),            // 8: steward.v1.ObjectMeta
-	(*TraceContext)(nil),          // 9: steward.v1.TraceContext
-	(*Event)(nil),                 // 10: steward.v1.Event
-	(*CachedObject)(nil),          // 11: steward.v1.CachedObject
-	(*ListRequest)(nil),           // 12: steward.v1.ListRequest
-	(*ListResponse)(nil),          // 13: steward.v1.ListResponse
-	(*GetRequest)(nil),            // 14: steward.v1.GetRequest
-	(*GetResponse)(nil),           // 15: steward.v1.GetResponse
-	nil,                           // 16: steward.v1.ObjectMeta.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*SelectedBy)(nil),            // 3: steward.v1.SelectedBy
+	(*GroupKind)(nil),             // 4: steward.v1.GroupKind
+	(*OwnerFilter)(nil),           // 5: steward.v1.OwnerFilter
+	(*WatchRequest)(nil),          // 6: steward.v1.WatchRequest
+	(*WatchResponse)(nil),         // 7: steward.v1.WatchResponse
+	(*OwnerReference)(nil),        // 8: steward.v1.OwnerReference
+	(*ObjectMeta)(nil),            // 9: steward.v1.ObjectMeta
+	(*TraceContext)(nil),          // 10: steward.v1.TraceContext
+	(*Event)(nil),                 // 11: steward.v1.Event
+	(*CachedObject)(nil),          // 12: steward.v1.CachedObject
+	(*ListRequest)(nil),           // 13: steward.v1.ListRequest
+	(*ListResponse)(nil),          // 14: steward.v1.ListResponse
+	(*GetRequest)(nil),            // 15: steward.v1.GetRequest
+	(*GetResponse)(nil),           // 16: steward.v1.GetResponse
+	nil,                           // 17: steward.v1.ObjectMeta.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
 }
 var file_steward_v1_informer_proto_depIdxs = []int32{
 	1,  // 0: steward.v1.WatchTarget.type:type_name -> steward.v1.ResourceType
-	4,  // 1: steward.v1.WatchTarget.owner_filter:type_name -> steward.v1.OwnerFilter
-	3,  // 2: steward.v1.OwnerFilter.kinds:type_name -> steward.v1.GroupKind
-	2,  // 3: steward.v1.WatchRequest.targets:type_name -> steward.v1.WatchTarget
-	10, // 4: steward.v1.WatchResponse.events:type_name -> steward.v1.Event
-	16, // 5: steward.v1.ObjectMeta.labels:type_name -> steward.v1.ObjectMeta.LabelsEntry
-	7,  // 6: steward.v1.ObjectMeta.owner_references:type_name -> steward.v1.OwnerReference
-	17, // 7: steward.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	0,  // 8: steward.v1.Event.type:type_name -> steward.v1.EventType
-	1,  // 9: steward.v1.Event.resource_type:type_name -> steward.v1.ResourceType
-	8,  // 10: steward.v1.Event.metadata:type_name -> steward.v1.ObjectMeta
-	9,  // 11: steward.v1.Event.trace_context:type_name -> steward.v1.TraceContext
-	8,  // 12: steward.v1.CachedObject.metadata:type_name -> steward.v1.ObjectMeta
-	1,  // 13: steward.v1.ListRequest.type:type_name -> steward.v1.ResourceType
-	11, // 14: steward.v1.ListResponse.items:type_name -> steward.v1.CachedObject
-	1,  // 15: steward.v1.GetRequest.type:type_name -> steward.v1.ResourceType
-	11, // 16: steward.v1.GetResponse.object:type_name -> steward.v1.CachedObject
-	5,  // 17: steward.v1.InformerService.Watch:input_type -> steward.v1.WatchRequest
-	12, // 18: steward.v1.InformerService.List:input_type -> steward.v1.ListRequest
-	14, // 19: steward.v1.InformerService.Get:input_type -> steward.v1.GetRequest
-	6,  // 20: steward.v1.InformerService.Watch:output_type -> steward.v1.WatchResponse
-	13, // 21: steward.v1.InformerService.List:output_type -> steward.v1.ListResponse
-	15, // 22: steward.v1.InformerService.Get:output_type -> steward.v1.GetResponse
-	20, // [20:23] is the sub-list for method output_type
-	17, // [17:20] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	5,  // 1: steward.v1.WatchTarget.owner_filter:type_name -> steward.v1.OwnerFilter
+	3,  // 2: steward.v1.WatchTarget.selected_by:type_name -> steward.v1.SelectedBy
+	1,  // 3: steward.v1.SelectedBy.type:type_name -> steward.v1.ResourceType
+	4,  // 4: steward.v1.OwnerFilter.kinds:type_name -> steward.v1.GroupKind
+	2,  // 5: steward.v1.WatchRequest.targets:type_name -> steward.v1.WatchTarget
+	11, // 6: steward.v1.WatchResponse.events:type_name -> steward.v1.Event
+	17, // 7: steward.v1.ObjectMeta.labels:type_name -> steward.v1.ObjectMeta.LabelsEntry
+	8,  // 8: steward.v1.ObjectMeta.owner_references:type_name -> steward.v1.OwnerReference
+	18, // 9: steward.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	0,  // 10: steward.v1.Event.type:type_name -> steward.v1.EventType
+	1,  // 11: steward.v1.Event.resource_type:type_name -> steward.v1.ResourceType
+	9,  // 12: steward.v1.Event.metadata:type_name -> steward.v1.ObjectMeta
+	10, // 13: steward.v1.Event.trace_context:type_name -> steward.v1.TraceContext
+	9,  // 14: steward.v1.CachedObject.metadata:type_name -> steward.v1.ObjectMeta
+	1,  // 15: steward.v1.ListRequest.type:type_name -> steward.v1.ResourceType
+	12, // 16: steward.v1.ListResponse.items:type_name -> steward.v1.CachedObject
+	1,  // 17: steward.v1.GetRequest.type:type_name -> steward.v1.ResourceType
+	12, // 18: steward.v1.GetResponse.object:type_name -> steward.v1.CachedObject
+	6,  // 19: steward.v1.InformerService.Watch:input_type -> steward.v1.WatchRequest
+	13, // 20: steward.v1.InformerService.List:input_type -> steward.v1.ListRequest
+	15, // 21: steward.v1.InformerService.Get:input_type -> steward.v1.GetRequest
+	7,  // 22: steward.v1.InformerService.Watch:output_type -> steward.v1.WatchResponse
+	14, // 23: steward.v1.InformerService.List:output_type -> steward.v1.ListResponse
+	16, // 24: steward.v1.InformerService.Get:output_type -> steward.v1.GetResponse
+	22, // [22:25] is the sub-list for method output_type
+	19, // [19:22] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_steward_v1_informer_proto_init() }
@@ -1416,7 +1498,7 @@ func file_steward_v1_informer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_steward_v1_informer_proto_rawDesc), len(file_steward_v1_informer_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from steward.informer import projections, wire
+from steward.informer.selection import Selection
 from steward.informer.selectors import Filter
 from steward.informer.store import (
     EventKind,
@@ -88,9 +89,16 @@ class TypeFeed:
         on_replaced: Callable[[], None] | None = None,
         fast_limit: int = FAST_LANE_LIMIT,
         projection: Projection | None = None,
+        selection: tuple[ResourceTypeName, Selection] | None = None,
     ) -> None:
         self.name = name
         self.projection = projection
+        self.selecting: ResourceTypeName | None = None
+        """The type whose objects select this feed's (selection.py), if any."""
+        self.selection: Selection | None = None
+        if selection is not None:
+            self.selecting, self.selection = selection
+        self._everything = flt.everything and self.selection is None
         """The paths this subscriber reads (None: whole objects), see projections.py."""
         self.sent = 0
         """Events sent (markers included), for the per-subscriber metrics."""
@@ -115,7 +123,11 @@ class TypeFeed:
         # selectors, owner filters and projections need the slow path.
         self._fast_namespace: str | None = (
             flt.namespace
-            if flt.labels.empty and flt.fields.empty and flt.owner is None and projection is None
+            if flt.labels.empty
+            and flt.fields.empty
+            and flt.owner is None
+            and projection is None
+            and selection is None
             else None
         )
         self.progress = store.rv
@@ -207,17 +219,12 @@ class TypeFeed:
         if self.needs_snapshot:
             return False  # the coming snapshot will include it
         kind = event.kind
-        flt = self.filter
-        if not flt.everything:
+        if not self._everything:
             obj = event.obj
             prev = event.previous
-            admits = flt.admits
-            now = obj is not None and admits(
-                obj.namespace, obj.name, obj.labels, obj.owner_references
-            )
-            was = prev is not None and admits(
-                prev.namespace, prev.name, prev.labels, prev.owner_references
-            )
+            passes = self._passes
+            now = obj is not None and passes(obj)
+            was = prev is not None and passes(prev)
             if kind is EventKind.ADDED:
                 if not now:
                     self.withheld += 1
@@ -246,6 +253,59 @@ class TypeFeed:
             # Nothing this subscriber reads changed: its copy is right as it is.
             self.withheld += 1
             return False
+        return self._queue(kind, event)
+
+    def _passes(self, obj: StoredObject) -> bool:
+        """Whether the subscriber receives ``obj``: its filter and selection."""
+        if not self.filter.admits(obj.namespace, obj.name, obj.labels, obj.owner_references):
+            return False
+        selection = self.selection
+        return selection is None or selection.selects(obj.namespace, obj.labels)
+
+    def selector_changed(self, event: StoreEvent) -> bool:
+        """Take a change of the selecting type (selection.py): objects a changed selector
+        starts to select are queued as ADDED, those no selector selects any more as
+        DELETED. True when something was queued."""
+        selection = self.selection
+        obj = event.obj
+        if selection is None or obj is None:
+            return False
+        if self.fast:
+            self._leave_fast_lane()
+        selector = (
+            None if event.kind is EventKind.DELETED else selection.selector_of(obj, event.decoded)
+        )
+        namespace = obj.namespace
+        old = selection.selector(namespace, obj.name)
+        if old == selector:
+            return False
+        if self.needs_snapshot:  # the coming snapshot is taken with the new selectors
+            selection.update(namespace, obj.name, selector)
+            return False
+        candidates = [
+            o
+            for o in self.store.by_namespace(namespace)
+            if (
+                (old is not None and old.matches(o.labels))
+                or (selector is not None and selector.matches(o.labels))
+            )
+            and self.filter.admits(o.namespace, o.name, o.labels, o.owner_references)
+        ]
+        before = [selection.selects(namespace, o.labels) for o in candidates]
+        selection.update(namespace, obj.name, selector)
+        queued = False
+        rv = self.store.rv
+        for o, was in zip(candidates, before, strict=True):
+            now = selection.selects(namespace, o.labels)
+            if now == was:
+                continue
+            kind = EventKind.ADDED if now else EventKind.DELETED
+            change = StoreEvent(kind, o.key, o, None if now else o, rv, relisted=True)
+            queued = self._queue(kind, change) or queued
+        return queued
+
+    def _queue(self, kind: EventKind, event: StoreEvent) -> bool:
+        """Queue a change that passed the filters, coalescing per object."""
         key = event.key
         entry = self.pending.get(key)
         if entry is None:
@@ -325,7 +385,12 @@ class TypeFeed:
         wtype = self.wire_type
         if self.needs_snapshot:
             self.needs_snapshot = False
-            self.snapshot = deque(self.store.select(self.filter))
+            selected = self.store.select(self.filter)
+            selection = self.selection
+            if selection is not None:
+                selects = selection.selects
+                selected = [o for o in selected if selects(o.namespace, o.labels)]
+            self.snapshot = deque(selected)
             self.snapshot_rv = self.store.rv
             self.progress = max(self.progress, self.snapshot_rv)
         if self.send_replaced and taken < room:
@@ -515,6 +580,8 @@ class Fanout:
         self._feeds: dict[ResourceTypeName, dict[TypeFeed, Subscription]] = {}
         self._rtype_fields: dict[ResourceTypeName, bytes] = {}
         self._projections: dict[ResourceTypeName, dict[Projection, int]] = {}
+        self._dependents: dict[ResourceTypeName, dict[TypeFeed, Subscription]] = {}
+        """Feeds whose objects the objects of a type select (selection.py), by that type."""
         """The projections subscribers of each type use, with how many feeds use each."""
         self.subscriptions: set[Subscription] = set()
         self.totals: dict[tuple[str, ResourceTypeName], list[int]] = {}
@@ -525,6 +592,8 @@ class Fanout:
         self.subscriptions.add(sub)
         for feed in sub.feeds:
             self._feeds.setdefault(feed.name, {})[feed] = sub
+            if feed.selecting is not None:
+                self._dependents.setdefault(feed.selecting, {})[feed] = sub
             if feed.projection is not None:
                 used = self._projections.setdefault(feed.name, {})
                 used[feed.projection] = used.get(feed.projection, 0) + 1
@@ -543,6 +612,11 @@ class Fanout:
                 feeds.pop(feed, None)
                 if not feeds:
                     del self._feeds[feed.name]
+            dependents = self._dependents.get(feed.selecting) if feed.selecting else None
+            if dependents is not None:
+                dependents.pop(feed, None)
+                if not dependents:
+                    del self._dependents[feed.selecting]  # type: ignore[arg-type]
             used = self._projections.get(feed.name)
             if feed.projection is not None and used is not None:
                 used[feed.projection] -= 1
@@ -561,7 +635,17 @@ class Fanout:
         return out
 
     def publish(self, name: ResourceTypeName, events: Iterable[StoreEvent]) -> None:
-        """Queue ``events`` (already applied to the store) for every subscriber of ``name``."""
+        """Queue ``events`` (already applied to the store) for every subscriber of ``name``,
+        and the changes of selection they make for subscribers of the types they select."""
+        dependents = self._dependents.get(name)
+        if dependents:
+            events = list(events)
+            for feed, sub in list(dependents.items()):
+                queued = False
+                for event in events:
+                    queued = feed.selector_changed(event) or queued
+                if queued:
+                    sub.notify()
         feeds = self._feeds.get(name)
         if not feeds:
             for event in events:

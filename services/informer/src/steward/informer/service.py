@@ -48,6 +48,8 @@ from steward.informer.apiclient import ApiClient, ResourceInfo, UnknownResourceE
 from steward.informer.fanout import Fanout, Subscription, TypeFeed
 from steward.informer.metrics import InformerMetrics
 from steward.informer.reflector import Reflector, Reflectors
+from steward.informer.selection import Selection
+from steward.informer.selection import parse_path as parse_selection_path
 from steward.informer.selectors import Filter, parse_filter, parse_owner_selector
 from steward.informer.store import ObjectKey, ResourceTypeName, parse_resource_version
 from steward.kube import ApiStatusError, ApiUnavailableError
@@ -109,6 +111,9 @@ class _Target:
     resume: int | None
     filter: Filter
     projection: Projection | None
+    selecting: ResourceInfo | None = None
+    """The type whose objects select this target's (selected_by), if any."""
+    selection_path: tuple[str, ...] = ()
 
 
 class _RequestError(Exception):
@@ -337,6 +342,7 @@ class InformerService(pb_grpc.InformerServiceServicer):
         assert isinstance(request, pb.WatchRequest)
         targets = await self._guard(context, self._watch_targets(request, identity))
         infos = [t.info for t in targets]
+        infos += [t.selecting for t in targets if t.selecting is not None]
         await self._guard(context, self._authorize_watch(identity, infos, request.namespace))
         max_batch = request.max_batch_size or self.options.default_batch
         max_batch = min(max_batch, MAX_BATCH)
@@ -358,18 +364,31 @@ class InformerService(pb_grpc.InformerServiceServicer):
             )
         self._streams[caller] = open_streams + 1
         acquired: list[Reflector] = []
+        held: list[Reflector] = []
+        """Reflectors of the selecting types (selected_by), one per target naming one."""
         sub: Subscription | None = None
         revoked: list[_RequestError] = []
         recheck: asyncio.Task[None] | None = None
         try:
             for target in targets:
                 acquired.append(self.reflectors.acquire(target.info))
-            for reflector in acquired:
+            selecting = {
+                t.selecting.name: self.reflectors.acquire(t.selecting)
+                for t in targets
+                if t.selecting is not None
+            }
+            held.extend(selecting.values())
+            for reflector in [*acquired, *held]:
                 await reflector.synced.wait()  # the stream stays open while the API server is away
             # From here to fanout.add nothing awaits: no change can slip in between.
             feeds: list[TypeFeed] = []
             for reflector, target in zip(acquired, targets, strict=True):
                 flt, resume = target.filter, target.resume
+                selection: tuple[ResourceTypeName, Selection] | None = None
+                if target.selecting is not None:
+                    chosen = Selection(target.selection_path)
+                    chosen.load(selecting[target.selecting.name].store)
+                    selection = (target.selecting.name, chosen)
                 feed = TypeFeed(
                     reflector.name,
                     reflector.store,
@@ -380,10 +399,11 @@ class InformerService(pb_grpc.InformerServiceServicer):
                     request.send_previous_object,
                     self.metrics.replaced.labels(subscriber, str(reflector.name)).inc,
                     projection=target.projection,
+                    selection=selection,
                 )
                 history = (
                     reflector.store.history.since(resume, reflector.store.rv)
-                    if resume is not None
+                    if resume is not None and selection is None
                     else None
                 )
                 if resume is not None:
@@ -417,7 +437,7 @@ class InformerService(pb_grpc.InformerServiceServicer):
                 self._streams[caller] = remaining
             if sub is not None:
                 self.fanout.remove(sub)
-            for reflector in acquired:
+            for reflector in [*acquired, *held]:
                 self.reflectors.release(reflector)
 
     async def _authorize_watch(
@@ -488,7 +508,25 @@ class InformerService(pb_grpc.InformerServiceServicer):
                     f"resource type {info.name} is named twice in targets",
                 )
             seen.add(info.name)
-            result.append(_Target(info, resume, target_filter, projection))
+            selecting: ResourceInfo | None = None
+            path: tuple[str, ...] = ()
+            if target.HasField("selected_by"):
+                where = f"targets[{len(result)}].selected_by"
+                try:
+                    path = parse_selection_path(target.selected_by.path)
+                except ValueError as err:
+                    raise _RequestError(
+                        grpc.StatusCode.INVALID_ARGUMENT, f"{where}: {err}"
+                    ) from err
+                selecting = await self._resolve(
+                    target.selected_by.type, identity, ("list", "watch"), request.namespace
+                )
+                if selecting.name == info.name:
+                    raise _RequestError(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"{where}.type: {info.name} cannot select objects of its own type",
+                    )
+            result.append(_Target(info, resume, target_filter, projection, selecting, path))
         return result
 
     def _target_filter(

@@ -108,6 +108,35 @@ export interface WatchTarget {
    * kind and metadata without managedFields, plus any paths in fields.
    */
   metadataOnly: boolean;
+  /**
+   * Only objects that an object of another type selects by their labels, in the same
+   * namespace: e.g. the pods some Service selects. Unset for all.
+   */
+  selectedBy: SelectedBy | undefined;
+}
+
+/**
+ * SelectedBy keeps the objects that some object of another type selects: a join the
+ * informer makes, holding both types. When a selector changes, the objects it starts to
+ * select are sent as ADDED and those no selector selects any more as DELETED. A target
+ * with selected_by is never resumed: it gets REPLACED and a fresh snapshot (its history
+ * depends on the selectors' history too).
+ */
+export interface SelectedBy {
+  /**
+   * The selecting type, e.g. services.v1. The caller must be allowed to list and watch
+   * it too; the informer watches it for the stream's life.
+   */
+  type:
+    | ResourceType
+    | undefined;
+  /**
+   * Dot-separated path of the selector in a selecting object: a map of labels (a
+   * Service's "spec.selector": every label must match) or a LabelSelector with
+   * matchLabels and matchExpressions (a Deployment's "spec.selector"). An absent or empty
+   * selector selects nothing.
+   */
+  path: string;
 }
 
 /** GroupKind names a kind of object: the API group ("" for the core group) and kind. */
@@ -392,6 +421,7 @@ function createBaseWatchTarget(): WatchTarget {
     ownerFilter: undefined,
     fields: [],
     metadataOnly: false,
+    selectedBy: undefined,
   };
 }
 
@@ -417,6 +447,9 @@ export const WatchTarget: MessageFns<WatchTarget> = {
     }
     if (message.metadataOnly !== false) {
       writer.uint32(56).bool(message.metadataOnly);
+    }
+    if (message.selectedBy !== undefined) {
+      SelectedBy.encode(message.selectedBy, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -490,6 +523,14 @@ export const WatchTarget: MessageFns<WatchTarget> = {
             message.metadataOnly = reader.bool();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.selectedBy = SelectedBy.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -518,6 +559,78 @@ export const WatchTarget: MessageFns<WatchTarget> = {
       : undefined;
     message.fields = object.fields?.map((e) => e) || [];
     message.metadataOnly = object.metadataOnly ?? false;
+    message.selectedBy = (object.selectedBy !== undefined && object.selectedBy !== null)
+      ? SelectedBy.fromPartial(object.selectedBy)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseSelectedBy(): SelectedBy {
+  return { type: undefined, path: "" };
+}
+
+export const SelectedBy: MessageFns<SelectedBy> = {
+  encode(message: SelectedBy, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.type !== undefined) {
+      ResourceType.encode(message.type, writer.uint32(10).fork()).join();
+    }
+    if (message.path !== "") {
+      writer.uint32(18).string(message.path);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SelectedBy {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSelectedBy();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.type = ResourceType.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.path = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<SelectedBy>, I>>(base?: I): SelectedBy {
+    return SelectedBy.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SelectedBy>, I>>(object: I): SelectedBy {
+    const message = createBaseSelectedBy();
+    message.type = (object.type !== undefined && object.type !== null)
+      ? ResourceType.fromPartial(object.type)
+      : undefined;
+    message.path = object.path ?? "";
     return message;
   },
 };
