@@ -742,7 +742,9 @@ class ControllerBuilder(Generic[R]):
         logged and queues nothing. ``reads`` narrow what is received, as
         :func:`~steward.runtime.subscriptions.subscription` takes them: ``owned_by``
         (resource types of the controller owners kept), ``orphans``,
-        ``label_selector``, ``field_selector``, ``fields``, ``metadata_only``."""
+        ``label_selector``, ``field_selector``, ``fields``, ``metadata_only`` and
+        ``selected_by`` (``(SERVICES, "spec.selector")``: only the objects some object
+        of that type selects)."""
         self._sources.append(
             _SourceSpec(rtype, "mapped", predicates, mapper, subscription=subscription(**reads))
         )

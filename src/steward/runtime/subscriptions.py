@@ -13,7 +13,8 @@ whatever the controller does not read (see informer.proto).
 - projection: the union of the paths, metadata if any source wants it; any source that
   wants the whole object wins;
 - selectors: equal or absent in every source; two different ones are an error (the
-  informer's filters are a conjunction, and a source's objects must all be delivered).
+  informer's filters are a conjunction, and a source's objects must all be delivered);
+- selected by: the same join in every source, else every object.
 
 # Reading outside the projection
 The mirror hands a projected object out as :class:`Projected` mappings along the paths
@@ -52,6 +53,9 @@ class TypeSubscription:
     ``metadata_only`` False for the whole object."""
     metadata_only: bool = False
     """The object's metadata (plus ``fields``), as client-go's metadata informer."""
+    selected_by: tuple[Resource, str] | None = None
+    """Only objects some object of this type selects by the selector at this path, in
+    the same namespace (e.g. ``(SERVICES, "spec.selector")``); None for every object."""
 
     @property
     def whole(self) -> bool:
@@ -72,6 +76,10 @@ class TypeSubscription:
             fields=list(self.fields),
             metadata_only=self.metadata_only,
         )
+        if self.selected_by is not None:
+            selecting, path = self.selected_by
+            target.selected_by.type.CopyFrom(selecting.wire)
+            target.selected_by.path = path
         if self.owner_kinds is not None:
             target.owner_filter.orphans = self.orphans
             for group, kind in sorted(self.owner_kinds):
@@ -90,6 +98,7 @@ def subscription(
     field_selector: str = "",
     fields: Sequence[str] | None = None,
     metadata_only: bool = False,
+    selected_by: tuple[Resource, str] | None = None,
 ) -> TypeSubscription:
     """A source's subscription from the builder's keywords; ``owned_by`` are resource
     types with their kind (``steward.REPLICASETS``).
@@ -115,6 +124,7 @@ def subscription(
         orphans=orphans,
         fields=tuple(fields or ()),
         metadata_only=metadata_only,
+        selected_by=selected_by,
     )
     sub.projection()  # malformed paths fail at declaration, not at the first watch
     return sub
@@ -148,7 +158,13 @@ def merge(rtype: Resource, subs: Sequence[TypeSubscription]) -> TypeSubscription
     else:
         fields = tuple(sorted({f for sub in subs for f in sub.fields}))
         metadata_only = any(sub.metadata_only for sub in subs)
-    return TypeSubscription(label_selector, field_selector, kinds, orphans, fields, metadata_only)
+    # Objects selected by one type, or by another: one target cannot say both, so a type
+    # whose sources disagree receives every object.
+    joins = {sub.selected_by for sub in subs}
+    selected_by = joins.pop() if len(joins) == 1 else None
+    return TypeSubscription(
+        label_selector, field_selector, kinds, orphans, fields, metadata_only, selected_by
+    )
 
 
 class ProjectionError(Exception):
