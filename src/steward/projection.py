@@ -14,7 +14,8 @@ the same thing.
   (``spec.containers.resources`` keeps each container's ``resources``); a path whose
   value is absent in an object is simply absent in its projection;
 - ``metadata`` (the whole of it) when asked for or with ``metadata_only``, always without
-  ``managedFields`` unless ``metadata.managedFields`` is named;
+  ``managedFields`` unless ``metadata.managedFields`` (or a path below it, which then
+  keeps all of managedFields) is named;
 - never ``metadata.resourceVersion``, whatever was asked: the event's parsed metadata
   carries it, and leaving it out is what lets the informer see that a change touched
   nothing the subscriber reads (two versions of an object with the same projection
@@ -44,21 +45,23 @@ _SEGMENT = re.compile(r"^[A-Za-z0-9_$-]+$")
 
 
 class Omit:
-    """A node of the projection tree that keeps a mapping whole but for some keys."""
+    """A node of the projection tree that keeps a mapping whole but for some keys, and
+    keeps some others only in part (``inner``: their own nodes)."""
 
-    __slots__ = ("keys",)
+    __slots__ = ("inner", "keys")
 
-    def __init__(self, keys: frozenset[str]) -> None:
+    def __init__(self, keys: frozenset[str], inner: dict[str, Node] | None = None) -> None:
         self.keys = keys
+        self.inner: dict[str, Node] = inner or {}
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Omit) and other.keys == self.keys
+        return isinstance(other, Omit) and other.keys == self.keys and other.inner == self.inner
 
     def __hash__(self) -> int:
         return hash(("omit", self.keys))
 
     def __repr__(self) -> str:
-        return f"Omit({sorted(self.keys)})"
+        return f"Omit({sorted(self.keys)}, {self.inner})"
 
 
 Node: TypeAlias = "bool | Omit | dict[str, Node]"
@@ -121,12 +124,7 @@ class Projection:
             split.add(("metadata",))
         # A path covered by a shorter one adds nothing ("status" covers "status.phase"),
         # except metadata.managedFields, which "metadata" alone leaves out.
-        kept = sorted(
-            p
-            for p in split
-            if not any(q != p and p[: len(q)] == q for q in split)
-            or p == ("metadata", "managedFields")
-        )
+        kept = sorted(p for p in split if not any(_covers(q, p) for q in split))
         return cls(tuple(".".join(p) for p in kept), metadata_only, _tree(kept))
 
     def __eq__(self, other: object) -> bool:
@@ -158,6 +156,9 @@ class Projection:
             if node is True:
                 return True
             if isinstance(node, Omit):
+                if key in node.inner:
+                    node = node.inner[key]
+                    continue
                 return key not in node.keys
             if not isinstance(node, dict) or key not in node:
                 return False
@@ -165,18 +166,23 @@ class Projection:
         return True
 
 
+def _covers(shorter: tuple[str, ...], path: tuple[str, ...]) -> bool:
+    """Whether ``shorter`` keeps all of ``path``: it is a prefix of it, except that
+    ``metadata`` leaves managedFields out."""
+    if shorter == path or path[: len(shorter)] != shorter:
+        return False
+    return not (shorter == ("metadata",) and path[:2] == ("metadata", "managedFields"))
+
+
 def _tree(paths: list[tuple[str, ...]]) -> dict[str, Node]:
     tree: dict[str, Node] = {"apiVersion": True, "kind": True}
     metadata: dict[str, Node] = {"name": True, "namespace": True, "uid": True}
     tree["metadata"] = metadata
     whole_metadata = False
-    managed = False
     for path in paths:
         if path == ("metadata",):
             whole_metadata = True
             continue
-        if path == ("metadata", "managedFields"):
-            managed = True
         node: dict[str, Node] = tree
         for segment in path[:-1]:
             child = node.get(segment)
@@ -186,8 +192,15 @@ def _tree(paths: list[tuple[str, ...]]) -> dict[str, Node]:
         node[path[-1]] = True
     metadata.pop("resourceVersion", None)
     if whole_metadata:
-        dropped = _ALWAYS_DROPPED if managed else _ALWAYS_DROPPED | {"managedFields"}
-        tree["metadata"] = Omit(frozenset(dropped))
+        # All of metadata, but managedFields only as far as asked (the paths below
+        # "metadata" that remain are those under managedFields, see _covers).
+        managed = metadata.get("managedFields")
+        if managed is None:
+            tree["metadata"] = Omit(_ALWAYS_DROPPED | {"managedFields"})
+        elif managed is True:
+            tree["metadata"] = Omit(_ALWAYS_DROPPED)
+        else:
+            tree["metadata"] = Omit(_ALWAYS_DROPPED | {"managedFields"}, {"managedFields": managed})
     return tree
 
 
@@ -199,7 +212,12 @@ def _pick(value: Any, node: Node) -> Any:
     if not isinstance(value, Mapping):
         return value  # a path that goes deeper than the object: keep what is there
     if isinstance(node, Omit):
-        return {k: v for k, v in value.items() if k not in node.keys}
+        inner = node.inner
+        return {
+            k: _pick(v, inner[k]) if k in inner else v
+            for k, v in value.items()
+            if k not in node.keys or k in inner
+        }
     assert isinstance(node, dict)
     return _pick_mapping(value, node)
 

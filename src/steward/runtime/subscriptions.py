@@ -183,7 +183,7 @@ class Projected(dict[str, Any]):
     def _outside(self, key: object) -> bool:
         node = self._node
         if isinstance(node, Omit):
-            return key in node.keys
+            return key in node.keys and key not in node.inner
         return isinstance(node, dict) and key not in node
 
     def _refuse(self, key: object) -> ProjectionError:
@@ -217,7 +217,7 @@ def readable_tree(projection: Projection) -> dict[str, Node]:
     if isinstance(metadata, dict):
         tree["metadata"] = {**metadata, "resourceVersion": True}
     elif isinstance(metadata, Omit):
-        tree["metadata"] = Omit(metadata.keys - {"resourceVersion"})
+        tree["metadata"] = Omit(metadata.keys - {"resourceVersion"}, metadata.inner)
     return tree
 
 
@@ -234,8 +234,10 @@ def guard(value: Any, node: Node, projection: Projection, path: tuple[str, ...] 
     out._node = node
     out._path = path
     out._projection = projection
-    if isinstance(node, dict):
-        for key, child in node.items():
-            if child is not True and dict.__contains__(out, key):
-                dict.__setitem__(out, key, guard(out[key], child, projection, (*path, key)))
+    children = node.inner if isinstance(node, Omit) else node
+    assert isinstance(children, dict)
+    for key, child in children.items():
+        if child is not True and dict.__contains__(out, key):
+            value = dict.__getitem__(out, key)
+            dict.__setitem__(out, key, guard(value, child, projection, (*path, key)))
     return out

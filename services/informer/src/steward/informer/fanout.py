@@ -241,18 +241,19 @@ class TypeFeed:
                 self.withheld += 1
                 return False
         projection = self.projection
-        if (
-            projection is not None
-            and kind is EventKind.MODIFIED
-            and not event.relisted
-            and event.previous is not None
-            and event.obj is not None
-            and projections.digest(projection, event.previous)
-            == projections.digest(projection, event.obj)
-        ):
-            # Nothing this subscriber reads changed: its copy is right as it is.
-            self.withheld += 1
-            return False
+        if projection is not None and event.obj is not None and kind is not EventKind.DELETED:
+            # Projected (and remembered) now, while the ingest's dict is at hand; the
+            # previous state's was remembered when it came.
+            now_digest = projections.event_digest(projection, event)
+            if (
+                kind is EventKind.MODIFIED
+                and not event.relisted
+                and event.previous is not None
+                and projections.digest(projection, event.previous) == now_digest
+            ):
+                # Nothing this subscriber reads changed: its copy is right as it is.
+                self.withheld += 1
+                return False
         return self._queue(kind, event)
 
     def _passes(self, obj: StoredObject) -> bool:
@@ -579,7 +580,6 @@ class Fanout:
     def __init__(self) -> None:
         self._feeds: dict[ResourceTypeName, dict[TypeFeed, Subscription]] = {}
         self._rtype_fields: dict[ResourceTypeName, bytes] = {}
-        self._projections: dict[ResourceTypeName, dict[Projection, int]] = {}
         self._dependents: dict[ResourceTypeName, dict[TypeFeed, Subscription]] = {}
         """Feeds whose objects the objects of a type select (selection.py), by that type."""
         """The projections subscribers of each type use, with how many feeds use each."""
@@ -594,9 +594,6 @@ class Fanout:
             self._feeds.setdefault(feed.name, {})[feed] = sub
             if feed.selecting is not None:
                 self._dependents.setdefault(feed.selecting, {})[feed] = sub
-            if feed.projection is not None:
-                used = self._projections.setdefault(feed.name, {})
-                used[feed.projection] = used.get(feed.projection, 0) + 1
         sub.notify()
 
     def remove(self, sub: Subscription) -> None:
@@ -617,13 +614,6 @@ class Fanout:
                 dependents.pop(feed, None)
                 if not dependents:
                     del self._dependents[feed.selecting]  # type: ignore[arg-type]
-            used = self._projections.get(feed.name)
-            if feed.projection is not None and used is not None:
-                used[feed.projection] -= 1
-                if not used[feed.projection]:
-                    del used[feed.projection]
-                if not used:
-                    del self._projections[feed.name]
 
     def counts(self) -> dict[tuple[str, ResourceTypeName], tuple[int, int]]:
         """(sent, withheld) events by subscriber and type, closed streams included."""
@@ -657,21 +647,19 @@ class Fanout:
             rtype_field = self._rtype_fields[name] = wire.resource_type_field(
                 wire.resource_type(name)
             )
-        used = self._projections.get(name)
-        in_use = list(used) if used else []
         for event in events:
-            # Encoded once here, whatever the number of subscribers (see wire.py), and
-            # once per projection in use (projections.py).
+            # Encoded once here, whatever the number of subscribers (see wire.py).
             if event.wire is None:
                 event.wire = encode_event(event, rtype_field)
-            if in_use:
-                projections.prepare(event, in_use)
-            event.decoded = None
         if not events:
             return
         for feed, sub in feeds.items():
+            # Projected feeds project what passes their filters, from the dict decoded
+            # at ingest, once per projection (projections.py).
             if feed.offer_batch(events) or feed.needs_snapshot:
                 sub.notify()
+        for event in events:
+            event.decoded = None
 
     def bookmark(self, name: ResourceTypeName, rv: int) -> None:
         """Tell every subscriber of ``name`` that the type has progressed to ``rv``."""

@@ -3,9 +3,10 @@
 A Watch target with ``fields`` or ``metadata_only`` gets every object reduced by its
 :class:`~steward.projection.Projection` (see that module for what a projection keeps).
 Subscribers asking for equal projections share the work: the projected JSON of an event
-is built once per distinct projection and kept with the event (``StoreEvent.views``),
-taken from the dict the reflector decoded at ingest when there is one, else from the
-object's JSON.
+is built once per distinct projection, when the first feed with that projection takes
+the event (an event outside every projected feed's filters is never projected), and kept
+with the event (``StoreEvent.views``). It is taken from the dict the reflector decoded at
+ingest while the event is being published, else from the object's JSON.
 
 # Dropping changes nobody reads
 Each object remembers a hash of each of its projected forms (``StoredObject.digests``),
@@ -79,24 +80,16 @@ def digest(projection: Projection, obj: StoredObject, projected: bytes | None = 
     return known
 
 
-def prepare(event: StoreEvent, projections: list[Projection]) -> None:
-    """Build the projected views of a published event (and its object's digests) for
-    every projection in use, from the dict decoded at ingest when there is one."""
+def event_digest(projection: Projection, event: StoreEvent) -> int:
+    """:func:`digest` of the event's object, its view built and kept with the event (from
+    the dict the reflector decoded, while it is there)."""
     obj = event.obj
-    if obj is None:
-        return
-    views = event.views
-    if views is None:
-        views = event.views = {}
-    decoded = event.decoded
-    if decoded is None and len(projections) > 0:
-        decoded = decode(obj)
-    for projection in projections:
-        if projection in views:
-            continue
-        projected = view(projection, obj, decoded)
-        digest(projection, obj, projected)
-        views[projection] = (projected,)
+    assert obj is not None
+    digests = obj.digests
+    known = digests.get(projection) if digests is not None else None
+    if known is not None:
+        return known
+    return digest(projection, obj, view_of(event, projection))
 
 
 def view_of(event: StoreEvent, projection: Projection) -> bytes:
@@ -108,7 +101,7 @@ def view_of(event: StoreEvent, projection: Projection) -> bytes:
     held = views.get(projection)
     if held is None:
         assert event.obj is not None
-        projected = view(projection, event.obj)
+        projected = view(projection, event.obj, event.decoded)
         digest(projection, event.obj, projected)
         held = views[projection] = (projected,)
     return held[0]
