@@ -577,12 +577,12 @@ class Mirror:
                             done.set_result(None)
                     self._stream_barriers = []
             elif kind in (pb.EVENT_TYPE_ADDED, pb.EVENT_TYPE_MODIFIED):
-                obj = MirrorObject(key, event.metadata, event.object, self._views[key])
+                obj = MirrorObject(key, _own(event.metadata), event.object, self._views[key])
                 if state.replacing is not None:
                     state.replacing.add(obj.key)
                 self._upsert(state, obj, event)
             elif kind == pb.EVENT_TYPE_DELETED:
-                obj = MirrorObject(key, event.metadata, event.object, self._views[key])
+                obj = MirrorObject(key, _own(event.metadata), event.object, self._views[key])
                 gone = state.objects.get(obj.key)
                 if gone is not None:
                     self._unindex(state, gone)
@@ -639,6 +639,16 @@ class Mirror:
     def __iter__(self) -> Iterator[MirrorObject]:
         for state in self._state.values():
             yield from state.objects.values()
+
+
+def _own(meta: pb.ObjectMeta) -> pb.ObjectMeta:
+    """A copy of an event's metadata that holds its own memory. The event's message lives
+    in the memory protobuf allocated for its whole response, objects' JSON included: a
+    mirror keeping it kept every response it ever received (4.4 KB more per 4 KB Pod,
+    ``python -m bench.mirror_memory --copy-meta``). The copy costs about 1.7 µs."""
+    own = pb.ObjectMeta()
+    own.CopyFrom(meta)
+    return own
 
 
 def _same_view(held: MirrorObject, answer: dict[str, Any]) -> bool:

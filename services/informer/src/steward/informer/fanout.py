@@ -74,6 +74,9 @@ class _Pending:
     """For MODIFIED: the state the client has."""
     first_rv: int
     """The earliest change coalesced here that the client has not seen."""
+    view: bytes | None = None
+    """For a projected feed, the projection of ``event``'s object when it was queued (the
+    event keeps it only while it is published, projections.py)."""
 
 
 class TypeFeed:
@@ -241,10 +244,12 @@ class TypeFeed:
                 self.withheld += 1
                 return False
         projection = self.projection
+        view = None
         if projection is not None and event.obj is not None and kind is not EventKind.DELETED:
             # Projected (and remembered) now, while the ingest's dict is at hand; the
             # previous state's was remembered when it came.
-            now_digest = projections.event_digest(projection, event)
+            view = projections.view_of(event, projection)
+            now_digest = projections.digest(projection, event.obj, view)
             if (
                 kind is EventKind.MODIFIED
                 and not event.relisted
@@ -254,7 +259,7 @@ class TypeFeed:
                 # Nothing this subscriber reads changed: its copy is right as it is.
                 self.withheld += 1
                 return False
-        return self._queue(kind, event)
+        return self._queue(kind, event, view)
 
     def _passes(self, obj: StoredObject) -> bool:
         """Whether the subscriber receives ``obj``: its filter and selection."""
@@ -305,13 +310,14 @@ class TypeFeed:
             queued = self._queue(kind, change) or queued
         return queued
 
-    def _queue(self, kind: EventKind, event: StoreEvent) -> bool:
-        """Queue a change that passed the filters, coalescing per object."""
+    def _queue(self, kind: EventKind, event: StoreEvent, view: bytes | None = None) -> bool:
+        """Queue a change that passed the filters, coalescing per object (``view``: its
+        object projected, for a projected feed)."""
         key = event.key
         entry = self.pending.get(key)
         if entry is None:
             previous = event.previous if kind is EventKind.MODIFIED else None
-            self._enqueue_new(key, _Pending(kind, event, previous, event.rv))
+            self._enqueue_new(key, _Pending(kind, event, previous, event.rv, view))
             return True
         self.pending.move_to_end(key)
         last = entry[-1]
@@ -321,14 +327,14 @@ class TypeFeed:
                 if not entry:
                     del self.pending[key]
             else:
-                last.event = event
+                last.event, last.view = event, view
         elif last.kind is EventKind.MODIFIED:
-            last.event = event
+            last.event, last.view = event, view
             if kind is EventKind.DELETED:
                 last.kind = EventKind.DELETED
                 last.previous = None
         elif kind is not EventKind.DELETED:  # re-created after a queued deletion
-            entry.append(_Pending(EventKind.ADDED, event, None, event.rv))
+            entry.append(_Pending(EventKind.ADDED, event, None, event.rv, view))
         return True
 
     def _enqueue_new(self, key: ObjectKey, pending: _Pending) -> None:
@@ -471,7 +477,7 @@ class TypeFeed:
         previous = item.previous if self.send_previous and item.kind is EventKind.MODIFIED else None
         if self.projection is not None:
             projected = projections.event_parts(
-                item.kind, self.wire_type, event, self.projection, previous
+                item.kind, self.wire_type, event, self.projection, previous, item.view
             )
             return wire.frame_parts(projected, str(rv))
         if item.kind is event.kind and previous is None:
@@ -659,7 +665,10 @@ class Fanout:
             if feed.offer_batch(events) or feed.needs_snapshot:
                 sub.notify()
         for event in events:
+            # The history keeps the event: not its dict, nor its projections (the feeds
+            # that queued it keep theirs).
             event.decoded = None
+            event.views = None
 
     def bookmark(self, name: ResourceTypeName, rv: int) -> None:
         """Tell every subscriber of ``name`` that the type has progressed to ``rv``."""

@@ -5,8 +5,10 @@ A Watch target with ``fields`` or ``metadata_only`` gets every object reduced by
 Subscribers asking for equal projections share the work: the projected JSON of an event
 is built once per distinct projection, when the first feed with that projection takes
 the event (an event outside every projected feed's filters is never projected), and kept
-with the event (``StoreEvent.views``). It is taken from the dict the reflector decoded at
-ingest while the event is being published, else from the object's JSON.
+with the event (``StoreEvent.views``) while it is published; each feed that queues it
+keeps its own reference, and the history keeps none. It is taken from the dict the
+reflector decoded at ingest while the event is being published, else from the object's
+JSON (a replay, a deletion).
 
 # Dropping changes nobody reads
 Each object remembers a hash of each of its projected forms (``StoredObject.digests``),
@@ -19,8 +21,7 @@ for them: two different projected forms with the same hash are about as likely a
 
 # Memory usage
 An object's digests cost a small dict per object of a type that has projected
-subscribers; views live as long as their event (the history keeps the newest events of
-a type only).
+subscribers; a view lives as long as a feed has it queued.
 """
 
 from __future__ import annotations
@@ -80,18 +81,6 @@ def digest(projection: Projection, obj: StoredObject, projected: bytes | None = 
     return known
 
 
-def event_digest(projection: Projection, event: StoreEvent) -> int:
-    """:func:`digest` of the event's object, its view built and kept with the event (from
-    the dict the reflector decoded, while it is there)."""
-    obj = event.obj
-    assert obj is not None
-    digests = obj.digests
-    known = digests.get(projection) if digests is not None else None
-    if known is not None:
-        return known
-    return digest(projection, obj, view_of(event, projection))
-
-
 def view_of(event: StoreEvent, projection: Projection) -> bytes:
     """The projected JSON of the event's object (built now if it was not published with
     this projection in use: a resume's replay of older events)."""
@@ -113,12 +102,15 @@ def event_parts(
     event: StoreEvent,
     projection: Projection,
     previous: StoredObject | None = None,
+    projected: bytes | None = None,
 ) -> tuple[bytes, ...]:
     """The encoded Event (without resource version) of ``event`` as ``kind``, its object
-    projected; with ``previous``'s projection as the previous object when given."""
+    projected (``projected`` when the caller kept it); with ``previous``'s projection as
+    the previous object when given."""
     obj = event.obj
     assert obj is not None
-    projected = view_of(event, projection)
+    if projected is None:
+        projected = view_of(event, projection)
     head = wire.view_head(obj, projected, wire.event_head(event.wire or event.framed))
     return wire.view_parts(
         kind,
