@@ -38,6 +38,9 @@ Every HPA is synced every ``--horizontal-pod-autoscaler-sync-period`` (15 s) whi
 exists, and on a spec change; a failed sync is retried at the same period, never
 sooner (upstream's fixed-interval rate limiter). Its status writes queue nothing. Pods
 are read from the mirror at each sync; their changes queue nothing, as upstream's.
+
+# What it reads
+HPAs whole; of a pod only :data:`POD_FIELDS`, which is all the mirror holds of it.
 """
 
 from __future__ import annotations
@@ -84,6 +87,25 @@ CONFLICT_TRIES = 5
 """Tries of a scale write that conflicts (upstream's ``retry.DefaultRetry``)."""
 SYNC_PERIOD = 15.0
 """Seconds between two syncs of an HPA (``--horizontal-pod-autoscaler-sync-period``)."""
+POD_FIELDS = (
+    "metadata.labels",
+    "metadata.deletionTimestamp",
+    "spec.resources.requests",
+    "spec.overhead",
+    "spec.containers.name",
+    "spec.containers.resources.requests",
+    "spec.initContainers.name",
+    "spec.initContainers.restartPolicy",
+    "spec.initContainers.resources.requests",
+    "status.phase",
+    "status.startTime",
+    "status.conditions.type",
+    "status.conditions.status",
+    "status.conditions.lastTransitionTime",
+)
+"""What the controller reads of a pod: its labels (the scale's selector) and deletion mark,
+the requests (pod-level, of each container and sidecar, with the overhead) and its phase,
+start time and Ready condition (:mod:`.replicas`)."""
 
 
 def _positive(text: str) -> float:
@@ -921,7 +943,7 @@ def _identifier(ident: dict[str, Any]) -> dict[str, Any]:
 CONTROLLER = (
     steward.ControllerBuilder[HPAReconciler](NAME)
     .for_(HORIZONTAL_POD_AUTOSCALERS, steward.generation_changed)
-    .reads(PODS)
+    .reads(PODS, fields=POD_FIELDS)
     .flags(add_flags)
     .with_options(steward.ControllerOptions(max_concurrent_reconciles=5))
     .beside_upstream(None)
