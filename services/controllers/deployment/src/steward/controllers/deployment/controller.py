@@ -18,6 +18,11 @@ the Progressing condition only when its status or reason changes, so a lost inte
 reason would leave the previous ReplicaSet named in it after the rollout. Events are best
 effort: a failure to record one is logged.
 
+# What it reads
+Deployments and ReplicaSets whole (a ReplicaSet is updated from a copy of the mirror's);
+of pods only those a ReplicaSet controls, and of each only :data:`POD_FIELDS` besides the
+metadata every event carries.
+
 # Rollback
 ``kubectl rollout undo`` re-applies an old template; the ReplicaSet with that template
 becomes the new one again and its revision is raised, as upstream does. The long-gone
@@ -52,6 +57,9 @@ log = logging.getLogger(__name__)
 
 NAME = "deployment"
 """The controller's name with the manager (as in kube-controller-manager's --controllers)."""
+POD_FIELDS = ("status.phase",)
+"""What the controller reads of a pod (one a ReplicaSet controls): whether it has finished
+(Recreate waits for the old ReplicaSets' pods); its owners come with the parsed metadata."""
 _MAX_NAME = 253
 
 
@@ -589,7 +597,13 @@ CONTROLLER = (
     .for_(DEPLOYMENTS)
     .owns(REPLICASETS, expect=True)
     .adopts(REPLICASETS)
-    .watches(PODS, DeploymentReconciler.deployment_of_pod, _pod_deleted)
+    .watches(
+        PODS,
+        DeploymentReconciler.deployment_of_pod,
+        _pod_deleted,
+        owned_by=[REPLICASETS],
+        fields=POD_FIELDS,
+    )
     .with_options(steward.ControllerOptions(max_concurrent_reconciles=5))
     .beside_upstream(None)  # Deployments have no spec.managedBy: upstream's must be off
     .describe(
