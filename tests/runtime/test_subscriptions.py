@@ -716,14 +716,6 @@ class StaleForever(AssertionError):
     """The copy held stays stale though no event will come to make it current."""
 
 
-@pytest.mark.xfail(
-    raises=StaleForever,
-    strict=True,
-    reason="the mirror compares a write's projection with the copy held when the write is "
-    "told, never with copies that arrive later: the event of an earlier write (or of "
-    "another writer) arriving after a write of unread paths leaves the record, whose own "
-    "event the informer withholds, in place for good",
-)
 async def test_a_write_of_unread_paths_after_an_unseen_one_is_seen_with_it(
     channel: grpc.aio.Channel,
 ) -> None:

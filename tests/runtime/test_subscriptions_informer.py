@@ -273,13 +273,6 @@ class StaleForever(AssertionError):
     """The mirror's copy stays stale though every event it will get has arrived."""
 
 
-@pytest.mark.xfail(
-    raises=StaleForever,
-    strict=True,
-    reason="Mirror.written compares a write's projection with the copy held at that moment "
-    "only: a write of unread paths told before the event of an earlier write arrives "
-    "keeps its record, and the informer never sends its own event",
-)
 async def test_a_write_of_unread_paths_after_an_unseen_one_does_not_stay_stale(
     kube: Kube, channel: grpc.aio.Channel, running: Running, namespace: str
 ) -> None:

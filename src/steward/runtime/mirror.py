@@ -139,6 +139,10 @@ class _Written:
     """Versions the writes replaced (for versions that are not integers)."""
     waiters: list[Callable[[], None]] = field(default_factory=list)
     """Called once the mirror shows the write (see :meth:`Mirror.when_current`)."""
+    answer: dict[str, Any] | None = None
+    """For a projected type: the object the last write produced, as the API server
+    answered it. A later copy that projects to the same is what the controller would see
+    of the write (the informer withholds the write's own event then)."""
 
     def older(self, version: str) -> bool:
         ours, theirs = _as_int(self.version), _as_int(version)
@@ -421,10 +425,13 @@ class Mirror:
         record.replaced.discard(record.version)
         if held is not None and not record.older(held.resource_version):
             self._caught_up(state, key)  # the mirror already shows this write (or later)
-        elif held is not None and held.view is not None and _same_view(held, answer):
-            # The write changed nothing this controller reads: the informer will send
-            # nothing of it, and the copy held is already what the controller would see.
-            self._caught_up(state, key)
+        elif held is not None and held.view is not None:
+            if _same_view(held, answer):
+                # The write changed nothing this controller reads: the informer will send
+                # nothing of it, and the copy held is already what the controller sees.
+                self._caught_up(state, key)
+            else:
+                record.answer = answer  # an earlier version may come that projects as it
 
     def when_current(self, obj: MirrorObject, callback: Callable[[], None]) -> None:
         """Call ``callback`` (on the event loop, once) as soon as the mirror shows the
@@ -601,7 +608,16 @@ class Mirror:
         state.objects[obj.key] = obj
         self._index(state, obj)
         record = state.written.get(obj.key)
-        if record is not None and not record.older(obj.resource_version):
+        if record is not None and (
+            not record.older(obj.resource_version)
+            # A version between the controller's writes that projects as the last one
+            # does: the informer withholds the last, which changes nothing it would show.
+            or (
+                obj.view is not None
+                and record.answer is not None
+                and _same_view(obj, record.answer)
+            )
+        ):
             self._caught_up(state, obj.key)  # the mirror caught up with our write
         kind = ChangeKind.ADDED if old is None else ChangeKind.MODIFIED
         self._emit(Change(kind, obj, old, _trace(event)))

@@ -115,6 +115,8 @@ def subscription(
                 raise ValueError(f"owned_by={owner}: the resource needs its kind")
             pairs.add((owner.group, owner.kind))
         kinds = frozenset(pairs)
+        if not kinds and not orphans:
+            raise ValueError("owned_by=[] without orphans=True would receive nothing")
     elif orphans:
         raise ValueError("orphans=True needs owned_by (without it every object is read)")
     sub = TypeSubscription(
