@@ -139,3 +139,20 @@ def test_selector_forms() -> None:
         selector_at({"spec": {"selector": "a=1"}}, path)
     with pytest.raises(ValueError, match="dot-separated"):
         parse_path("spec..selector")
+
+
+def test_an_object_that_leaves_is_deleted_with_its_last_state_that_passed() -> None:
+    # The Endpoints controller finds the Services to update from the pod it is told of:
+    # a pod relabelled away from every Service must come with the labels they selected.
+    world = World()
+    world.service(EventKind.ADDED, "web", {"app": "web"})
+    world.pod(EventKind.ADDED, "web-1", {"app": "web"})
+    feed = world.subscribe()
+    _drain(feed)
+    world.pod(EventKind.MODIFIED, "web-1", {"app": "other"})
+    out: list[bytes] = []
+    feed.take(10, out)
+    (gone,) = wire.decode_batch(out)
+    assert gone.type == pb.EVENT_TYPE_DELETED
+    assert dict(gone.metadata.labels) == {"app": "web"}
+    assert orjson.loads(gone.object)["metadata"]["labels"] == {"app": "web"}

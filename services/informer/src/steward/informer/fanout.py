@@ -236,7 +236,20 @@ class TypeFeed:
                 if now and not was:
                     kind = EventKind.ADDED
                 elif was and not now:
+                    # Gone for this subscriber: with its last state that passed, so that
+                    # it can tell what the object was to it (the Services that selected
+                    # a pod relabelled away from all of them).
                     kind = EventKind.DELETED
+                    assert prev is not None
+                    event = StoreEvent(
+                        kind,
+                        event.key,
+                        prev,
+                        prev,
+                        event.rv,
+                        event.traceparent,
+                        event.tracestate,
+                    )
                 elif not now:
                     self.withheld += 1
                     return False
