@@ -177,6 +177,8 @@ CONTROLLER = (
         EndpointsReconciler.services_of_pod,
         steward.endpoints.pod_change_matters,
         fields=POD_FIELDS,
+        # Only pods some Service selects: a Job's pods never reach the controller.
+        selected_by=(SERVICES, "spec.selector"),
     )
     # Whole: an update is a copy of the object as the mirror holds it.
     .watches(ENDPOINTS, EndpointsReconciler.service_of_endpoints)

@@ -421,6 +421,8 @@ CONTROLLER = (
         EndpointSliceReconciler.services_of_pod,
         steward.endpoints.pod_change_matters,
         fields=POD_FIELDS,
+        # Only pods some Service selects: a Job's pods never reach the controller.
+        selected_by=(SERVICES, "spec.selector"),
     )
     # Whole: an update is a copy of the slice as the mirror holds it.
     .watches(ENDPOINT_SLICES, EndpointSliceReconciler.service_of_slice)
