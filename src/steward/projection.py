@@ -14,8 +14,8 @@ the same thing.
   (``spec.containers.resources`` keeps each container's ``resources``); a path whose
   value is absent in an object is simply absent in its projection;
 - ``metadata`` (the whole of it) when asked for or with ``metadata_only``, always without
-  ``managedFields`` unless ``metadata.managedFields`` (or a path below it, which then
-  keeps all of managedFields) is named;
+  ``managedFields`` unless ``metadata.managedFields`` (or a path below it, which keeps
+  that part of each entry) is named;
 - never ``metadata.resourceVersion``, whatever was asked: the event's parsed metadata
   carries it, and leaving it out is what lets the informer see that a change touched
   nothing the subscriber reads (two versions of an object with the same projection

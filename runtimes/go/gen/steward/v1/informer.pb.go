@@ -182,8 +182,10 @@ type WatchTarget struct {
 	// The projection: the object paths the subscriber keeps, dot-separated (e.g.
 	// "spec.nodeName", "status.conditions"; a path through a list applies to each of its
 	// items, e.g. "spec.containers.resources"). The object sent holds apiVersion, kind,
-	// metadata.name, metadata.namespace, metadata.uid, metadata.resourceVersion and these
-	// paths; metadata.managedFields only when named. Empty for the whole object.
+	// metadata.name, metadata.namespace, metadata.uid and these paths; metadata.managedFields
+	// only when named. It never holds metadata.resourceVersion (the event's metadata carries
+	// it): two versions that differ in nothing else project to the same object. Empty for
+	// the whole object.
 	//
 	// A MODIFIED event whose projected object equals the previous one is not sent (the
 	// client's copy is already right); events of a relist are always sent.
