@@ -383,7 +383,8 @@ func (c *Controller) heartbeatStatus() *pb.InstanceStatus {
 //
 // Each source can narrow what the informer sends of its type: WithSubscription, right
 // after the For, Owns or Watches it applies to, gives it label and field selectors, an
-// owner filter, a projection or metadata only (see Subscription):
+// owner filter, the objects another type selects, a projection or metadata only (see
+// Subscription):
 //
 //	steward.NewBuilder("deployment").
 //		For(steward.Deployments, "Deployment", steward.GenerationChanged).
@@ -396,6 +397,12 @@ func (c *Controller) heartbeatStatus() *pb.InstanceStatus {
 //			MetadataOnly:  true, // labels and owner references are metadata
 //		})
 //
+// and an endpoints-like controller reads only the pods some Service selects:
+//
+//	Watches(steward.Pods, podsToServices).WithSubscription(steward.Subscription{
+//		SelectedBy: &steward.SelectedBy{Type: steward.Services, Path: "spec.selector"},
+//	})
+//
 // An Owns source keeps only the objects whose controller owner is of the primary kind
 // even without a subscription — that is all it reacts to; its subscription's OwnerFilter
 // adds kinds or orphans to that. The controller watches each type once: when several
@@ -405,8 +412,10 @@ func (c *Controller) heartbeatStatus() *pb.InstanceStatus {
 // Owns filter), else the kinds of all of them, with orphans when any keeps them. Objects
 // are whole when any source wants them whole (no Fields, not MetadataOnly); else the
 // Fields of all of them, metadata only when every source is (when only some are,
-// "metadata" joins the fields). Selectors cannot be merged: Complete refuses sources of
-// one type that give different selectors.
+// "metadata" joins the fields). SelectedBy is kept when every source gives the same join
+// (type and path); else (a source without one, or two different joins) the type
+// receives every object. Selectors cannot be merged: Complete refuses sources of one
+// type that give different selectors.
 type Builder struct {
 	name     string
 	primary  *pb.ResourceType
@@ -482,7 +491,7 @@ func (b *Builder) WithSubscription(sub Subscription) *Builder {
 		b.err = errors.Join(b.err, fmt.Errorf("controller %q: the %s of %s already has a subscription", b.name, r.method, KeyOf(r.t)))
 		return b
 	}
-	if err := sub.validate(); err != nil {
+	if err := sub.validate(KeyOf(r.t)); err != nil {
 		b.err = errors.Join(b.err, fmt.Errorf("controller %q: the subscription of the %s of %s: %w", b.name, r.method, KeyOf(r.t), err))
 		return b
 	}

@@ -31,8 +31,9 @@
 //	}
 //
 // Each source may narrow what the informer sends of its type — selectors, an owner filter,
-// a projection, metadata only — with Builder.WithSubscription (see Subscription); an
-// Owns source asks only for the objects the primary kind controls.
+// the objects another type selects (SelectedBy), a projection, metadata only — with
+// Builder.WithSubscription (see Subscription); an Owns source asks only for the objects
+// the primary kind controls.
 //
 // The layers below stay usable alone (Builder.Complete, Controller.Run or RunWithManager,
 // Controller.Fence for clients built elsewhere).

@@ -44,6 +44,7 @@ var (
 	ConfigMaps  = NewResourceType("", "v1", "configmaps")
 	Pods        = NewResourceType("", "v1", "pods")
 	Secrets     = NewResourceType("", "v1", "secrets")
+	Services    = NewResourceType("", "v1", "services")
 	Deployments = NewResourceType("apps", "v1", "deployments")
 	ReplicaSets = NewResourceType("apps", "v1", "replicasets")
 	Jobs        = NewResourceType("batch", "v1", "jobs")
@@ -214,7 +215,10 @@ type typeState struct {
 // MirrorOptions.Subscriptions narrow what the informer sends of a type, per type: the
 // mirror then holds only the objects that pass the type's filters (one that stops
 // passing is reported as Deleted, one that starts to as Added), and of a projected type
-// only the fields asked for in Object.Raw.
+// only the fields asked for in Object.Raw. A type with SelectedBy is never resumed: the
+// informer answers every (re)opened watch with REPLACED and a fresh snapshot of it,
+// applied as under Recovery: objects it lacks are reported as Deleted, new ones as
+// Added, changed ones as Modified, unchanged ones not at all.
 //
 // # Memory
 //
@@ -303,7 +307,7 @@ func NewMirror(conn grpc.ClientConnInterface, types []*pb.ResourceType, opts Mir
 		if _, ok := m.state[k]; !ok {
 			return nil, fmt.Errorf("steward: a subscription for %s, which the mirror does not watch", k)
 		}
-		if err := sub.validate(); err != nil {
+		if err := sub.validate(k); err != nil {
 			return nil, fmt.Errorf("steward: the subscription for %s: %w", k, err)
 		}
 		subs[k] = sub.clone()

@@ -32,9 +32,44 @@ type OwnerFilter struct {
 	Orphans bool
 }
 
+// SelectedBy keeps only the objects that some object of another type selects by its
+// labels, in the same namespace: e.g. the pods selected by a Service's spec.selector,
+//
+//	&steward.SelectedBy{Type: steward.Services, Path: "spec.selector"}
+//
+// The informer makes the join (it holds both types): when a selector changes, the objects
+// it starts to select arrive as Added and those no selector selects any more as Deleted,
+// with their last state. Such a type is never resumed: on every (re)opened watch the
+// informer sends REPLACED and a fresh snapshot, which the Mirror applies as any other
+// (objects the snapshot lacks are reported Deleted). See SelectedBy in informer.proto.
+type SelectedBy struct {
+	// Type is the selecting type, e.g. Services; it must differ from the watched type.
+	// The controller must be allowed to list and watch it too.
+	Type *pb.ResourceType
+	// Path is the dot-separated path of the selector in a selecting object: a map of
+	// labels (a Service's "spec.selector") or a LabelSelector with matchLabels and
+	// matchExpressions (a Deployment's "spec.selector"). An absent or empty selector
+	// selects nothing.
+	Path string
+}
+
+// sameJoin reports whether a and b select by the same type and path.
+func (a *SelectedBy) sameJoin(b *SelectedBy) bool {
+	return KeyOf(a.Type) == KeyOf(b.Type) && a.Path == b.Path
+}
+
+// clone is a deep copy (nil for nil).
+func (a *SelectedBy) clone() *SelectedBy {
+	if a == nil {
+		return nil
+	}
+	k := KeyOf(a.Type)
+	return &SelectedBy{Type: NewResourceType(k.Group, k.Version, k.Resource), Path: a.Path}
+}
+
 // Subscription is what one source of a controller needs the informer to send of its
-// type: which objects (selectors, owner filter) and which of their fields (projection,
-// metadata only). The informer applies it before it encodes an event, so objects and
+// type: which objects (selectors, owner filter, selected by another type's selectors) and
+// which of their fields (projection, metadata only). The informer applies it before it encodes an event, so objects and
 // fields nobody asked for cost neither the informer nor the controller anything. The
 // zero value asks for every object, whole.
 //
@@ -64,14 +99,18 @@ type Subscription struct {
 	// MetadataOnly keeps only apiVersion, kind and metadata (without managedFields), plus
 	// Fields: client-go's metadata-only informer.
 	MetadataOnly bool
+	// SelectedBy keeps only the objects some object of another type selects (e.g. the
+	// pods of Services: {Type: Services, Path: "spec.selector"}); nil for all. A type
+	// whose sources do not all give the same one receives every object.
+	SelectedBy *SelectedBy
 }
 
 // wholeObject reports whether the source reads whole objects (no projection).
 func (s Subscription) wholeObject() bool { return len(s.Fields) == 0 && !s.MetadataOnly }
 
-// validate refuses what no informer would serve: a filter that keeps nothing, an unnamed
-// kind, an empty path.
-func (s Subscription) validate() error {
+// validate refuses what no informer would serve for a source of type t: a filter that
+// keeps nothing, an unnamed kind, an empty path, a type selecting its own objects.
+func (s Subscription) validate(t TypeKey) error {
 	if f := s.OwnerFilter; f != nil {
 		if len(f.Kinds) == 0 && !f.Orphans {
 			return errors.New("an owner filter without kinds or orphans keeps no object (nil keeps every object)")
@@ -83,12 +122,27 @@ func (s Subscription) validate() error {
 		}
 	}
 	for _, p := range s.Fields {
-		if p == "" || slices.Contains(strings.Split(p, "."), "") {
+		if !validPath(p) {
 			return fmt.Errorf("projection path %q is not dot-separated field names", p)
+		}
+	}
+	if j := s.SelectedBy; j != nil {
+		k := KeyOf(j.Type)
+		if k.Version == "" || k.Resource == "" {
+			return fmt.Errorf("selected by %+v: name the selecting type (version and resource)", k)
+		}
+		if k == t {
+			return fmt.Errorf("selected by %s: a type cannot select objects of its own type", k)
+		}
+		if !validPath(j.Path) {
+			return fmt.Errorf("selected by %s: selector path %q is not dot-separated field names (e.g. \"spec.selector\")", k, j.Path)
 		}
 	}
 	return nil
 }
+
+// validPath reports whether p is dot-separated names, none of them empty.
+func validPath(p string) bool { return p != "" && !slices.Contains(strings.Split(p, "."), "") }
 
 // clone is a deep copy, so a caller's later changes do not reach a mirror.
 func (s Subscription) clone() Subscription {
@@ -96,6 +150,7 @@ func (s Subscription) clone() Subscription {
 	if f := s.OwnerFilter; f != nil {
 		s.OwnerFilter = &OwnerFilter{Kinds: slices.Clone(f.Kinds), Orphans: f.Orphans}
 	}
+	s.SelectedBy = s.SelectedBy.clone()
 	return s
 }
 
@@ -112,6 +167,9 @@ func (s Subscription) fill(t *pb.WatchTarget) {
 	}
 	t.Fields = slices.Clone(s.Fields)
 	t.MetadataOnly = s.MetadataOnly
+	if j := s.SelectedBy.clone(); j != nil {
+		t.SelectedBy = &pb.SelectedBy{Type: j.Type, Path: j.Path}
+	}
 }
 
 // sourceSubscription is the subscription of one source, and how errors name the source.
@@ -129,7 +187,10 @@ type sourceSubscription struct {
 //     orphans when any source keeps them;
 //   - projection: the whole object when a source wants it; else the union of the fields,
 //     metadata only when every source is — and when only some are, "metadata" joins the
-//     fields, so those still get the whole metadata.
+//     fields, so those still get the whole metadata;
+//   - selected by: kept when every source gives the same join (type and path), else none
+//     (a source without one, or two different joins): one target cannot say "selected by
+//     this or by that", so the type receives every object (as the Python runtime merges).
 //
 // Kinds and fields come out sorted, so equal needs make equal targets.
 func mergeSubscriptions(t TypeKey, subs []sourceSubscription) (Subscription, error) {
@@ -148,6 +209,14 @@ func mergeSubscriptions(t TypeKey, subs []sourceSubscription) (Subscription, err
 					"the sources of %s ask for different %s: %q (%s) and %q (%s); a type is watched once, with one selector, so give its sources the same one",
 					t, sel.what, sel.a, first.from, sel.b, s.from)
 			}
+		}
+	}
+
+	out.SelectedBy = first.sub.SelectedBy.clone()
+	for _, s := range subs[1:] {
+		if out.SelectedBy == nil || s.sub.SelectedBy == nil || !out.SelectedBy.sameJoin(s.sub.SelectedBy) {
+			out.SelectedBy = nil
+			break
 		}
 	}
 
