@@ -161,7 +161,7 @@ def _mirror_of(channel: grpc.aio.Channel, *objects: MirrorObject) -> Mirror:
     events = []
     for obj in objects:
         event = pb.Event(type=pb.EVENT_TYPE_ADDED, resource_type=obj.type.wire)
-        event.metadata.CopyFrom(obj.meta)
+        event.metadata.CopyFrom(obj.meta.to_message())
         event.object = obj.raw
         events.append(event)
     mirror._apply(events)
@@ -209,11 +209,11 @@ async def test_the_expectation_observer_lowers_only_for_the_resolved_owner() -> 
     observe = expectation_observer(mirror, resources.REPLICASETS, PODS, expectations)
 
     def owned(name: str, uid: str = "uid-web", deleting: bool = False) -> MirrorObject:
-        obj = pod(name, owner=("apps/v1", "ReplicaSet", "web"))
-        obj.meta.owner_references[0].uid = uid
+        meta = pod(name, owner=("apps/v1", "ReplicaSet", "web")).meta.to_message()
+        meta.owner_references[0].uid = uid
         if deleting:
-            obj.meta.deletion_timestamp.GetCurrentTime()
-        return obj
+            meta.deletion_timestamp.GetCurrentTime()
+        return MirrorObject(PODS, meta, b"{}")
 
     observe(Change(ChangeKind.ADDED, owned("a", uid="uid-of-a-predecessor"), None, None))
     observe(Change(ChangeKind.ADDED, pod("b", owner=("batch/v1", "Job", "web")), None, None))

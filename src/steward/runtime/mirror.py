@@ -41,8 +41,11 @@ stale only when it is one a write replaced. The record of an object is dropped a
 the mirror shows that write or a later version, or the object's deletion.
 
 # Memory usage
-One :class:`MirrorObject` per object (the JSON bytes and parsed metadata; the decoded
-dict only once someone asked for it), plus index entries.
+One :class:`MirrorObject` per object (the JSON bytes, or the projection the controller
+asked for, and the parsed metadata in the compact, shared form of
+:mod:`steward.runtime.meta`; the decoded dict only once someone asked for it), plus
+index entries. Nothing of an event's protobuf message is kept: it lives in the memory of
+its whole response, which would keep every object's JSON twice.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ import orjson
 
 from steward.deepjson import loads_deep
 from steward.projection import Node, Projection
+from steward.runtime.meta import Meta, OwnerRef
 from steward.runtime.resources import Resource
 from steward.runtime.subscriptions import EVERYTHING, TypeSubscription, guard, readable_tree
 from steward.runtime.workqueue import TraceContext
@@ -178,10 +182,16 @@ class MirrorObject:
     __slots__ = ("_decoded", "meta", "raw", "type", "view")
 
     def __init__(
-        self, rtype: Resource, meta: pb.ObjectMeta, raw: bytes, view: _View | None = None
+        self,
+        rtype: Resource,
+        meta: pb.ObjectMeta | Meta,
+        raw: bytes,
+        view: _View | None = None,
     ) -> None:
         self.type = rtype
-        self.meta = meta
+        self.meta = Meta.of(meta)
+        """The parsed metadata (:class:`~steward.runtime.meta.Meta`, read like the
+        event's ``ObjectMeta``)."""
         self.raw = raw
         self.view = view
         """The projection the object came in, None for a whole object."""
@@ -227,7 +237,7 @@ class MirrorObject:
             self._decoded = decoded
         return self._decoded
 
-    def controller_owner(self) -> pb.OwnerReference | None:
+    def controller_owner(self) -> OwnerRef | None:
         """The owner reference with ``controller: true``, if any."""
         for ref in self.meta.owner_references:
             if ref.controller:
@@ -584,12 +594,12 @@ class Mirror:
                             done.set_result(None)
                     self._stream_barriers = []
             elif kind in (pb.EVENT_TYPE_ADDED, pb.EVENT_TYPE_MODIFIED):
-                obj = MirrorObject(key, _own(event.metadata), event.object, self._views[key])
+                obj = MirrorObject(key, event.metadata, event.object, self._views[key])
                 if state.replacing is not None:
                     state.replacing.add(obj.key)
                 self._upsert(state, obj, event)
             elif kind == pb.EVENT_TYPE_DELETED:
-                obj = MirrorObject(key, _own(event.metadata), event.object, self._views[key])
+                obj = MirrorObject(key, event.metadata, event.object, self._views[key])
                 gone = state.objects.get(obj.key)
                 if gone is not None:
                     self._unindex(state, gone)
@@ -657,16 +667,6 @@ class Mirror:
             yield from state.objects.values()
 
 
-def _own(meta: pb.ObjectMeta) -> pb.ObjectMeta:
-    """A copy of an event's metadata that holds its own memory. The event's message lives
-    in the memory protobuf allocated for its whole response, objects' JSON included: a
-    mirror keeping it kept every response it ever received (4.4 KB more per 4 KB Pod,
-    ``python -m bench.mirror_memory --copy-meta``). The copy costs about 1.7 µs."""
-    own = pb.ObjectMeta()
-    own.CopyFrom(meta)
-    return own
-
-
 def _same_view(held: MirrorObject, answer: dict[str, Any]) -> bool:
     """Whether ``answer`` (an object as the API server stored it) projects to what the
     mirror holds of it: the projected JSON and the parsed metadata the informer compares
@@ -699,7 +699,7 @@ def _same_view(held: MirrorObject, answer: dict[str, Any]) -> bool:
         dict(meta.get("labels") or {}) == dict(parsed.labels)
         and refs == held_refs
         and list(meta.get("finalizers") or ()) == list(parsed.finalizers)
-        and bool(meta.get("deletionTimestamp")) == parsed.HasField("deletion_timestamp")
+        and bool(meta.get("deletionTimestamp")) == (parsed.deletion_timestamp is not None)
         and int(meta.get("generation") or 0) == parsed.generation
     )
 
