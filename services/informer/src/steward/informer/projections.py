@@ -20,8 +20,9 @@ for them: two different projected forms with the same hash are about as likely a
 2**64 comparisons, and the next change of the object, or a relist, would repair it.
 
 # Memory usage
-An object's digests cost a small dict per object of a type that has projected
-subscribers; a view lives as long as a feed has it queued.
+An object's digests cost a small tuple per object of a type that has projected
+subscribers (about 100 bytes for one projection); a view lives as long as a feed has it
+queued.
 """
 
 from __future__ import annotations
@@ -70,15 +71,19 @@ def _digest(obj: StoredObject, projected: bytes) -> int:
 
 def digest(projection: Projection, obj: StoredObject, projected: bytes | None = None) -> int:
     """The hash of ``obj``'s projected form (see the module docs), remembered on it."""
-    digests = obj.digests
-    if digests is None:
-        digests = obj.digests = {}
-    known = digests.get(projection)
-    if known is None:
-        if projected is None:
-            projected = view(projection, obj)
-        known = digests[projection] = _digest(obj, projected)
-    return known
+    held = obj.digests
+    if held is not None:
+        for i in range(0, len(held), 2):
+            if held[i] == projection:
+                known: int = held[i + 1]
+                return known
+    if projected is None:
+        projected = view(projection, obj)
+    value = _digest(obj, projected)
+    # A flat tuple of (projection, hash) pairs: an object meets one or two projections,
+    # and a tuple of two costs half a dict.
+    obj.digests = (*(held or ()), projection, value)
+    return value
 
 
 def view_of(event: StoreEvent, projection: Projection) -> bytes:

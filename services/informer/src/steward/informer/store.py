@@ -166,7 +166,7 @@ class StoredObject:
             else ()
         )
         self.deletion_timestamp: str | None = meta.get("deletionTimestamp")
-        self.digests: dict[Any, int] | None = None
+        self.digests: tuple[Any, ...] | None = None
         """Hashes of this object's projected forms, by projection (projections.py): what
         tells a projected subscriber that a change touched nothing it reads."""
         finalizers = meta.get("finalizers")
