@@ -374,11 +374,11 @@ export class Controller {
  * Fluent wiring of a {@link Controller}: one primary type, plus owned and mapped types.
  *
  * Wherever a type goes, a {@link SubscribedType} may go instead (`{ type, ...subscription }`)
- * to narrow what the informer sends of it for that source: selectors, an owner filter, a
- * projection, metadata only. An {@link owns} source asks only for the objects the primary
- * kind controls. {@link complete} merges the subscriptions of the sources of each type into
- * the one target the watch carries, and throws when they give different selectors (see
- * subscription.ts):
+ * to narrow what the informer sends of it for that source: selectors, an owner filter, the
+ * objects another type selects (`selectedBy`), a projection, metadata only. An {@link owns}
+ * source asks only for the objects the primary kind controls. {@link complete} merges the
+ * subscriptions of the sources of each type into the one target the watch carries, and
+ * throws when they give different selectors (see subscription.ts):
  *
  * ```ts
  * new ControllerBuilder("deployment")
@@ -408,7 +408,7 @@ export class ControllerBuilder {
     const [rtype, given] = splitSubscribed(entry);
     const key = typeKey(rtype);
     try {
-      validateSubscription(given);
+      validateSubscription(given, rtype);
     } catch (err) {
       throw new RangeError(`controller ${this.name}: the subscription of ${method}(${key}): ${(err as Error).message}`);
     }

@@ -119,7 +119,13 @@ export {
   type SessionOptions,
   defaultInstanceId,
 } from "./session";
-export { type GroupKind, type OwnerFilter, type SubscribedType, type Subscription } from "./subscription";
+export {
+  type GroupKind,
+  type OwnerFilter,
+  type SelectedBy,
+  type SubscribedType,
+  type Subscription,
+} from "./subscription";
 export { configureTracing, outgoingHeaders, withReconcileSpan } from "./tracing";
 export { type Outcome, type ReconcileReport, WorkerPool, type WorkerOptions, type WorkerStatus } from "./workers";
 export { MAX_CONTEXTS_PER_ITEM, type QueueItem, type TraceContext, WorkQueue, type WorkQueueOptions } from "./workqueue";

@@ -32,7 +32,10 @@
  * Each type may come with a {@link Subscription} (pass a {@link SubscribedType} for it): the
  * informer then sends only the objects that pass its filters (one that stops passing is
  * reported as deleted, one that starts to as added) and, of a projected type, only the
- * fields asked for. Entries naming the same type are merged (see subscription.ts).
+ * fields asked for. Entries naming the same type are merged (see subscription.ts). A type
+ * with `selectedBy` is never resumed: the informer answers every (re)opened watch with
+ * REPLACED and a fresh snapshot of it, applied as any REPLACED (objects it lacks are reported
+ * deleted, new ones added, changed ones modified, unchanged ones not at all).
  *
  * # Memory usage
  * One {@link MirrorObject} per object (the JSON bytes and parsed metadata; the decoded
@@ -263,7 +266,7 @@ export class Mirror {
     for (const entry of types) {
       n += 1;
       const [t, subscription] = splitSubscribed(entry);
-      validateSubscription(subscription);
+      validateSubscription(subscription, t);
       const key = typeKey(t);
       if (!this.types.has(key)) {
         this.types.set(key, t);

@@ -2,16 +2,20 @@
  * Subscriptions: what a controller's source needs the informer to send of its type.
  *
  * By default a source gets every object of its type, whole. A {@link Subscription} narrows
- * that: which objects (label and field selectors, an owner filter) and which of their fields
- * (a projection, or the metadata alone). The informer applies it before it encodes an event,
- * so objects and fields nobody asked for cost neither the informer nor the controller
- * anything. Give one where a {@link ResourceType} goes, as a {@link SubscribedType}:
+ * that: which objects (label and field selectors, an owner filter, those another type
+ * selects) and which of their fields (a projection, or the metadata alone). The informer
+ * applies it before it encodes an event, so objects and fields nobody asked for cost neither
+ * the informer nor the controller anything. Give one where a {@link ResourceType} goes, as a
+ * {@link SubscribedType}:
  *
  * ```ts
  * new ControllerBuilder("deployment")
  *   .forKind(DEPLOYMENTS, "Deployment", generationChanged)
  *   .owns({ type: REPLICASETS, ownerFilter: { orphans: true } }) // and those it may adopt
  *   .watches({ type: PODS, labelSelector: "app", fields: ["status.phase"], metadataOnly: true }, podsToDeployment);
+ *
+ * // Only the pods some Service selects (an endpoints-like controller):
+ * builder.watches({ type: PODS, selectedBy: { type: SERVICES, path: "spec.selector" } }, podsToServices);
  * ```
  *
  * An `owns` source keeps only the objects whose controller owner is of the primary kind even
@@ -27,6 +31,9 @@
  * - projection: the whole object when any source wants it whole (no `fields`, not
  *   `metadataOnly`), else the union of the fields, metadata only when every source is (when
  *   only some are, `metadata` joins the fields);
+ * - selected by: kept when every source gives the same join (selecting type and path), else
+ *   none (a source without one, or two different joins): one target cannot say "selected by
+ *   this or by that", so the type receives every object;
  * - selectors: they must be the same (up to surrounding spaces); different ones throw when
  *   the controller is built, naming the type, the selectors and the sources.
  * Kinds and fields are sent sorted, so equal needs make equal targets.
@@ -58,6 +65,29 @@ export interface OwnerFilter {
   readonly orphans?: boolean;
 }
 
+/**
+ * Keeps only the objects that some object of another type selects by its labels, in the same
+ * namespace: `{ type: SERVICES, path: "spec.selector" }` keeps the pods some Service selects.
+ * The informer makes the join (it holds both types): when a selector changes, the objects it
+ * starts to select arrive as added and those no selector selects any more as deleted, with
+ * their last state. Such a type is never resumed: on every (re)opened watch the informer sends
+ * REPLACED and a fresh snapshot of it, which the mirror applies as any other (objects the
+ * snapshot lacks are reported deleted). See `SelectedBy` in informer.proto.
+ */
+export interface SelectedBy {
+  /**
+   * The selecting type, e.g. services; not the watched type. The controller must be allowed
+   * to list and watch it too.
+   */
+  readonly type: ResourceType;
+  /**
+   * Dot-separated path of the selector in a selecting object: a map of labels (a Service's
+   * "spec.selector") or a LabelSelector with matchLabels and matchExpressions (a Deployment's
+   * "spec.selector"). An absent or empty selector selects nothing.
+   */
+  readonly path: string;
+}
+
 /** What one source needs of its type (see the module docs); `{}` is every object, whole. */
 export interface Subscription {
   /** Only matching objects of this type (e.g. "app=web"), on top of the controller's label selector; "" for all. */
@@ -77,6 +107,12 @@ export interface Subscription {
   readonly fields?: readonly string[];
   /** Only apiVersion, kind and metadata (without managedFields), plus `fields`: client-go's metadata-only informer. */
   readonly metadataOnly?: boolean;
+  /**
+   * Only the objects some object of another type selects (e.g. the pods of Services:
+   * `{ type: SERVICES, path: "spec.selector" }`); undefined for all. A type whose sources do
+   * not all give the same one receives every object.
+   */
+  readonly selectedBy?: SelectedBy;
 }
 
 /** A resource type with a {@link Subscription}: accepted wherever a {@link ResourceType} is watched. */
@@ -93,11 +129,20 @@ export function splitSubscribed(entry: ResourceType | SubscribedType): [Resource
   return [entry, {}];
 }
 
+const sameType = (a: ResourceType, b: ResourceType): boolean =>
+  a.group === b.group && a.version === b.version && a.resource === b.resource;
+
+const nameOf = (t: ResourceType): string => `${t.group}/${t.version}/${t.resource}`;
+
+/** Whether `path` is dot-separated names, none of them empty. */
+const validPath = (path: string): boolean => path.split(".").every((segment) => segment !== "");
+
 /**
- * Throws a `RangeError` for what no informer would serve: an owner filter that keeps nothing,
- * a kind without a name, an empty path segment.
+ * Throws a `RangeError` for what no informer would serve for a source of `type` (when given):
+ * an owner filter that keeps nothing, a kind without a name, an empty path segment, a type
+ * selecting its own objects.
  */
-export function validateSubscription(sub: Subscription): void {
+export function validateSubscription(sub: Subscription, type?: ResourceType): void {
   const owners = sub.ownerFilter;
   if (owners !== undefined) {
     if ((owners.kinds ?? []).length === 0 && owners.orphans !== true) {
@@ -108,8 +153,23 @@ export function validateSubscription(sub: Subscription): void {
     }
   }
   for (const path of sub.fields ?? []) {
-    if (path.split(".").some((segment) => segment === "")) {
+    if (!validPath(path)) {
       throw new RangeError(`projection path ${JSON.stringify(path)} is not dot-separated field names`);
+    }
+  }
+  const join = sub.selectedBy;
+  if (join !== undefined) {
+    if (!join.type?.version || !join.type.resource) {
+      throw new RangeError(`selected by ${JSON.stringify(join.type)}: name the selecting type (version and resource)`);
+    }
+    const by = nameOf(join.type);
+    if (type !== undefined && sameType(join.type, type)) {
+      throw new RangeError(`selected by ${by}: a type cannot select objects of its own type`);
+    }
+    if (typeof join.path !== "string" || !validPath(join.path)) {
+      throw new RangeError(
+        `selected by ${by}: selector path ${JSON.stringify(join.path)} is not dot-separated field names (e.g. "spec.selector")`,
+      );
     }
   }
 }
@@ -169,7 +229,20 @@ export function mergeSubscriptions(typeName: string, sources: readonly SourceSub
     if (!metadataOnly && sources.some((s) => s.subscription.metadataOnly === true)) union.add("metadata");
     fields = [...union].sort(byString);
   }
-  return { labelSelector, fieldSelector, ownerFilter, fields, metadataOnly };
+  // Objects selected by one type, or by another: one target cannot say both, so a type whose
+  // sources do not all give the same join receives every object.
+  const firstJoin = first.subscription.selectedBy;
+  const same = (j: SelectedBy | undefined): boolean =>
+    firstJoin !== undefined && j !== undefined && sameType(j.type, firstJoin.type) && j.path === firstJoin.path;
+  const selectedBy = sources.every((s) => same(s.subscription.selectedBy)) ? copyJoin(firstJoin) : undefined;
+  return { labelSelector, fieldSelector, ownerFilter, fields, metadataOnly, selectedBy };
+}
+
+/** A copy of a join (undefined for none), so a caller's later changes do not reach a mirror. */
+function copyJoin(join: SelectedBy | undefined): SelectedBy | undefined {
+  if (join === undefined) return undefined;
+  const { group, version, resource } = join.type;
+  return { type: { group, version, resource }, path: join.path };
 }
 
 /** The `WatchTarget` of a type with its subscription. */
@@ -186,6 +259,6 @@ export function watchTarget(type: ResourceType, resourceVersion: string, sub: Su
         : { kinds: (owners.kinds ?? []).map((gk) => ({ group: gk.group, kind: gk.kind })), orphans: owners.orphans ?? false },
     fields: [...(sub.fields ?? [])],
     metadataOnly: sub.metadataOnly ?? false,
-    selectedBy: undefined,
+    selectedBy: copyJoin(sub.selectedBy),
   };
 }
