@@ -24,10 +24,9 @@ in (garbage collected, as a running controller would hold it), and again after
 ``malloc_trim`` (live memory only: what the Pods' generation and the transient responses
 left free in the heap is given back).
 
-``--copy-meta`` repeats each case with every event's metadata copied out of its response
-before the mirror keeps it: the event's ``metadata`` is a message in the response's
-protobuf arena, which it keeps alive (the whole response, JSON included) for as long as
-the mirror holds it; the difference is what that costs.
+The mirror keeps nothing of an event's protobuf message (its parsed metadata becomes a
+compact :class:`~steward.runtime.meta.Meta`): a message lives in the memory of its whole
+response, and a mirror that kept the messages kept each object's JSON twice.
 
 ``--informer`` also runs ``bench.informer_memory``'s own measure of the informer (list,
 snapshot to one subscriber, churn) for the same number of Pods, with a whole-object and
@@ -56,7 +55,7 @@ FIELDS = ("metadata", "spec.nodeName", "status.phase", "status.conditions")
 
 CASES: dict[str, tuple[str, tuple[str, ...], bool, bool]] = {
     # name: (label, fields, metadata_only, decoded)
-    "a": ("whole objects (today)", (), False, False),
+    "a": ("whole objects", (), False, False),
     "b": ("projection: " + ", ".join(FIELDS), FIELDS, False, False),
     "c": ("metadata_only", (), True, False),
     "d": ("b, every object decoded once", FIELDS, False, True),
@@ -65,24 +64,6 @@ CASES: dict[str, tuple[str, tuple[str, ...], bool, bool]] = {
 
 BATCH = 256
 """Events per WatchResponse (the informer's default_batch)."""
-
-
-class _CopiedMeta:
-    """An event whose metadata was copied out of its response (diagnostic, ``--copy-meta``):
-    the attributes ``Mirror._apply`` reads."""
-
-    __slots__ = ("metadata", "object", "resource_type", "resource_version", "trace_context", "type")
-
-    def __init__(self, event: Any) -> None:
-        from steward.v1 import informer_pb2 as pb
-
-        self.type = event.type
-        self.resource_type = event.resource_type
-        self.resource_version = event.resource_version
-        self.trace_context = event.trace_context
-        self.object = event.object
-        self.metadata = pb.ObjectMeta()
-        self.metadata.CopyFrom(event.metadata)
 
 
 def _responses(start: int, count: int, rng: random.Random, namespaces: int, projection: Any) -> Any:
@@ -110,18 +91,13 @@ def _responses(start: int, count: int, rng: random.Random, namespaces: int, proj
         yield b"".join(chunks), served
 
 
-def _feed(mirror: Any, data: bytes, copy_meta: bool) -> None:
+def _feed(mirror: Any, data: bytes) -> None:
     from steward.v1 import informer_pb2 as pb
 
-    events: Any = pb.WatchResponse.FromString(data).events
-    if copy_meta:
-        events = [_CopiedMeta(e) for e in events]
-    mirror._apply(events)
+    mirror._apply(pb.WatchResponse.FromString(data).events)
 
 
-async def _child(
-    case: str, pods: int, namespaces: int, seed: int, copy_meta: bool
-) -> dict[str, Any]:
+async def _child(case: str, pods: int, namespaces: int, seed: int) -> dict[str, Any]:
     import grpc
 
     from steward.runtime.mirror import Mirror
@@ -139,7 +115,7 @@ async def _child(
     # Warm up every code path (imports, caches, the first arenas) on other Pods.
     warm = mirror()
     for data, _ in _responses(10_000_000, 512, random.Random(seed + 1), namespaces, projection):  # noqa: S311
-        _feed(warm, data, copy_meta)
+        _feed(warm, data)
     for obj in warm:
         obj.object  # noqa: B018 - decoded for the warm-up
     del warm, data
@@ -152,7 +128,7 @@ async def _child(
     served = 0
     rng = random.Random(seed)  # noqa: S311 - synthetic data
     for data, size in _responses(0, pods, rng, namespaces, projection):
-        _feed(held, data, copy_meta)
+        _feed(held, data)
         served += size
     del data
     fed_cpu = time.process_time() - clock
@@ -234,7 +210,7 @@ def _report(results: dict[str, dict[str, Any]]) -> None:
     for case, r in results.items():
         ratio = f"{r['resident'] / whole['resident']:.2f}" if whole else "-"
         ratio_t = f"{r['trimmed'] / whole['trimmed']:.2f}" if whole else "-"
-        label = CASES[case[0]][0] + (", metadata copied out" if case.endswith("+copy") else "")
+        label = CASES[case[0]][0]
         print(
             f"{case:<4}{r['kept_json'] / pods:>12,.0f} B{_mib(r['resident']):>14}"
             f"{r['resident'] / pods:>8,.0f} B{ratio:>7}{_mib(r['trimmed']):>13}"
@@ -283,12 +259,6 @@ def main(argv: list[str] | None = None) -> int:
         "once), e (a decoded once) (default: abcde)",
     )
     parser.add_argument(
-        "--copy-meta",
-        action="store_true",
-        help="also run each case with every event's metadata copied out of its response "
-        "(what the mirror would hold if it did not keep the response's message alive)",
-    )
-    parser.add_argument(
         "--informer",
         action="store_true",
         help="also run bench.informer_memory for as many Pods, whole and projected",
@@ -313,9 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.pods, case == "informer-projected", args.updates, args.namespaces, args.seed
             )
         else:
-            result = asyncio.run(
-                _child(case[0], args.pods, args.namespaces, args.seed, case.endswith("+copy"))
-            )
+            result = asyncio.run(_child(case[0], args.pods, args.namespaces, args.seed))
         print(json.dumps(result))
         return 0
     unknown = set(args.cases) - set(CASES)
@@ -324,8 +292,6 @@ def main(argv: list[str] | None = None) -> int:
     common = ["--pods", str(args.pods), "--namespaces", str(args.namespaces)]
     common += ["--seed", str(args.seed), "--updates", str(args.updates)]
     names = list(dict.fromkeys(args.cases))
-    if args.copy_meta:
-        names += [f"{c}+copy" for c in names]
     results = {name: _spawn([name, *common]) for name in names}
     informer: dict[str, dict[str, Any]] = {}
     if args.informer:
