@@ -18,6 +18,12 @@ once, set the ``ReplicaFailure`` condition (removed by the next sync that succee
 make the sync raise after the status is written, so it is retried with backoff. A status
 write that conflicts is retried once on a fresh read, as upstream; then the sync raises.
 Events are best effort: a failure to record one is logged, never retried.
+
+# What it reads
+ReplicaSets whole (a status write is a copy of the mirror's object); of a pod only
+:data:`POD_FIELDS`, which is all the mirror holds of it. Pods are only created, patched
+(adoption and release name the owner reference, nothing read) and deleted, never written
+back from the mirror's copy.
 """
 
 from __future__ import annotations
@@ -44,6 +50,28 @@ NAME = "replicaset"
 """The controller's name with the manager (as in kube-controller-manager's --controllers)."""
 COMPONENT = "replicaset-controller"
 """The Events' source component, as upstream's."""
+POD_FIELDS = (
+    "metadata.labels",
+    "metadata.annotations",
+    "metadata.ownerReferences",
+    "metadata.deletionTimestamp",
+    "metadata.creationTimestamp",
+    "spec.nodeName",
+    "spec.initContainers.name",
+    "spec.initContainers.restartPolicy",
+    "status.phase",
+    "status.conditions.type",
+    "status.conditions.status",
+    "status.conditions.lastTransitionTime",
+    "status.containerStatuses.restartCount",
+    "status.initContainerStatuses.name",
+    "status.initContainerStatuses.restartCount",
+)
+"""What the controller reads of a pod (one a ReplicaSet controls, or an orphan): its labels
+and controller (the claim), deletion mark and phase (active, terminating), Ready condition
+(ready, available), and what :mod:`.ranking` orders deletions by: the node, the
+deletion-cost annotation, the restarts of containers and sidecars (init containers with
+``restartPolicy: Always``) and the creation time."""
 
 
 class ReplicaSetReconciler:
@@ -163,8 +191,8 @@ class ReplicaSetReconciler:
 CONTROLLER = (
     steward.ControllerBuilder[ReplicaSetReconciler](NAME)
     .for_(REPLICASETS)
-    .owns(PODS, expect=True)
-    .adopts(PODS)
+    .owns(PODS, expect=True, fields=POD_FIELDS)
+    .adopts(PODS, fields=POD_FIELDS)
     .with_index("controller", steward.index_by_controller)
     .with_index("orphan", steward.orphan_index(PODS))
     .with_options(steward.ControllerOptions(max_concurrent_reconciles=5))
