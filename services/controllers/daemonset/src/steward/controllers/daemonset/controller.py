@@ -29,6 +29,13 @@ until the next sync, as upstream's slow start. A revision name taken by another 
 (a hash collision) raises ``status.collisionCount`` and retries, so the next revision gets
 another name. A status write that conflicts is retried once on a fresh read. Events are
 best effort: a failure to record one is logged.
+
+# What it reads
+DaemonSets and ControllerRevisions whole (a status write and a revision update are copies
+of the mirror's objects); of a pod only :data:`POD_FIELDS`, of a node only
+:data:`NODE_FIELDS`, which is all the mirror holds of them. Pods are only created, patched
+(adoption, release, a relabelling merge patch) and deleted, never written back from the
+mirror's copy; nodes are never written.
 """
 
 from __future__ import annotations
@@ -75,6 +82,35 @@ NAME = "daemonset"
 """The controller's name with the manager (as in kube-controller-manager's --controllers)."""
 COMPONENT = "daemonset-controller"
 """The Events' source component, as upstream's."""
+POD_FIELDS = (
+    "metadata.labels",
+    "metadata.ownerReferences",
+    "metadata.deletionTimestamp",
+    "metadata.creationTimestamp",
+    "spec.nodeName",
+    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    ".nodeSelectorTerms.matchFields",
+    "status.phase",
+    "status.conditions.type",
+    "status.conditions.status",
+    "status.conditions.lastTransitionTime",
+)
+"""What the controller reads of a pod (one a DaemonSet controls, or an orphan): its labels
+(the claim, the revision hash and template generation) and controller, deletion mark,
+creation time and phase, the node it is for (bound, or pinned by the required affinity's
+``matchFields``, :func:`.nodes.target_node`) and its Ready condition (ready, available)."""
+NODE_FIELDS = (
+    "metadata.labels",
+    "spec.taints.key",
+    "spec.taints.value",
+    "spec.taints.effect",
+    "status.conditions.type",
+    "status.conditions.status",
+)
+"""What the controller reads of a node: its name (always there) and labels (nodeName,
+nodeSelector and required node affinity), its taints against the daemon pods' tolerations
+(:class:`.nodes.Placement`), and which of its conditions are true (a change of those
+queues the DaemonSets, as upstream's ``shouldIgnoreNodeUpdate``; heartbeats never come)."""
 BACKOFF_INITIAL = 1.0
 BACKOFF_MAX = 15 * 60.0
 
@@ -445,11 +481,11 @@ class DaemonSetReconciler:
 CONTROLLER = (
     steward.ControllerBuilder[DaemonSetReconciler](NAME)
     .for_(DAEMONSETS)
-    .owns(PODS, steward.resource_version_changed, expect=True)
+    .owns(PODS, steward.resource_version_changed, expect=True, fields=POD_FIELDS)
     .owns(CONTROLLER_REVISIONS, _not_created, steward.resource_version_changed)
-    .adopts(PODS, steward.labels_changed)
+    .adopts(PODS, steward.labels_changed, fields=POD_FIELDS)
     .adopts(CONTROLLER_REVISIONS, steward.labels_changed)
-    .watches_changes(NODES, DaemonSetReconciler.node_changed)
+    .watches_changes(NODES, DaemonSetReconciler.node_changed, fields=NODE_FIELDS)
     .observe(DaemonSetReconciler.forget_backoff)
     .with_index("controller", steward.index_by_controller)
     .with_index("orphan", steward.orphan_index(PODS, CONTROLLER_REVISIONS))
