@@ -17,6 +17,12 @@ release, a failed pod creation (which stops the remaining slow-start batches), d
 or finalizer removal makes the sync raise, so the key is retried with backoff; failed
 writes are un-expected at once. Events are best effort: a failure to record one is
 logged, never retried.
+
+# What it reads
+Jobs whole (a status write is a copy of the mirror's object); of a pod only
+:data:`POD_FIELDS`, which is all the mirror holds of it. Pods are only created, patched
+(adoption and release, the tracking finalizer's removal: patches that name what they
+change, nothing read) and deleted, never written back from the mirror's copy.
 """
 
 from __future__ import annotations
@@ -49,6 +55,35 @@ NAME = "job"
 """The controller's name with the manager (as in kube-controller-manager's --controllers)."""
 MANAGED_BY = "steward.io/job-controller"
 """The default ``spec.managedBy`` value this controller answers to."""
+
+POD_FIELDS = (
+    "metadata.labels",
+    "metadata.annotations",
+    "metadata.ownerReferences",
+    "metadata.finalizers",
+    "metadata.deletionTimestamp",
+    "metadata.creationTimestamp",
+    "spec.nodeName",
+    "status.phase",
+    "status.conditions.type",
+    "status.conditions.status",
+    "status.conditions.lastTransitionTime",
+    "status.containerStatuses.name",
+    "status.containerStatuses.restartCount",
+    "status.containerStatuses.state.terminated.exitCode",
+    "status.containerStatuses.state.terminated.finishedAt",
+    "status.initContainerStatuses.name",
+    "status.initContainerStatuses.restartCount",
+    "status.initContainerStatuses.state.terminated.exitCode",
+)
+"""What the controller reads of a pod (one a Job controls, or an orphan): its labels and
+controller (the claim), completion index and index failure counts (annotations), tracking
+finalizer, deletion mark and phase; its conditions (Ready, the podFailurePolicy's
+``onPodConditions``, the finish time when no container says it); of each container its
+name, restarts (``backoffLimit`` with ``OnFailure``, removal order) and, once terminated,
+its exit code (``onExitCodes``) and finish time; of each init container its name,
+restarts and exit code; and the node and creation time (removal order). A container's
+state while waiting or running, its image and IDs never arrive."""
 
 JobKey = tuple[str, str]
 """(namespace, name) of a Job: the key of its expectations and backoff."""
@@ -275,7 +310,7 @@ def counted_behind(job: dict[str, Any], owned: Sequence[dict[str, Any]]) -> bool
 CONTROLLER = (
     steward.ControllerBuilder[JobReconciler](NAME)
     .for_(JOBS)
-    .owns(PODS, expect=True, orphans=True)  # orphans it may adopt, as upstream
+    .owns(PODS, expect=True, orphans=True, fields=POD_FIELDS)  # orphans: it adopts them
     .flags(add_flags)
     .beside_upstream(["--no-take-unmanaged"], alone=["--take-unmanaged"])
     .observe(JobReconciler.observe)
