@@ -97,6 +97,7 @@ bench: build ## run the benchmarks: a table on screen, JSON in bench-results/
 	$(BIN)/python -m bench.informer
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.controllers --profile
+	$(BIN)/python -m bench.mirror_memory --informer
 
 .PHONY: e2e
 # BASELINE=0 runs Steward's side only; E2E_FLAGS passes more (see python -m steward.e2e --help).
