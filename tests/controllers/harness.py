@@ -185,6 +185,14 @@ async def stays(check: Callable[[], Any], what: str, for_seconds: float) -> None
 async def in_loop_informer(plane: LocalCluster) -> AsyncIterator[str]:
     """A plaintext informer in the test's event loop, as the cluster's ``informer``
     identity: its address while the block runs."""
+    async with in_loop_informer_server(plane) as server:
+        yield f"127.0.0.1:{server.port}"
+
+
+@contextlib.asynccontextmanager
+async def in_loop_informer_server(plane: LocalCluster) -> AsyncIterator[InformerServer]:
+    """:func:`in_loop_informer`, yielding the server itself (its fan-out's counts, its
+    metrics)."""
     server = InformerServer(
         InformerOptions(
             security=DEVELOPMENT,
@@ -194,7 +202,7 @@ async def in_loop_informer(plane: LocalCluster) -> AsyncIterator[str]:
     )
     await server.start()
     try:
-        yield f"127.0.0.1:{server.port}"
+        yield server
     finally:
         await server.stop()
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -28,13 +27,11 @@ from steward.controllers.endpoints.controller import CONTROLLER as ENDPOINTS
 from steward.controllers.endpointslice.controller import CONTROLLER as ENDPOINTSLICE
 from steward.controllers.job.controller import CONTROLLER as JOB
 from steward.controllers.replicaset.controller import CONTROLLER as REPLICASET
-from steward.informer import InformerOptions, InformerServer
 from steward.informer.store import ResourceTypeName
 from steward.kube import load_access
 from steward.runtime.controller import Controller, ControllerDefinition, ControllerOptions
 from steward.runtime.mirror import Change
-from steward.serving.security import DEVELOPMENT
-from tests.controllers.harness import eventually, kube
+from tests.controllers.harness import eventually, in_loop_informer_server, kube
 from tests.controllers.job.conftest import get_job, job_body
 
 __all__ = ["kube"]
@@ -46,22 +43,6 @@ IDLE = (REPLICASET, DAEMONSET, DEPLOYMENT, ENDPOINTS, ENDPOINTSLICE)
 """Controllers that do not act on Jobs."""
 
 
-@contextlib.asynccontextmanager
-async def informer(cluster: LocalCluster) -> AsyncIterator[InformerServer]:
-    server = InformerServer(
-        InformerOptions(
-            security=DEVELOPMENT,
-            listen="127.0.0.1:0",
-            kubeconfig=str(cluster.component_kubeconfig("informer")),
-        )
-    )
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
-
-
 async def test_a_jobs_pods_reach_the_job_controller_only(
     cluster: LocalCluster, kube: KubeClient, namespace: str
 ) -> None:
@@ -70,7 +51,7 @@ async def test_a_jobs_pods_reach_the_job_controller_only(
     apis: list[KubeClient] = []
     tasks: list[asyncio.Task[None]] = []
     async with (
-        informer(cluster) as server,
+        in_loop_informer_server(cluster) as server,
         grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel,
     ):
         running: list[Controller[Any]] = []

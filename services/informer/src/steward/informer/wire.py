@@ -150,6 +150,14 @@ def object_head(obj: StoredObject) -> bytes:
     return meta + bytes((_OBJECT,)) + _varint(len(obj.raw))
 
 
+def _trace_field(traceparent: str, tracestate: str) -> bytes:
+    """The encoded ``trace_context`` field of an Event; empty when not traced."""
+    if not traceparent:
+        return b""
+    ctx = pb.TraceContext(traceparent=traceparent, tracestate=tracestate)
+    return _field(_TRACE, ctx.SerializeToString())
+
+
 def view_head(obj: StoredObject, view: bytes, head: bytes | None = None) -> bytes:
     """The head of an event that carries ``view`` (a projection of ``obj``, see
     projections.py) as its object: ``obj``'s metadata field, then the key and length of
@@ -175,10 +183,7 @@ def view_parts(
     """:func:`event_parts` of an event whose object is a projection: ``head`` from
     :func:`view_head`, ``view`` the projected JSON, ``previous`` the projected previous
     object when the subscriber asked for it."""
-    tail = b""
-    if traceparent:
-        ctx = pb.TraceContext(traceparent=traceparent, tracestate=tracestate)
-        tail = _field(_TRACE, ctx.SerializeToString())
+    tail = _trace_field(traceparent, tracestate)
     lead = _lead(kind, rtype_field)
     if previous is None:
         return (lead, head, view, tail)
@@ -220,10 +225,7 @@ def event_parts(
     ``head`` is ``obj``'s :func:`object_head` when the caller has it already (from another
     encoding of the same object, :func:`event_head`); otherwise it is built here.
     """
-    tail = b""
-    if traceparent:
-        ctx = pb.TraceContext(traceparent=traceparent, tracestate=tracestate)
-        tail = _field(_TRACE, ctx.SerializeToString())
+    tail = _trace_field(traceparent, tracestate)
     lead = _lead(kind, rtype_field)
     if obj is None:
         return (lead, tail)
