@@ -99,6 +99,7 @@ from steward.runtime.source import (
     labels_changed,
     resource_version_changed,
 )
+from steward.runtime.subscriptions import ProjectionError, TypeSubscription
 from steward.runtime.times import format_time, parse_time, utc_now
 from steward.runtime.tracing import stamp_trace_context
 from steward.runtime.workqueue import TraceContext
@@ -145,6 +146,7 @@ __all__ = [
     "MirrorObject",
     "NotFoundError",
     "ObjectRef",
+    "ProjectionError",
     "Reconciler",
     "Request",
     "Resource",
@@ -155,6 +157,7 @@ __all__ = [
     "StaleRead",
     "TerminalError",
     "TraceContext",
+    "TypeSubscription",
     "controller_of",
     "controller_ref",
     "copy_json",
