@@ -123,9 +123,6 @@ class Selection:
         self._unindexed: dict[str, set[str]] = {}
         """namespace → names of selecting objects whose selectors require no pair."""
 
-    def __len__(self) -> int:
-        return len(self._selectors)
-
     def load(self, objects: Iterable[StoredObject]) -> None:
         """Take the selectors of every object of the selecting type."""
         for obj in objects:
