@@ -44,6 +44,8 @@ WITHIN = 150.0
 """Seconds a scenario's check may take on a side (several 15 s syncs and 10 s scrapes)."""
 SETTLE = 60.0
 """Seconds the two sides may take to agree at a checkpoint (four sync periods)."""
+MEET = WITHIN * 4
+"""Seconds a side waits at a checkpoint for the other one."""
 CPU_USAGE = "steward.io/cpu-usage"
 """The pod annotation kwok's simulated usage reads (deploy/kwok/metrics.yaml)."""
 APP = "app"
@@ -229,10 +231,12 @@ def snapshot(side: Side, names: tuple[str, ...] = (APP,)) -> dict[str, Any]:
 class Pair:
     """Both sides of a run: their checkpoints meet, then the HPAs must settle alike."""
 
-    def __init__(self, steward: Side, upstream: Side, names: tuple[str, ...]) -> None:
+    def __init__(
+        self, steward: Side, upstream: Side, names: tuple[str, ...], timeout: float = MEET
+    ) -> None:
         self.sides = {"steward": steward, "upstream": upstream}
         self.names = names
-        self.barrier = threading.Barrier(2, timeout=WITHIN * 4)
+        self.barrier = threading.Barrier(2, timeout=timeout)
         self.failure = ""
         self.load: dict[str, int | None] = {"steward": None, "upstream": None}
 
@@ -266,9 +270,20 @@ Scenario = Callable[[Side, Pair], None]
 
 
 def run_both(
-    steward: Side, upstream: Side, scenario: Scenario, names: tuple[str, ...] = (APP,)
+    steward: Side,
+    upstream: Side,
+    scenario: Scenario,
+    names: tuple[str, ...] = (APP,),
+    timeout: float = MEET,
 ) -> None:
-    pair = Pair(steward, upstream, names)
+    """Run ``scenario`` on both sides at once; fail with the first side's failure.
+
+    A side that fails breaks the barrier, so the other one stops at its next checkpoint
+    with a :class:`threading.BrokenBarrierError`: that one is no failure of its own. A
+    broken barrier with no real failure on the other side is one, though: the sides did
+    not meet within ``timeout`` (one of them stuck, or finished with fewer checkpoints).
+    """
+    pair = Pair(steward, upstream, names, timeout)
 
     def run(side: Side) -> None:
         try:
@@ -287,6 +302,15 @@ def run_both(
         failed = errors[n]
         if failed is not None and not isinstance(failed, threading.BrokenBarrierError):
             raise AssertionError(f"the scenario failed on the {n} side: {failed}") from failed
+    stuck = [n for n in ("upstream", "steward") if errors[n] is not None]
+    if stuck:
+        finished = [n for n in ("upstream", "steward") if errors[n] is None]
+        raise AssertionError(
+            f"the sides did not meet at a checkpoint within {timeout:g} s: the barrier broke "
+            f"on the {' and '.join(stuck)} side"
+            + (f" while the {finished[0]} side finished" if finished else "")
+            + " and neither side failed otherwise"
+        ) from errors[stuck[0]]
 
 
 # Scenarios --------------------------------------------------------------------------------
