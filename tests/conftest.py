@@ -17,6 +17,12 @@ from kubernetes import client, config
 from steward.cluster import ClusterConfig, LocalCluster, ToolchainError
 from steward.cluster.progress import Progress
 from steward.serving.security import DEVELOPMENT
+from tests.ledger import (  # noqa: F401  (the ledger's hooks and fixture, see tests/ledger.py)
+    _count_control_planes,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+)
 from tests.services import running_informer
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
