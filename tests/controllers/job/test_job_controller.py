@@ -179,10 +179,17 @@ async def test_suspend_and_resume(
 async def test_other_managers_jobs_are_untouched(
     kube: KubeClient, namespace: str, job_controller: Running
 ) -> None:
+    """A Job naming another manager gets no pods and no status. The controller's sight of
+    it is proven by a Job of its own created after it: the informer delivers the
+    namespace's Jobs in the order the API server wrote them, so once the later Job is
+    complete (pod created, counted, finalizer removed) the foreign one had been seen."""
     body = job_body("theirs", managed=False, completions=1)
     body["spec"]["managedBy"] = "example.com/someone-else"
     create_job(kube, namespace, body)
-    await asyncio.sleep(3.0)
+    create_job(kube, namespace, job_body("ours", completions=1))
+    await finished(kube, namespace, "ours", "Complete")
+    await eventually(lambda: no_tracking_finalizers(kube, namespace, "ours"), "finalizers gone")
+    assert len(job_pods(kube, namespace, "ours")) == 1
     job = get_job(kube, namespace, "theirs")
     assert not (job.get("status") or {})
     assert job_pods(kube, namespace, "theirs") == []
