@@ -1,9 +1,9 @@
-"""The same Jobs under upstream's job controller and under Steward's, final statuses
-compared field by field."""
+"""The same Jobs under upstream's job controller and under Steward's: final statuses
+compared field by field, and the pods each made (how many, their labels, annotations,
+owner and tracking finalizer)."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Callable
 from typing import Any
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from steward.controllers.job import indexes
+from steward.controllers.job.pods import TRACKING_FINALIZER
 from steward.kube import KubeClient
 from tests.controllers.job.conftest import (
     Running,
@@ -49,6 +50,83 @@ def comparable(job: dict[str, Any]) -> dict[str, Any]:
         "hasStartTime": "startTime" in st,
         "hasCompletionTime": "completionTime" in st,
     }
+
+
+def owned_pods(kube: KubeClient, ns: str, job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The namespace's pods whose controller reference is the Job (by UID, so a pod
+    missing the Job's labels is still found)."""
+    uid = job["metadata"]["uid"]
+    return [
+        p
+        for p in kube.request("GET", f"/api/v1/namespaces/{ns}/pods").get("items") or ()
+        if any(
+            r.get("controller") and r.get("uid") == uid
+            for r in p["metadata"].get("ownerReferences") or ()
+        )
+    ]
+
+
+def comparable_pods(job: dict[str, Any], pods: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The Job's pods, sorted, each as phase, labels, annotations, generateName, controller
+    reference and whether it keeps the tracking finalizer, with the Job's UID and name in
+    values made alike (they differ between the sides)."""
+    name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+
+    def norm(value: Any) -> Any:
+        return str(value).replace(uid, "<uid>").replace(name, "<job>")
+
+    def pairs(mapping: dict[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+        return tuple(sorted((k, norm(v)) for k, v in (mapping or {}).items()))
+
+    rows = []
+    for p in pods:
+        meta = p["metadata"]
+        rows.append(
+            (
+                p["status"].get("phase"),
+                pairs(meta.get("labels")),
+                pairs(meta.get("annotations")),
+                norm(meta.get("generateName", "")),
+                tuple(
+                    (r["kind"], norm(r["name"]), norm(r["uid"]), r.get("blockOwnerDeletion"))
+                    for r in meta.get("ownerReferences") or ()
+                    if r.get("controller")
+                ),
+                TRACKING_FINALIZER in (meta.get("finalizers") or ()),
+            )
+        )
+    return sorted(rows)
+
+
+async def settled_pods(
+    kube: KubeClient, ns: str, jobs: tuple[dict[str, Any], dict[str, Any]]
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Both finished Jobs' pods once none is being deleted and no finished pod keeps the
+    tracking finalizer (every pod is counted in a finished Job's status), as
+    :func:`comparable_pods`; fails naming the pods that do not get there."""
+    seen: list[list[dict[str, Any]]] = []
+
+    def unsettled(pods: list[dict[str, Any]]) -> list[str]:
+        return [
+            p["metadata"]["name"]
+            for p in pods
+            if p["metadata"].get("deletionTimestamp")
+            or (
+                p["status"].get("phase") in ("Succeeded", "Failed")
+                and TRACKING_FINALIZER in (p["metadata"].get("finalizers") or ())
+            )
+        ]
+
+    def check() -> bool:
+        seen[:] = [owned_pods(kube, ns, job) for job in jobs]
+        return not any(unsettled(pods) for pods in seen)
+
+    def failure(_: Any) -> str:
+        stuck = [unsettled(pods) for pods in seen]
+        return f"pods still deleted or keeping {TRACKING_FINALIZER} (upstream, steward): {stuck}"
+
+    await eventually(check, "the pods to settle", within=30.0, failure=failure)
+    return comparable_pods(jobs[0], seen[0]), comparable_pods(jobs[1], seen[1])
 
 
 async def run_both(
@@ -105,8 +183,10 @@ async def test_same_final_status(
     fail: int,
 ) -> None:
     upstream, steward = await run_both(kube, namespace, "diff", dict(spec), ending, fail)
-    await asyncio.sleep(0)
     assert comparable(steward) == comparable(upstream)
+    upstream_pods, steward_pods = await settled_pods(kube, namespace, (upstream, steward))
+    assert upstream_pods
+    assert steward_pods == upstream_pods
 
 
 Act = Callable[[KubeClient, dict[str, Any], list[dict[str, Any]], dict[str, Any]], None]
@@ -335,3 +415,6 @@ async def test_same_final_status_with_policies(
 ) -> None:
     upstream, steward = await run_both_scripted(kube, namespace, "pol", dict(spec), ending, act)
     assert same_pod_names(comparable(steward)) == same_pod_names(comparable(upstream))
+    upstream_pods, steward_pods = await settled_pods(kube, namespace, (upstream, steward))
+    assert upstream_pods
+    assert steward_pods == upstream_pods
