@@ -14,13 +14,13 @@ import pytest
 from steward.cluster.process import free_port
 from steward.manager import Timing
 from steward.v1 import manager_pb2 as pb
-from tests.manager.conftest import FAST, RunningManager
+from tests.manager.conftest import RunningManager
 from tests.manager.instances import InstanceProcess, assert_never_overlap, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-MARGIN = 3.0
-"""Seconds allowed past the lease duration for a takeover (scheduling, process start)."""
+LAPSED = "previous holder's lease lapsed"
+"""The registry's reason for a promotion after the holder's lease ran out."""
 
 
 @pytest.fixture
@@ -45,9 +45,13 @@ def registered_as(proc: InstanceProcess, role: str) -> Callable[[], bool]:
 
 
 @pytest.mark.asyncio
-async def test_sigkill_active_standby_takes_over_within_the_lease(
+async def test_sigkill_active_standby_takes_over_once_the_lease_lapses(
     manager: RunningManager, spawn: Callable[..., InstanceProcess]
 ) -> None:
+    """A killed holder's session ends without a deregistration: its lease must lapse (no
+    heartbeat renews it) before the standby is promoted, never be released at the
+    stream's end as on a clean leave (a holder whose stream broke may still be running).
+    How soon the standby starts is a matter of the lease's numbers, not checked here."""
     a = spawn(manager.address, "copier-a")
     await eventually(lambda: a.first("tick") is not None, 30, "a ticking")
     b = spawn(manager.address, "copier-b")
@@ -55,14 +59,22 @@ async def test_sigkill_active_standby_takes_over_within_the_lease(
     await asyncio.sleep(1.0)
     killed = a.signal(signal.SIGKILL)
     a.proc.wait(timeout=10)
-    started = await eventually(
-        lambda: b.first("start") is not None, FAST.lease_duration + MARGIN + 5, "b started"
-    )
+    await eventually(lambda: b.first("start") is not None, 30, "b started")
     b_start = b.first("start")
     assert b_start is not None
-    assert b_start - killed <= FAST.lease_duration + MARGIN, (b_start - killed, started)
-    # The lease lapsed; B did not start before A could no longer have been active.
     assert b_start > killed
+    # What handed the lease to B: A's lease lapsed, once, and B acquired it for that reason.
+    metrics = manager.server.metrics.registry
+    copier = {"controller": "copier"}
+    reasons = {
+        labels["reason"]: value
+        for family in metrics.collect()
+        if family.name == "steward_manager_lease_acquisitions"
+        for name, labels, value, *_ in family.samples
+        if name.endswith("_total") and labels["controller"] == "copier"
+    }
+    assert metrics.get_sample_value("steward_manager_lease_lapses_total", copier) == 1
+    assert reasons.get(LAPSED) == 1, reasons
     await eventually(lambda: len(b.intervals()) == 1 and b.intervals()[0][1] > b_start + 0.5)
     assert [w for k, w, _ in b.lines() if k == "start"] == [["2"]]
     assert_never_overlap(a, b)
@@ -79,9 +91,7 @@ async def test_frozen_active_stops_before_the_standby_starts(
     b = spawn(manager.address, "copier-b")
     await eventually(registered_as(b, "ROLE_STANDBY"), 30, "b standing by")
     frozen = a.signal(signal.SIGSTOP)
-    await eventually(
-        lambda: b.first("start") is not None, FAST.lease_duration + MARGIN + 5, "b started"
-    )
+    await eventually(lambda: b.first("start") is not None, 30, "b started")
     await asyncio.sleep(0.5)
     # A wakes up while B reconciles: it must see at once that its lease is gone.
     woke = a.signal(signal.SIGCONT)
