@@ -64,6 +64,8 @@ def comparable_status(d: dict[str, Any]) -> dict[str, Any]:
                 "unavailableReplicas",
             )
         },
+        # Absent (not 0) while a synced ReplicaSet does not report its terminating pods.
+        "terminatingReplicas": st.get("terminatingReplicas"),
         "collisionCount": st.get("collisionCount"),
         "conditions": sorted(
             (c["type"], c["status"], c.get("reason"), c.get("message"))
@@ -71,6 +73,68 @@ def comparable_status(d: dict[str, Any]) -> dict[str, Any]:
         ),
         "revision": d["metadata"].get("annotations", {}).get("deployment.kubernetes.io/revision"),
     }
+
+
+SETTLED_POLLS = 3
+"""Consecutive reads, one poll interval apart, that must find a side unchanged."""
+
+
+def steady(api: KubeClient, ns: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """The Deployment and its ReplicaSets when nothing is left for either controller to
+    do: every ReplicaSet's status caught up with its generation and size, no pod being
+    deleted, and the Deployment's status caught up with its generation and summing its
+    ReplicaSets' as they are now; else None."""
+    d, rss = get(api, ns, "rich"), replica_sets(api, ns)
+    st = d.get("status") or {}
+    if st.get("observedGeneration", 0) < d["metadata"]["generation"]:
+        return None
+    for rs in rss:
+        rst = rs.get("status") or {}
+        if rst.get("observedGeneration", 0) < rs["metadata"]["generation"]:
+            return None
+        if rst.get("replicas", 0) != rs["spec"]["replicas"]:
+            return None
+    for key in ("replicas", "readyReplicas", "availableReplicas"):
+        if st.get(key, 0) != sum((rs.get("status") or {}).get(key, 0) for rs in rss):
+            return None
+    pods = api.request("GET", f"/api/v1/namespaces/{ns}/pods").get("items") or ()
+    if any(p["metadata"].get("deletionTimestamp") for p in pods):
+        return None
+    return d, rss
+
+
+async def settled(
+    sides: list[tuple[KubeClient, str]],
+) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Each side's Deployment and ReplicaSets once every side is :func:`steady` and none
+    of them was written in :data:`SETTLED_POLLS` reads in a row."""
+    reads: list[Any] = []
+
+    def check() -> list[tuple[dict[str, Any], list[dict[str, Any]]]] | None:
+        found = [steady(api, ns) for api, ns in sides]
+        if any(f is None for f in found):
+            reads.clear()
+            return None
+        views = [f for f in found if f is not None]
+        # Nothing written in between: the same resourceVersions.
+        key = [
+            (d["metadata"]["resourceVersion"], [rs["metadata"]["resourceVersion"] for rs in rss])
+            for d, rss in views
+        ]
+        if reads and reads[-1] != key:
+            reads.clear()
+        reads.append(key)
+        return views if len(reads) >= SETTLED_POLLS else None
+
+    def failure(_: Any) -> str:
+        return "timed out waiting for both sides to settle: " + "; ".join(
+            f"{api.access.host}: {get(api, ns, 'rich').get('status')}" for api, ns in sides
+        )
+
+    found: list[tuple[dict[str, Any], list[dict[str, Any]]]] = await eventually(
+        check, "both sides settled", within=60.0, failure=failure
+    )
+    return found
 
 
 def upstream_lost_a_creation(d: dict[str, Any], rss: list[dict[str, Any]]) -> bool:
@@ -273,9 +337,9 @@ async def test_same_replica_sets_and_status(
         ns = fresh_namespace(kube, request)
         try:
             await asyncio.gather(scenario(kube, ns), scenario(skube, sns))
-            await asyncio.sleep(2)  # let both settle before the final reads
-            upstream_d, steward_d = get(kube, ns, "rich"), get(skube, sns, "rich")
-            upstream_rss, steward_rss = replica_sets(kube, ns), replica_sets(skube, sns)
+            (upstream_d, upstream_rss), (steward_d, steward_rss) = await settled(
+                [(kube, ns), (skube, sns)]
+            )
             assert comparable_rss(steward_rss) == comparable_rss(upstream_rss)
             upstream, steward = comparable_status(upstream_d), comparable_status(steward_d)
             if steward != upstream and upstream_lost_a_creation(upstream_d, upstream_rss):
