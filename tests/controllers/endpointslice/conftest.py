@@ -1,12 +1,17 @@
 """Fixtures of the EndpointSlice controller's tests.
 
-Steward's slices carry their own managed-by value, so Steward's controller runs in the
+Given a managed-by value of its own (``endpointslice-controller.steward.io``: the
+definition's flags for running beside upstream's), Steward's controller runs in the
 session's ``cluster`` beside upstream's endpointslice-controller, each writing its own
 slices for every Service: each scenario compares the two sets field by field. Each test
 gets a fresh namespace (``namespace``), an in-process informer, and starts Steward's
 controller (``es_controllers``) as the identity ``steward:controller:endpointslice`` with
 only the RBAC of ``deploy/rbac/controller-endpointslice.yaml``. Setup and checks use
 admin.
+
+With its default flags (upstream's managed-by value) it runs where upstream's is off:
+``alone_cluster`` (one per test package, no nodes) has kube-controller-manager without
+its ``endpointslice`` controller, and ``alone_controllers`` starts Steward's there.
 
 # Watching the whole cluster
 The controller looks pods' nodes up in its mirror, and a mirror limited to one namespace
@@ -33,13 +38,17 @@ import pytest_asyncio
 
 from steward.cluster import LocalCluster
 from steward.controllers.endpointslice.controller import CONTROLLER
-from steward.controllers.endpointslice.sync import MANAGED_BY, MANAGED_BY_LABEL
+from steward.controllers.endpointslice.sync import MANAGED_BY_LABEL, STEWARD_MANAGED_BY
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
+from tests.conftest import local_cluster
 from tests.controllers.harness import (
     Starter,
+    admin_kube,
     controllers,
+    in_loop_informer,
     kube,
     now,
+    scoped_namespace,
     upstream_kube,
     upstream_namespace,
 )
@@ -47,6 +56,8 @@ from tests.controllers.harness import (
 __all__ = ["Starter", "kube", "upstream_kube", "upstream_namespace"]
 
 IDENTITY = "controller-endpointslice"
+BESIDE = CONTROLLER.beside_upstream or ()
+"""The flags Steward's controller runs with beside upstream's (its own managed-by)."""
 NODE = "steward-endpointslice-node"
 ZONE = "zone-steward"
 TAINT = {"key": "steward.io/endpointslice-tests", "effect": "NoSchedule"}
@@ -55,7 +66,7 @@ TAINT = {"key": "steward.io/endpointslice-tests", "effect": "NoSchedule"}
 def _delete_our_slices(admin: KubeClient) -> None:
     listing = admin.request(
         "GET",
-        f"/apis/discovery.k8s.io/v1/endpointslices?labelSelector={MANAGED_BY_LABEL}={MANAGED_BY}",
+        f"/apis/discovery.k8s.io/v1/endpointslices?labelSelector={MANAGED_BY_LABEL}={STEWARD_MANAGED_BY}",
     )
     for item in listing.get("items") or ():
         meta = item["metadata"]
@@ -161,5 +172,38 @@ async def es_controllers(
     bound to the ClusterRole of deploy/rbac/controller-endpointslice.yaml by the control
     plane); every instance and mirror is stopped at the end."""
     identity = cluster.component_kubeconfig(IDENTITY)
-    async with controllers(CONTROLLER, identity, dev_informer, workers=5) as starter:
+    async with controllers(CONTROLLER, identity, dev_informer, workers=5, flags=BESIDE) as starter:
+        yield starter
+
+
+@pytest.fixture(scope="package")
+def alone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A local control plane without upstream's endpointslice-controller (no nodes)."""
+    yield from local_cluster(tmp_path_factory, "es", nodes=0, controllers="*,-endpointslice")
+
+
+@pytest.fixture
+def alone_kube(alone_cluster: LocalCluster) -> Iterator[KubeClient]:
+    """Admin client of ``alone_cluster``."""
+    yield from admin_kube(alone_cluster)
+
+
+@pytest.fixture
+def alone_namespace(alone_kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace of ``alone_cluster`` for one test, deleted afterwards."""
+    yield from scoped_namespace(alone_kube, request)
+
+
+@pytest_asyncio.fixture
+async def alone_controllers(
+    alone_cluster: LocalCluster, alone_namespace: str
+) -> AsyncIterator[Starter]:
+    """An informer, and Steward's EndpointSlice controller with its default flags (as in
+    upstream's place) for the test's namespace of ``alone_cluster``, as its own identity;
+    every instance is stopped at the end."""
+    identity = alone_cluster.component_kubeconfig(IDENTITY)
+    async with (
+        in_loop_informer(alone_cluster) as informer,
+        controllers(CONTROLLER, identity, informer, alone_namespace) as starter,
+    ):
         yield starter

@@ -26,9 +26,9 @@ from steward.controllers.endpointslice import hints
 from steward.controllers.endpointslice.controller import EndpointSliceReconciler
 from steward.controllers.endpointslice.sync import (
     HEADLESS_LABEL,
-    MANAGED_BY,
     MANAGED_BY_LABEL,
     SERVICE_NAME_LABEL,
+    STEWARD_MANAGED_BY,
     UPSTREAM_MANAGED_BY,
 )
 from steward.kube import KubeClient, NotFoundError
@@ -58,7 +58,7 @@ def slices_path(ns: str, name: str = "") -> str:
 
 
 def slices(
-    kube: KubeClient, ns: str, svc: str, managed_by: str = MANAGED_BY
+    kube: KubeClient, ns: str, svc: str, managed_by: str = STEWARD_MANAGED_BY
 ) -> list[dict[str, Any]]:
     """The Service's slices written by ``managed_by``."""
     selector = urllib.parse.quote(f"{SERVICE_NAME_LABEL}={svc},{MANAGED_BY_LABEL}={managed_by}")
@@ -135,7 +135,7 @@ async def converge(
     ours: View = {}
     theirs: View = {}
     while time.monotonic() < deadline:
-        mine = await asyncio.to_thread(slices, kube, ns, svc, MANAGED_BY)
+        mine = await asyncio.to_thread(slices, kube, ns, svc, STEWARD_MANAGED_BY)
         upstream = await asyncio.to_thread(slices, kube, ns, svc, UPSTREAM_MANAGED_BY)
         ours, theirs = view(mine), view(upstream)
         same_count = len(mine) == len(upstream) or not count_slices
@@ -548,7 +548,7 @@ async def test_stale_mirror_never_writes_twice(
     def mirrored() -> list[Any]:
         """Steward's slices of the Service in the mirror (upstream's are there too)."""
         held = mirror.by_index(ENDPOINT_SLICES, "service", f"{namespace}/svc")
-        return [s for s in held if s.meta.labels.get(MANAGED_BY_LABEL) == MANAGED_BY]
+        return [s for s in held if s.meta.labels.get(MANAGED_BY_LABEL) == STEWARD_MANAGED_BY]
 
     request = Request(namespace, "svc")
     task = es_controllers.run_mirror(controller)

@@ -3,13 +3,16 @@
 
 # Whose slices
 The controller reads and writes only slices labelled ``endpointslice.kubernetes.io/
-managed-by`` with its own value (``--managed-by``, default
-:data:`~.sync.MANAGED_BY`), never upstream's ``endpointslice-controller.k8s.io``: the two
-run side by side, each writing its own slices for every Service. Where it takes
-upstream's place (``--replace-managed-by=endpointslice-controller.k8s.io``, which the
-local control plane gives it when upstream's is off), it also deletes the slices
-upstream's left behind for each Service it syncs, once its own are written, so that
-kube-proxy stops routing by them.
+managed-by`` with its own value (``--managed-by``); slices of any other value are left
+alone, as upstream's controller leaves them. The default is upstream's own
+``endpointslice-controller.k8s.io`` (:data:`~.sync.MANAGED_BY`): in upstream's place the
+controller is a drop-in replacement, keeping the slices upstream's wrote. Beside
+upstream's it must have a value of its own, ``endpointslice-controller.steward.io``
+(:data:`~.sync.STEWARD_MANAGED_BY`, the definition's flags for running beside upstream's,
+which the local control plane gives it then), each controller writing its own slices for
+every Service. ``--replace-managed-by`` names values whose slices it deletes for each
+Service it syncs, once its own are written (a hand-over from another controller that is
+off, e.g. Steward's own slices of a time it ran beside upstream's).
 
 # A sync
 A Service that is gone is forgotten (its slices go with it: they carry its controller
@@ -71,6 +74,8 @@ from steward.controllers.endpointslice.sync import (
     MANAGED_BY_LABEL,
     MAX_ENDPOINTS_PER_SLICE,
     SERVICE_NAME_LABEL,
+    STEWARD_MANAGED_BY,
+    UPSTREAM_MANAGED_BY,
     Plan,
     Settings,
     Slice,
@@ -92,8 +97,6 @@ BACKOFF_BASE_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 1000.0
 """A failed Service's retries: 1 s doubling to 1000 s (upstream's defaultSyncBackOff and
 maxSyncBackOff)."""
-UPSTREAM_MANAGED_BY = "endpointslice-controller.k8s.io"
-"""The managed-by value of kube-controller-manager's endpointslice-controller."""
 POD_FIELDS = (*steward.endpoints.POD_FIELDS, "spec.nodeName")
 """What the controller reads of a pod: what ``steward.endpoints`` reads, and the node name
 of its endpoint (:func:`.sync.endpoint_for`)."""
@@ -117,7 +120,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "--managed-by",
         default=MANAGED_BY,
         help="the endpointslice.kubernetes.io/managed-by value of the slices this "
-        f"controller writes; it touches no others (default {MANAGED_BY})",
+        f"controller writes; it touches no others (default {MANAGED_BY}, upstream's, "
+        "for running in its place; beside kube-controller-manager's endpointslice-"
+        f"controller give a value of its own, e.g. {STEWARD_MANAGED_BY})",
     )
     parser.add_argument(
         "--replace-managed-by",
@@ -125,9 +130,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="VALUE",
         help="also delete the slices of the Services this controller manages that carry "
-        "this managed-by value, once its own are written (repeatable). Give upstream's "
-        f"{UPSTREAM_MANAGED_BY} when kube-controller-manager's endpointslice-controller "
-        "is off and has left its slices behind; never while it runs",
+        "this managed-by value, once its own are written (repeatable; its own "
+        "--managed-by value is ignored here): for a hand-over from a controller that is "
+        "off and has left its slices behind, never while it runs",
     )
     parser.add_argument(
         "--max-endpoints-per-slice",
@@ -200,7 +205,10 @@ class EndpointSliceReconciler:
         self.triggers = steward.endpoints.TriggerTimes()
         self.topology = hints.TopologyCache()
         self._topology_stale = True
-        self.replaces = frozenset(str(v) for v in ctx.flags.replace_managed_by or ())
+        # Never its own value: those slices are the ones it keeps.
+        self.replaces = frozenset(str(v) for v in ctx.flags.replace_managed_by or ()) - {
+            self.settings.managed_by
+        }
         self.own = _OwnWrites()
 
     def _ours(self, obj: steward.MirrorObject) -> bool:
@@ -441,13 +449,16 @@ CONTROLLER = (
         )
     )
     .flags(add_flags)
-    .beside_upstream([], alone=[f"--replace-managed-by={UPSTREAM_MANAGED_BY}"])
+    # Beside upstream's, slices of its own; alone, upstream's value (the default).
+    .beside_upstream([f"--managed-by={STEWARD_MANAGED_BY}"])
     .describe(
         "Steward's EndpointSlice controller: keeps the discovery.k8s.io/v1 EndpointSlices "
         "of every Service with a selector in line with the Service's pods (packed at most "
         "--max-endpoints-per-slice to a slice, one set per address type, with topology "
-        "hints). It writes only slices labelled with its own managed-by value, so it runs "
-        "beside kube-controller-manager's endpointslice-controller."
+        "hints). It writes only slices labelled with its --managed-by value: upstream's "
+        f"by default ({UPSTREAM_MANAGED_BY}), for running in the place of "
+        "kube-controller-manager's endpointslice-controller; with a value of its own it "
+        "runs beside it."
     )
     .complete(EndpointSliceReconciler)
 )

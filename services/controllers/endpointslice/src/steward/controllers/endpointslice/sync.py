@@ -31,10 +31,14 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 """The Service a slice belongs to."""
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 """Who writes a slice; the controller touches only slices carrying its own value."""
-MANAGED_BY = "endpointslice-controller.steward.io"
-"""Steward's value of :data:`MANAGED_BY_LABEL` (the default of ``--managed-by``)."""
 UPSTREAM_MANAGED_BY = "endpointslice-controller.k8s.io"
-"""kube-controller-manager's value, never Steward's: the two run side by side."""
+"""kube-controller-manager's value of :data:`MANAGED_BY_LABEL`."""
+STEWARD_MANAGED_BY = "endpointslice-controller.steward.io"
+"""Steward's own value, for running beside kube-controller-manager's endpointslice-controller
+(each keeping to its own slices)."""
+MANAGED_BY = UPSTREAM_MANAGED_BY
+"""The default of ``--managed-by``: upstream's value, as a drop-in replacement writes it
+(clients such as upstream's conformance specs look for it)."""
 HEADLESS_LABEL = steward.endpoints.HEADLESS_LABEL
 TRIGGER_TIME_ANNOTATION = steward.endpoints.TRIGGER_TIME_ANNOTATION
 ZONE_LABEL = hints.ZONE_LABEL
