@@ -124,7 +124,8 @@ def test_a_failure_names_the_namespace_e2e_destroyed_for_it(tmp_path: Path) -> N
         "</system-err></testcase>"
         "</testsuite></testsuites>\n"
     )
-    specs = e2e.parse_junit(report, e2e.CONFORMANCE)
+    names = [f"[It] {n} [sig-apps, Serial, Conformance]" for n in (failed, passed)]
+    specs = e2e.parse_junit(report, names)
     assert [(s.state, s.namespaces) for s in specs] == [
         ("failed", ["daemonsets-2297"]),
         ("passed", []),

@@ -13,12 +13,22 @@ table per area says what passed, failed or could not run here (with the reason e
 gave), Steward beside upstream. For a spec that failed under Steward the report adds the
 lines of Steward's controller logs that name the spec's namespace.
 
+A run passes only when every spec the selection names ran: before the cluster starts,
+``e2e.test --ginkgo.dry-run`` with the same focus and skip says which specs will run
+(:func:`dry_run`); a selected spec the report lists as skipped with no reason, or does not
+list at all, never ran (``not run``: the run was interrupted, timed out, aborted, or a
+ginkgo process died), and a non-zero exit of ginkgo is accepted only beside a failed spec
+(:func:`read_run`). What breaks a run is kept in :attr:`Side.problems`.
+
 The default selection is every ``[Conformance]`` spec of ``[sig-apps] Job``,
 ``Deployment``, ``ReplicaSet`` and ``Daemon set`` (:data:`CONFORMANCE`); ``--focus``/
 ``--skip`` choose others. ``[Serial]`` specs are left out by default except those of
 :data:`SERIAL_AREAS` (every DaemonSet spec is one: a daemon pod runs on every node, so
 other specs' pods must not come and go meanwhile); ginkgo runs serial specs one at a time
-in its first process once the parallel ones are done.
+in its first process once the parallel ones are done. Each named selection
+(:data:`SELECTIONS`) has a file listing its specs, one a line (:data:`SPEC_LISTS`), which
+the tests require to pass, every one, and to equal what the pinned ``e2e.test`` selects;
+``--list-specs`` prints a selection's specs and ``--write-specs`` refreshes its file.
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +100,44 @@ SIDES = ("steward", "upstream")
 
 TOOLS = ("e2e.test", "ginkgo", "agnhost", "pause")
 
+SPEC_LISTS = Path(__file__).resolve().parents[3] / "tests" / "upstream_e2e" / "specs"
+"""Where each selection's spec list is kept (``<name>.txt``), in this repository."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A named choice of e2e's specs: ginkgo's focus and skip, and the file listing the
+    specs they select in the pinned ``e2e.test`` (:meth:`spec_list`)."""
+
+    name: str
+    focus: str
+    skip: str
+    about: str
+    """What it selects, for the list's header and ``--help``."""
+
+    def spec_list(self) -> Path:
+        """The file naming every spec of the selection, one a line (the JUnit report's
+        name without the leading ``[It] ``: the spec's text, then its labels)."""
+        return SPEC_LISTS / f"{self.name}.txt"
+
+
+SELECTIONS = {
+    s.name: s
+    for s in (
+        Selection(
+            "conformance",
+            CONFORMANCE,
+            SKIP,
+            "every [Conformance] spec of [sig-apps] " + ", ".join(AREAS),
+        ),
+    )
+}
+"""The named selections (``--selection``), each with its spec list."""
+
+DEFAULT_SELECTION = "conformance"
+
+PASSED, FAILED, NOT_RUNNABLE, NOT_RUN = "passed", "failed", "not runnable", "not run"
+
 
 @dataclass
 class Spec:
@@ -98,7 +146,8 @@ class Spec:
     name: str
     area: str
     state: str
-    """``passed``, ``failed`` or ``not runnable`` (skipped by e2e itself, with why)."""
+    """``passed``, ``failed``, ``not runnable`` (skipped by e2e itself, with why) or ``not
+    run`` (selected, but it never ran: the run broke before it)."""
     seconds: float
     message: str = ""
     namespaces: list[str] = field(default_factory=list)
@@ -116,6 +165,9 @@ class Side:
     seconds: float
     junit: str
     cluster_seconds: float
+    problems: list[str] = field(default_factory=list)
+    """Why the run itself is broken (specs that never ran, a suite node that failed, an exit
+    of ginkgo no failed spec explains); empty for a whole run."""
 
 
 def area_of(name: str) -> str:
@@ -128,16 +180,36 @@ def area_of(name: str) -> str:
     return match.group(1) if match else "other"
 
 
-def parse_junit(path: Path, focus: str) -> list[Spec]:
-    """The specs of a ginkgo JUnit report that ``focus`` selects (a report also lists the
-    specs the focus filtered out, as skipped: those are not counted)."""
-    chosen = re.compile(focus)
+def junit_cases(path: Path) -> list[ET.Element]:
+    """The ``testcase`` elements of a ginkgo JUnit report; a report that cannot be read (a
+    run cut short while writing it) raises :class:`ClusterError`."""
+    try:
+        # The report is ginkgo's own, written by this run, not untrusted input.
+        return list(ET.parse(path).getroot().iter("testcase"))  # noqa: S314
+    except (ET.ParseError, OSError) as err:
+        raise ClusterError(f"cannot read the JUnit report {path}: {err}") from err
+
+
+def parse_junit(path: Path, selected: Collection[str]) -> list[Spec]:
+    """The outcome of each spec of ``selected`` (JUnit names, as :func:`dry_run` gives
+    them) in a ginkgo JUnit report, in the report's order, then those it lacks.
+
+    ginkgo reports a spec that a focus or skip filtered out and a spec that never ran
+    because the run was interrupted, timed out or aborted the same way:
+    ``status="skipped"``, ``<skipped message="skipped">``, 0 s. Only the selection tells
+    them apart: such a spec outside it is left out, one inside it did not run (``not
+    run``). So is a selected spec the report lacks: a failed BeforeSuite leaves every spec
+    out of it, and a ginkgo process that dies the spec it was running. A spec that skipped
+    itself says why (``skipped - <reason>``): it is ``not runnable`` here.
+    """
+    wanted = set(selected)
     specs = []
-    # The report is ginkgo's own, written by this run, not untrusted input.
-    for case in ET.parse(path).getroot().iter("testcase"):  # noqa: S314
+    seen = set()
+    for case in junit_cases(path):
         name = case.get("name", "")
-        if not chosen.search(name):
+        if name not in wanted or name in seen:
             continue
+        seen.add(name)
         seconds = float(case.get("time") or 0)
         failure = case.find("failure")
         error = case.find("error")
@@ -148,17 +220,123 @@ def parse_junit(path: Path, focus: str) -> list[Spec]:
             message = (node.get("message") or node.text or "").strip()
             output = "".join(e.text or "" for e in case if e.tag in ("system-out", "system-err"))
             names = _namespaces(message) | set(re.findall(_DESTROYED, output))
-            specs.append(
-                Spec(name, area_of(name), "failed", seconds, message[:2000], sorted(names))
-            )
+            specs.append(Spec(name, area_of(name), FAILED, seconds, message[:2000], sorted(names)))
         elif skipped is not None:
             message = (skipped.get("message") or "").strip()
-            if "filtered out" in message.lower() or (seconds == 0 and not message):
-                continue
-            specs.append(Spec(name, area_of(name), "not runnable", seconds, message[:500]))
+            reason = re.sub(r"^skipped(?: - )?", "", message).strip()
+            if not reason and seconds == 0:
+                specs.append(Spec(name, area_of(name), NOT_RUN, seconds, _NEVER_RAN))
+            else:
+                specs.append(
+                    Spec(name, area_of(name), NOT_RUNNABLE, seconds, (reason or message)[:500])
+                )
+        elif case.get("status", PASSED) != PASSED:
+            # A state this parser does not know: never count it as a pass.
+            specs.append(Spec(name, area_of(name), FAILED, seconds, f"status {case.get('status')}"))
         else:
-            specs.append(Spec(name, area_of(name), "passed", seconds))
+            specs.append(Spec(name, area_of(name), PASSED, seconds))
+    specs += [Spec(n, area_of(n), NOT_RUN, 0.0, _MISSING) for n in sorted(wanted - seen)]
     return specs
+
+
+_NEVER_RAN = (
+    "never ran: reported skipped with no reason (the run was interrupted, timed out or "
+    "aborted before it)"
+)
+_MISSING = (
+    "never ran: missing from the JUnit report (a suite node failed before any spec ran, or "
+    "the ginkgo process running it died)"
+)
+
+
+def suite_failures(path: Path) -> list[str]:
+    """The suite nodes of a JUnit report (``[SynchronizedBeforeSuite]``,
+    ``[ReportAfterSuite] ...``: everything but ``[It]``) that failed, with their message."""
+    out = []
+    for case in junit_cases(path):
+        name = case.get("name", "")
+        node = case.find("failure")
+        if node is None:
+            node = case.find("error")
+        if not name.startswith("[It]") and node is not None:
+            message = (node.get("message") or node.text or "").strip()
+            out.append(f"{name} failed: {message[:500]}")
+    return out
+
+
+def read_run(
+    junit: Path, selected: Collection[str], returncode: int
+) -> tuple[list[Spec], list[str]]:
+    """The specs of a finished run and what breaks the run itself, from its JUnit report,
+    the selection it ran and ginkgo's exit code.
+
+    Broken: no report (or one that cannot be read: :class:`ClusterError`), a selected
+    spec that never ran, a suite node that failed, or a non-zero exit when no spec failed
+    (ginkgo exits non-zero for a failed spec; otherwise the run broke in a way the
+    report does not show).
+    """
+    if not junit.exists():
+        raise ClusterError(f"ginkgo wrote no JUnit report (exit {returncode})")
+    specs = parse_junit(junit, selected)
+    problems = []
+    never = [s for s in specs if s.state == NOT_RUN]
+    if never:
+        problems.append(
+            f"{len(never)} of the {len(specs)} selected specs never ran, e.g. "
+            f"{never[0].name}: {never[0].message}"
+        )
+    problems += suite_failures(junit)
+    if returncode != 0 and not any(s.state == FAILED for s in specs):
+        problems.append(f"ginkgo exited {returncode}, yet the report names no failed spec")
+    return specs, problems
+
+
+def dry_run(focus: str, skip: str, *, e2e_test: Path) -> list[str]:
+    """The JUnit names of the specs ``e2e_test`` runs for ``focus`` and ``skip``, sorted:
+    ``--ginkgo.dry-run``'s report (which lists what it would run as passed, the rest as
+    skipped), ginkgo's own matching."""
+    with tempfile.TemporaryDirectory(prefix="steward-e2e-dry-run-") as tmp:
+        report = Path(tmp) / "junit.xml"
+        argv = [
+            str(e2e_test),
+            "--ginkgo.dry-run",
+            "--ginkgo.no-color",
+            f"--ginkgo.focus={focus}",
+            *([f"--ginkgo.skip={skip}"] if skip else []),
+            f"--ginkgo.junit-report={report}",
+        ]
+        done = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, check=False)
+        if done.returncode != 0 or not report.exists():
+            raise ClusterError(
+                f"e2e.test --ginkgo.dry-run failed (exit {done.returncode}): "
+                + (done.stdout + done.stderr)[-2000:]
+            )
+        names = [
+            case.get("name", "")
+            for case in junit_cases(report)
+            if case.get("name", "").startswith("[It] ") and case.get("status") == PASSED
+        ]
+    return sorted(names)
+
+
+def read_spec_list(path: Path) -> list[str]:
+    """The JUnit names of the specs a spec list names (``#`` starts a comment line)."""
+    lines = [line.strip() for line in path.read_text().splitlines()]
+    return ["[It] " + line for line in lines if line and not line.startswith("#")]
+
+
+def format_spec_list(selection: Selection, names: Sequence[str], version: str) -> str:
+    """A spec list's text: a header, then each spec's name without ``[It] ``, sorted."""
+    header = [
+        f"# The specs of the {selection.name!r} selection of `python -m steward.e2e`:",
+        f"# {selection.about},",
+        f"# as e2e.test of k8s.io/kubernetes {version} selects them. One a line: the",
+        "# JUnit report's name without `[It] ` (the spec's text, then its labels).",
+        "# tests/upstream_e2e requires each to pass, and this list to equal what the",
+        "# pinned e2e.test selects. Refresh it after changing the pin or the selection:",
+        f"#   python -m steward.e2e --selection {selection.name} --write-specs",
+    ]
+    return "\n".join(header + sorted(n.removeprefix("[It] ") for n in names)) + "\n"
 
 
 _DESTROYED = r'Destroying namespace "([a-z0-9-]+)"'
@@ -201,10 +379,14 @@ def run_side(
     real_nodes: int = REAL_NODES,
 ) -> Side:
     """Start a cluster for ``side`` with ``real_nodes`` real nodes, run the specs, stop
-    it; the outcome."""
+    it; the outcome (a broken run's :attr:`Side.problems` say why). A focus and skip that
+    select no spec raise :class:`ClusterError` before any cluster starts."""
     from steward import images  # beside the cluster tools, built on first use
 
     paths = binaries.resolve(TOOLS, out=out)
+    selected = dry_run(focus, skip, e2e_test=paths["e2e.test"])
+    if not selected:
+        raise ClusterError(f"the focus {focus!r} and skip {skip!r} select no spec")
     archive = images.build_e2e_archive(
         agnhost_binary=paths["agnhost"], pause_binary=paths["pause"], out=out
     )
@@ -218,12 +400,14 @@ def run_side(
         node_images=(archive,),
         die_with_parent=True,
     )
-    started = time.monotonic()
-    cluster = LocalCluster.up(config, progress=out)
-    cluster_seconds = time.monotonic() - started
     side_dir = report_dir / side
     side_dir.mkdir(parents=True, exist_ok=True)
     junit = side_dir / "junit.xml"
+    # An earlier run's report must not stand in for one this run did not write.
+    junit.unlink(missing_ok=True)
+    started = time.monotonic()
+    cluster = LocalCluster.up(config, progress=out)
+    cluster_seconds = time.monotonic() - started
     try:
         argv = [
             str(paths["ginkgo"]),
@@ -241,7 +425,9 @@ def run_side(
             *([f"--ginkgo.skip={skip}"] if skip else []),
             f"--report-dir={side_dir}",
         ]
-        out.say(f"{side}: running e2e.test ({procs} processes): focus {focus!r}")
+        out.say(
+            f"{side}: running e2e.test ({procs} processes, {len(selected)} specs): focus {focus!r}"
+        )
         log = side_dir / "e2e.log"
         run_started = time.monotonic()
         with log.open("wb") as sink:
@@ -250,38 +436,41 @@ def run_side(
                 out.tick(f"{side}: e2e running for {time.monotonic() - run_started:.0f}s")
                 time.sleep(1.0)
         seconds = time.monotonic() - run_started
-        if not junit.exists():
-            raise ClusterError(
-                f"e2e.test wrote no JUnit report (exit {proc.returncode}); see {log}"
-            )
-        specs = parse_junit(junit, focus)
+        try:
+            specs, problems = read_run(junit, selected, proc.returncode)
+        except ClusterError as err:
+            raise ClusterError(f"{side}: {err}; see {log}") from err
+        problems = [f"{p} (see {log})" for p in problems]
         for spec in specs:
-            if spec.state == "failed" and side == "steward":
+            if spec.state == FAILED and side == "steward":
                 spec.logs = steward_log_lines(cluster, spec.namespaces)
-        out.say(
-            f"{side}: {sum(s.state == 'passed' for s in specs)} passed, "
-            f"{sum(s.state == 'failed' for s in specs)} failed, "
-            f"{sum(s.state == 'not runnable' for s in specs)} not runnable in {seconds:.0f}s"
-        )
-        return Side(side, specs, round(seconds, 1), str(junit), round(cluster_seconds, 1))
+        out.say(f"{side}: {_counts(specs)} in {seconds:.0f}s")
+        for problem in problems:
+            out.say(f"{side}: the run is broken: {problem}")
+        return Side(side, specs, round(seconds, 1), str(junit), round(cluster_seconds, 1), problems)
     finally:
         cluster.down(progress=Progress(quiet=True))
 
 
+def _counts(specs: Sequence[Spec]) -> str:
+    """``n passed / n failed / n not runnable``, and ``/ n not run`` when some never ran."""
+    text = " / ".join(
+        f"{sum(s.state == state for s in specs)} {state}"
+        for state in (PASSED, FAILED, NOT_RUNNABLE)
+    )
+    never = sum(s.state == NOT_RUN for s in specs)
+    return text + (f" / {never} {NOT_RUN}" if never else "")
+
+
 def table(results: Sequence[Side]) -> str:
-    """Per area: passed / failed / not runnable here, one column per side."""
+    """Per area: passed / failed / not runnable here (/ never ran), one column per side."""
     header = "| area | " + " | ".join(r.side for r in results) + " |"
     lines = [header, "|---" * (len(results) + 1) + "|"]
     areas = sorted({s.area for r in results for s in r.specs}, key=_area_order)
     for area in areas:
         cells = []
         for r in results:
-            specs = [s for s in r.specs if s.area == area]
-            cells.append(
-                f"{sum(s.state == 'passed' for s in specs)} passed / "
-                f"{sum(s.state == 'failed' for s in specs)} failed / "
-                f"{sum(s.state == 'not runnable' for s in specs)} not runnable"
-            )
+            cells.append(_counts([s for s in r.specs if s.area == area]))
         lines.append(f"| {area} | " + " | ".join(cells) + " |")
     lines.append(
         "| run time | "
@@ -323,15 +512,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="comma-separated: steward, upstream (the baseline) (default: %(default)s)",
     )
     parser.add_argument(
-        "--focus", default=CONFORMANCE, help="ginkgo focus regexp (default: %(default)s)"
+        "--selection",
+        choices=sorted(SELECTIONS),
+        default=DEFAULT_SELECTION,
+        help=(
+            "the named selection whose focus and skip are the defaults: "
+            + "; ".join(f"{s.name}: {s.about}" for s in SELECTIONS.values())
+            + " (default: %(default)s)"
+        ),
+    )
+    parser.add_argument(
+        "--focus",
+        help="ginkgo focus regexp (default: the selection's, for conformance "
+        + CONFORMANCE.replace("%", "%%")
+        + ")",
     )
     parser.add_argument(
         "--skip",
-        default=SKIP,
         help=(
-            "ginkgo skip regexp (default: [Disruptive], [Flaky], [Feature:...], "
-            "[FeatureGate:...] and [Serial] outside " + ", ".join(SERIAL_AREAS) + ")"
+            "ginkgo skip regexp (default: the selection's, for conformance [Disruptive], "
+            "[Flaky], [Feature:...], [FeatureGate:...] and [Serial] outside "
+            + ", ".join(SERIAL_AREAS)
+            + ")"
         ),
+    )
+    parser.add_argument(
+        "--list-specs",
+        action="store_true",
+        help="print the specs the focus and skip select in the pinned e2e.test, one a line "
+        "(a dry run, no cluster), and exit",
+    )
+    parser.add_argument(
+        "--write-specs",
+        action="store_true",
+        help="write the selection's spec list ("
+        + str(SPEC_LISTS.name)
+        + "/<selection>.txt in tests/upstream_e2e) from the pinned e2e.test, and exit",
     )
     parser.add_argument(
         "--real-nodes",
@@ -352,6 +568,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="where the JUnit reports, logs and results.json go (default: %(default)s)",
     )
     args = parser.parse_args(argv)
+    selection = SELECTIONS[args.selection]
+    focus = selection.focus if args.focus is None else args.focus
+    skip = selection.skip if args.skip is None else args.skip
+    if args.list_specs or args.write_specs:
+        if args.write_specs and (focus, skip) != (selection.focus, selection.skip):
+            parser.error("--write-specs writes a named selection's list: drop --focus/--skip")
+        try:
+            names = dry_run(focus, skip, e2e_test=binaries.resolve(("e2e.test",))["e2e.test"])
+        except ClusterError as err:
+            print(f"steward e2e: error: {err}", file=sys.stderr)
+            return 1
+        if args.write_specs:
+            text = format_spec_list(selection, names, binaries.TOOLS["e2e.test"].version())
+            selection.spec_list().parent.mkdir(parents=True, exist_ok=True)
+            selection.spec_list().write_text(text)
+            print(f"{selection.spec_list()}: {len(names)} specs")
+        else:
+            print("\n".join(n.removeprefix("[It] ") for n in names))
+        return 0
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
     unknown = [s for s in sides if s not in SIDES]
     if unknown or not sides:
@@ -365,8 +600,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             results.append(
                 run_side(
                     side,
-                    focus=args.focus,
-                    skip=args.skip,
+                    focus=focus,
+                    skip=skip,
                     procs=args.procs,
                     report_dir=args.report_dir,
                     state_dir=state,
@@ -391,8 +626,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     worse = differences(results)
     for name in worse:
         print(f"\npasses under upstream, not under Steward: {name}")
-    failed = any(s.state == "failed" for r in results for s in r.specs)
-    return 1 if failed or worse else 0
+    for r in results:
+        for problem in r.problems:
+            print(f"\n{r.side}: the run is broken: {problem}")
+    failed = any(s.state in (FAILED, NOT_RUN) for r in results for s in r.specs)
+    broken = any(r.problems for r in results)
+    return 1 if failed or broken or worse else 0
 
 
 if __name__ == "__main__":
