@@ -85,8 +85,15 @@ async def test_readiness_flipped_and_back_ends_ready_on_every_service(
     ep_kube: KubeClient, ep_namespace: str, ep_controllers: Starter
 ) -> None:
     """TestEndpointWithMultiplePodUpdates: ten Services over one pod, ten workers; the
-    pod turns not ready and at once ready again; every Endpoints object ends with the pod
-    as its one ready address (the controller never acts on a stale pod)."""
+    pod's readiness is flipped several times at once, and every Endpoints object must end
+    with the pod's last state (the controller never acts on a stale pod).
+
+    Upstream's flips (not ready, ready) end where they started, so the end state could be
+    read before the controller saw any flip. Here the burst ends elsewhere: not ready,
+    ready, not ready at once must end with the pod as every object's one not-ready
+    address; only then is it made ready again, which must end with it as the one ready
+    address. Each wait can succeed only once the controller acted on the pod's newest
+    state."""
     ns = ep_namespace
     ep_controllers.start(workers=10)
     pod = create_pod(ep_kube, ns, pod_body("test-pod"), running_status(["1.1.1.1"], True))
@@ -95,8 +102,6 @@ async def test_readiness_flipped_and_back_ends_ready_on_every_service(
         ep_kube.request("POST", services_path(ns), service_body(name))
     for name in names:
         await eventually(functools.partial(ips_of, ep_kube, ns, name), f"{name}'s address")
-    set_ready(ep_kube, ns, "test-pod", False)
-    set_ready(ep_kube, ns, "test-pod", True)
     expected = [
         {
             "ip": "1.1.1.1",
@@ -109,18 +114,28 @@ async def test_readiness_flipped_and_back_ends_ready_on_every_service(
             },
         }
     ]
-    for name in names:
 
-        def settled(n: str = name) -> bool:
-            ep = get_endpoints(ep_kube, ns, n)
-            subsets = (ep or {}).get("subsets") or []
-            return (
-                bool(subsets)
-                and subsets[0].get("addresses") == expected
-                and not addresses(ep, "notReadyAddresses")
-            )
+    async def settled(field: str, other: str, what: str) -> None:
+        """Every Endpoints object lists the pod as its one ``field`` address, none
+        ``other``."""
+        for name in names:
 
-        await eventually(settled, f"{name} to list the pod as its one ready address")
+            def shows(n: str = name) -> bool:
+                ep = get_endpoints(ep_kube, ns, n)
+                subsets = (ep or {}).get("subsets") or []
+                return (
+                    len(subsets) == 1
+                    and subsets[0].get(field) == expected
+                    and not addresses(ep, other)
+                )
+
+            await eventually(shows, f"{name} to list the pod as its one {what} address")
+
+    for ready in (False, True, False):
+        set_ready(ep_kube, ns, "test-pod", ready)
+    await settled("notReadyAddresses", "addresses", "not-ready")
+    set_ready(ep_kube, ns, "test-pod", True)
+    await settled("addresses", "notReadyAddresses", "ready")
 
 
 async def test_an_external_name_service_gets_endpoints_once_it_is_cluster_ip(
