@@ -12,12 +12,14 @@ for the target's replica count that upstream's HPA arrives at, checking on the w
 upstream's tests do. At each checkpoint both sides wait for each other, then the
 differential: their HPAs must settle into the same state, compared field by field —
 desired and current replicas, the target's scale, the conditions (type, status, reason,
-message, with pod names taken out) and the kinds of the current metrics. A state is
-read repeatedly until the two sides agree or :data:`SETTLE` passes, since each side
-syncs every 15 s on its own clock.
+message, with pod names taken out) and the current metrics. A state is read repeatedly
+until the two sides agree or :data:`SETTLE` passes, since each side syncs on its own
+clock.
 
-Metric values themselves are not compared: each side's metrics-server computes CPU
-rates from its own scrapes, so they differ by a few millicores.
+The current values of Pods, Object and External metrics, which the test sets, must be
+equal; those of Resource (CPU) metrics only close (:data:`MEASURED_SLACK`): each side's
+metrics-server computes CPU rates from its own scrapes, so they differ by a few
+millicores.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -44,6 +48,9 @@ WITHIN = 150.0
 """Seconds a scenario's check may take on a side (several 15 s syncs and 10 s scrapes)."""
 SETTLE = 60.0
 """Seconds the two sides may take to agree at a checkpoint (four sync periods)."""
+MEASURED_SLACK = (Decimal(2), Decimal("0.05"))
+"""How far apart the sides' values of a Resource metric may be: 2 (millicores, or
+percent of the request) or 5 % of the larger, whichever is more (see :func:`_current`)."""
 MEET = WITHIN * 4
 """Seconds a side waits at a checkpoint for the other one."""
 CPU_USAGE = "steward.io/cpu-usage"
@@ -193,6 +200,64 @@ def _message(side: Side, text: str) -> str:
     return _EXAMPLES.sub(lambda m: f"(e.g. [{' '.join(sorted(m.group(1).split()))}])", text)
 
 
+_SOURCES = {
+    "Resource": "resource",
+    "ContainerResource": "containerResource",
+    "Pods": "pods",
+    "Object": "object",
+    "External": "external",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Measured:
+    """A value of a Resource metric, in millicores or percent: equal to the other side's
+    when within :data:`MEASURED_SLACK` (see :func:`_current`)."""
+
+    value: Decimal
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Measured):
+            return NotImplemented
+        apart = abs(self.value - other.value)
+        return apart <= max(MEASURED_SLACK[0], MEASURED_SLACK[1] * max(self.value, other.value))
+
+    def __str__(self) -> str:
+        return f"~{self.value.normalize():f}"
+
+
+def _current(metric: dict[str, Any]) -> dict[str, Any]:
+    """A current metric as the sides must agree on it: its type, what it measures and its
+    values, each a number (quantities in whatever form a side wrote them).
+
+    The values of Pods, Object and External metrics come from the metrics adapter, which
+    serves what the test set: they must be equal. Those of a Resource metric come from
+    each plane's metrics-server, whose CPU rates are taken over its own scrapes and so
+    differ by a millicore or two (a percent of the request or two) at the same load:
+    they must be equal within :data:`MEASURED_SLACK`: an error of the calculation by a
+    factor (the requests, the pods counted, the units) shows, one of a few percent not.
+    """
+    mtype = str(metric.get("type"))
+    source = metric.get(_SOURCES.get(mtype, "")) or {}
+    current = source.get("current") or {}
+    values: dict[str, Any] = {}
+    for key, value in current.items():
+        if mtype not in ("Resource", "ContainerResource"):
+            values[key] = usage.quantity(str(value))
+        elif key == "averageUtilization":
+            values[key] = Measured(Decimal(value))
+        else:
+            values[key] = Measured(usage.quantity(str(value)) * 1000)
+    return {
+        "type": mtype,
+        "name": source.get("name"),
+        "container": source.get("container"),
+        "metric": source.get("metric"),
+        "describedObject": source.get("describedObject"),
+        "current": values,
+    }
+
+
 def snapshot(side: Side, names: tuple[str, ...] = (APP,)) -> dict[str, Any]:
     """What the two sides must agree on (see the module docs)."""
     out: dict[str, Any] = {}
@@ -221,7 +286,7 @@ def snapshot(side: Side, names: tuple[str, ...] = (APP,)) -> dict[str, Any]:
                 )
                 for c in status.get("conditions") or ()
             ),
-            "metrics": [m.get("type") for m in status.get("currentMetrics") or ()],
+            "metrics": [_current(m) for m in status.get("currentMetrics") or ()],
         }
     if with_scale:
         out["scale"] = scale
