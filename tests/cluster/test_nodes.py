@@ -184,19 +184,23 @@ def test_self_hosted_steward_can_heal_itself() -> None:
     assert "--standby" in job_args
 
 
-def test_endpointslice_controller_replaces_upstreams_slices_only_when_upstreams_is_off() -> None:
-    """Handed over, Steward's EndpointSlice controller deletes the slices upstream's left
-    behind (its definition's flags for running alone); beside upstream's, it leaves them."""
+def test_endpointslice_controller_has_slices_of_its_own_only_beside_upstreams() -> None:
+    """Beside upstream's endpointslice-controller, Steward's writes slices of its own
+    managed-by value (the manifest's flag); where upstream's is off the flag goes (its
+    definition's flags for running alone), it writes upstream's value, its default, and
+    deletes the slices it wrote under its own value before the hand-over."""
     (slices,) = [c for c in steward_controllers() if c.name == "endpointslice"]
-    replace = "--replace-managed-by=endpointslice-controller.k8s.io"
-    for kcm, expected in ((WITHOUT_STEWARDS, True), ("*", False)):
+    own = "--managed-by=endpointslice-controller.steward.io"
+    for kcm, expected in ((WITHOUT_STEWARDS, False), ("*", True)):
         docs = pods.manifests(
             _rendered(), otlp_endpoint="http://x:4317", kcm_controllers=kcm, registry=[slices]
         )
         args = _deployment(docs, "steward-controller-endpointslice")["spec"]["template"]["spec"][
             "containers"
         ][0]["args"]
-        assert (replace in args) is expected, (kcm, args)
+        assert (own in args) is expected, (kcm, args)
+        replace = "--replace-managed-by=endpointslice-controller.steward.io"
+        assert (replace in args) is not expected, (kcm, args)
         assert "--standby" in args
 
 

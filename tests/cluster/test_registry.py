@@ -38,12 +38,16 @@ def test_every_controller_of_the_workspace_is_declared() -> None:
         assert f"controller-{name}" in STEWARD_IDENTITIES
         assert (ROOT / "deploy" / "rbac" / f"controller-{name}.yaml").exists()
     # The Job controller can run beside upstream's (Jobs name theirs in spec.managedBy),
-    # and so can the EndpointSlice controller (its slices carry its own managed-by).
+    # and so can the EndpointSlice controller (given a managed-by value of its own).
     assert declared["job"].beside_upstream == ("--no-take-unmanaged",)
     assert declared["job"].alone == ("--take-unmanaged",)
-    assert declared["endpointslice"].beside_upstream == ()
+    # Alone it writes upstream's managed-by value (its default), beside upstream's its own.
+    assert declared["endpointslice"].beside_upstream == (
+        "--managed-by=endpointslice-controller.steward.io",
+    )
+    # Alone, it deletes the slices it wrote beside upstream's before a hand-over.
     assert declared["endpointslice"].alone == (
-        "--replace-managed-by=endpointslice-controller.k8s.io",
+        "--replace-managed-by=endpointslice-controller.steward.io",
     )
     assert declared["replicaset"].beside_upstream is None
     assert packages["endpoint"] == "endpoints"

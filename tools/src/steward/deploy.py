@@ -140,9 +140,10 @@ take every ReplicaSet, Deployment, Service's Endpoints, DaemonSet and HPA (these
 spec.managedBy): apply them only where kube-controller-manager runs without its own
 (--controllers=*,-replicaset,-deployment,-endpoint,-daemonset,-horizontalpodautoscaling),
 or delete those five Deployments. The EndpointSlice controller writes only slices
-labelled as its own (endpointslice.kubernetes.io/managed-by:
-endpointslice-controller.steward.io), so it runs beside kube-controller-manager's
-endpointslice-controller.
+labelled with its --managed-by value; the manifests give it its own
+(endpointslice-controller.steward.io), so it runs beside kube-controller-manager's
+endpointslice-controller. Without that flag it writes upstream's value, in the place of
+upstream's.
 
 overlays:
   local        one replica each, images steward-<service>:dev (deploy/images/build.sh)

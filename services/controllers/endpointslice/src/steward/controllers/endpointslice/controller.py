@@ -449,8 +449,12 @@ CONTROLLER = (
         )
     )
     .flags(add_flags)
-    # Beside upstream's, slices of its own; alone, upstream's value (the default).
-    .beside_upstream([f"--managed-by={STEWARD_MANAGED_BY}"])
+    # Beside upstream's, slices of its own; alone, upstream's value (the default), and the
+    # slices it wrote beside upstream's before a hand-over are deleted once its own are.
+    .beside_upstream(
+        [f"--managed-by={STEWARD_MANAGED_BY}"],
+        alone=[f"--replace-managed-by={STEWARD_MANAGED_BY}"],
+    )
     .describe(
         "Steward's EndpointSlice controller: keeps the discovery.k8s.io/v1 EndpointSlices "
         "of every Service with a selector in line with the Service's pods (packed at most "
