@@ -293,6 +293,27 @@ def snapshot(side: Side, names: tuple[str, ...] = (APP,)) -> dict[str, Any]:
     return out
 
 
+def shows_load(side: Side, names: tuple[str, ...], load: int) -> bool:
+    """Each CPU Resource metric of the HPAs ``names`` shows the share of ``load`` that
+    :func:`spread_load` gives each running pod (as a :class:`Measured` value).
+
+    Until then the metrics are on their way (a new pod not yet scraped twice, a changed
+    share not yet scraped): each side's metrics-server gets there at its own time, and a
+    wrong value of one side could meet the other's value in passing.
+    """
+    running = [p for p in side.pods(APP) if (p.get("status") or {}).get("phase") == "Running"]
+    if not running:
+        return True
+    share = Measured(Decimal(max(load // len(running), 1)))
+    for name in names:
+        for metric in (side.hpa(name).get("status") or {}).get("currentMetrics") or ():
+            found = _current(metric)
+            cpu = found["type"] == "Resource" and found["name"] == "cpu"
+            if cpu and found["current"].get("averageValue", share) != share:
+                return False
+    return True
+
+
 class Pair:
     """Both sides of a run: their checkpoints meet, then the HPAs must settle alike."""
 
@@ -306,8 +327,12 @@ class Pair:
         self.load: dict[str, int | None] = {"steward": None, "upstream": None}
 
     def checkpoint(self, side: Side, what: str, load: int | None = None) -> None:
-        """Wait for the other side; then compare (see the module docs)."""
+        """Wait until this side's HPAs show ``load`` (:func:`shows_load`) and for the other
+        side; then compare (see the module docs)."""
         self.load[side.name] = load
+        if load is not None:
+            what_shows = f"the CPU metric at a share of {load}m"
+            wait_for(side, lambda: shows_load(side, self.names, load), what_shows, load)
         self.barrier.wait()
         if side.name == "upstream":
             self.failure = self._compare(what)
