@@ -24,10 +24,13 @@ from tests.controllers.deployment.conftest import (
     replica_sets,
     wait_rolled_out,
 )
+from tests.controllers.harness import drop_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 UNSCHEDULABLE = {"nodeSelector": {"steward.io/no-such-node": "true"}}
+HOLD = "steward.io/test-hold"
+"""A finalizer of the tests' own: a deleted pod carrying it stays terminating."""
 
 RICH_POD: dict[str, Any] = {
     "containers": [
@@ -79,43 +82,57 @@ SETTLED_POLLS = 3
 """Consecutive reads, one poll interval apart, that must find a side unchanged."""
 
 
-def steady(api: KubeClient, ns: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-    """The Deployment and its ReplicaSets when nothing is left for either controller to
-    do: every ReplicaSet's status caught up with its generation and size, no pod being
-    deleted, and the Deployment's status caught up with its generation and summing its
-    ReplicaSets' as they are now; else None."""
+View = tuple[dict[str, Any], list[dict[str, Any]]]
+"""A side's Deployment and its ReplicaSets (by name)."""
+
+
+def read_side(api: KubeClient, ns: str) -> tuple[View, str]:
+    """The side's Deployment and ReplicaSets, and what is left for a controller to do
+    ("" when nothing): every ReplicaSet's status caught up with its generation, size and
+    terminating pods, no pod being deleted but those :data:`HOLD` keeps, and the
+    Deployment's status caught up with its generation and summing its ReplicaSets' as
+    they are now."""
     d, rss = get(api, ns, "rich"), replica_sets(api, ns)
     st = d.get("status") or {}
     if st.get("observedGeneration", 0) < d["metadata"]["generation"]:
-        return None
+        return (d, rss), "the Deployment's generation not observed"
+    terminating: dict[str, int] = {}
+    for p in api.request("GET", f"/api/v1/namespaces/{ns}/pods").get("items") or ():
+        meta = p["metadata"]
+        if not meta.get("deletionTimestamp"):
+            continue
+        if HOLD not in (meta.get("finalizers") or ()):
+            return (d, rss), f"pod {meta['name']} being deleted"
+        for ref in meta.get("ownerReferences") or ():
+            if ref.get("controller"):
+                terminating[ref["uid"]] = terminating.get(ref["uid"], 0) + 1
     for rs in rss:
-        rst = rs.get("status") or {}
+        rst, name = rs.get("status") or {}, rs["metadata"]["name"]
         if rst.get("observedGeneration", 0) < rs["metadata"]["generation"]:
-            return None
+            return (d, rss), f"ReplicaSet {name}'s generation not observed"
         if rst.get("replicas", 0) != rs["spec"]["replicas"]:
-            return None
+            return (d, rss), f"ReplicaSet {name} not at its size"
+        if (rst.get("terminatingReplicas") or 0) != terminating.get(rs["metadata"]["uid"], 0):
+            return (d, rss), f"ReplicaSet {name}'s terminatingReplicas behind its pods"
     for key in ("replicas", "readyReplicas", "availableReplicas"):
         if st.get(key, 0) != sum((rs.get("status") or {}).get(key, 0) for rs in rss):
-            return None
-    pods = api.request("GET", f"/api/v1/namespaces/{ns}/pods").get("items") or ()
-    if any(p["metadata"].get("deletionTimestamp") for p in pods):
-        return None
-    return d, rss
+            return (d, rss), f"the Deployment's {key} not its ReplicaSets' sum"
+    return (d, rss), ""
 
 
-async def settled(
-    sides: list[tuple[KubeClient, str]],
-) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """Each side's Deployment and ReplicaSets once every side is :func:`steady` and none
-    of them was written in :data:`SETTLED_POLLS` reads in a row."""
+async def settled(sides: list[tuple[KubeClient, str]]) -> list[View]:
+    """Each side's Deployment and ReplicaSets once no side has anything left to do
+    (:func:`read_side`) and none of them was written in :data:`SETTLED_POLLS` reads in a
+    row."""
     reads: list[Any] = []
+    last: list[tuple[View, str]] = []
 
-    def check() -> list[tuple[dict[str, Any], list[dict[str, Any]]]] | None:
-        found = [steady(api, ns) for api, ns in sides]
-        if any(f is None for f in found):
+    def check() -> list[View] | None:
+        last[:] = [read_side(api, ns) for api, ns in sides]
+        if any(left for _, left in last):
             reads.clear()
             return None
-        views = [f for f in found if f is not None]
+        views = [view for view, _ in last]
         # Nothing written in between: the same resourceVersions.
         key = [
             (d["metadata"]["resourceVersion"], [rs["metadata"]["resourceVersion"] for rs in rss])
@@ -128,12 +145,12 @@ async def settled(
 
     def failure(_: Any) -> str:
         return "timed out waiting for both sides to settle: " + "; ".join(
-            f"{api.access.host}: {get(api, ns, 'rich').get('status')}" for api, ns in sides
+            f"{api.access.host}: {left or 'written again'}, status {d.get('status')}, "
+            f"ReplicaSets {[(rs['metadata']['name'], rs.get('status')) for rs in rss]}"
+            for (api, _), ((d, rss), left) in zip(sides, last, strict=True)
         )
 
-    found: list[tuple[dict[str, Any], list[dict[str, Any]]]] = await eventually(
-        check, "both sides settled", within=60.0, failure=failure
-    )
+    found: list[View] = await eventually(check, "both sides settled", within=60.0, failure=failure)
     return found
 
 
@@ -287,11 +304,58 @@ async def history(api: KubeClient, ns: str) -> None:
     await eventually(cleaned, "cleanup")
 
 
+async def terminating(api: KubeClient, ns: str) -> None:
+    """A rollout away from pods that stay terminating: the first template's pods are
+    never scheduled (kwok, which drops the finalizers of pods it runs, never has them)
+    and carry :data:`HOLD`, so the pods the rollout deletes stay, counted in
+    ``terminatingReplicas``."""
+    body = deployment_body("rich", 3, pod_spec=UNSCHEDULABLE)
+    body["spec"]["template"]["metadata"]["finalizers"] = [HOLD]
+    create(api, ns, body)
+
+    def pending() -> bool:
+        pods = api.request("GET", f"/api/v1/namespaces/{ns}/pods").get("items") or ()
+        return len(pods) == 3
+
+    await eventually(pending, "the first template's pods")
+    patch(
+        api,
+        ns,
+        "rich",
+        {
+            "spec": {
+                "template": {
+                    "metadata": {"finalizers": None},
+                    "spec": {
+                        "nodeSelector": None,
+                        "containers": [{"name": "main", "image": "busybox:2"}],
+                    },
+                }
+            }
+        },
+    )
+    await asyncio.sleep(1)
+    await wait_rolled_out(api, ns, "rich")
+
+
+def release(api: KubeClient, ns: str) -> None:
+    """Drop :data:`HOLD` from the namespace's pods."""
+    for p in api.request("GET", f"/api/v1/namespaces/{ns}/pods").get("items") or ():
+        if HOLD in (p["metadata"].get("finalizers") or ()):
+            api.request(
+                "PATCH",
+                f"/api/v1/namespaces/{ns}/pods/{p['metadata']['name']}",
+                {"metadata": {"finalizers": None}},
+                content_type="application/merge-patch+json",
+            )
+
+
 async def emptied(api: KubeClient, ns: str) -> None:
     """Delete the namespace's Deployments, ReplicaSets and pods; wait until all are gone."""
     for path in (f"{APPS}/namespaces/{ns}/deployments", f"{APPS}/namespaces/{ns}/replicasets"):
         api.request("DELETE", path)
     api.request("DELETE", f"/api/v1/namespaces/{ns}/pods?gracePeriodSeconds=0")
+    release(api, ns)
 
     def gone() -> bool:
         return not any(
@@ -315,8 +379,9 @@ async def emptied(api: KubeClient, ns: str) -> None:
         proportional,
         rollback,
         history,
+        terminating,
     ],
-    ids=["new", "rolling", "recreate", "proportional", "rollback", "history"],
+    ids=["new", "rolling", "recreate", "proportional", "rollback", "history", "terminating"],
 )
 async def test_same_replica_sets_and_status(
     kube: KubeClient,
@@ -352,7 +417,7 @@ async def test_same_replica_sets_and_status(
             assert steward == upstream
             return
         finally:
-            kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+            drop_namespace(kube, ns)
 
 
 async def test_hash_equals_upstream(kube: KubeClient, request: pytest.FixtureRequest) -> None:
