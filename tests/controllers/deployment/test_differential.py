@@ -126,6 +126,7 @@ async def settled(sides: list[tuple[KubeClient, str]]) -> list[View]:
     row."""
     reads: list[Any] = []
     last: list[tuple[View, str]] = []
+    rewritten: set[int] = set()
 
     def check() -> list[View] | None:
         last[:] = [read_side(api, ns) for api, ns in sides]
@@ -138,16 +139,19 @@ async def settled(sides: list[tuple[KubeClient, str]]) -> list[View]:
             (d["metadata"]["resourceVersion"], [rs["metadata"]["resourceVersion"] for rs in rss])
             for d, rss in views
         ]
+        rewritten.clear()
         if reads and reads[-1] != key:
+            rewritten.update(i for i, k in enumerate(key) if reads[-1][i] != k)
             reads.clear()
         reads.append(key)
         return views if len(reads) >= SETTLED_POLLS else None
 
     def failure(_: Any) -> str:
         return "timed out waiting for both sides to settle: " + "; ".join(
-            f"{api.access.host}: {left or 'written again'}, status {d.get('status')}, "
+            f"{api.access.host}: {left or ('written again' if i in rewritten else 'settled')}, "
+            f"status {d.get('status')}, "
             f"ReplicaSets {[(rs['metadata']['name'], rs.get('status')) for rs in rss]}"
-            for (api, _), ((d, rss), left) in zip(sides, last, strict=True)
+            for i, ((api, _), ((d, rss), left)) in enumerate(zip(sides, last, strict=True))
         )
 
     found: list[View] = await eventually(check, "both sides settled", within=60.0, failure=failure)
