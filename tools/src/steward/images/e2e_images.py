@@ -29,18 +29,24 @@ registry.k8s.io/pause:3.10.2                      Steward's pause, as build_paus
   ``/agnhost-2`` link, ``/uploads``, and the users ``user-defined-in-image`` (1000) in
   ``group-defined-in-image`` (50000), plus Alpine's ``/var/tmp`` (1777);
   ``Entrypoint ["/agnhost"]``, ``Cmd ["pause"]`` and upstream's exposed ports (80, 8080,
-  8081, 9376, 5000). **Both agnhost names carry
-  this one build**: the Deployment specs roll from 2.55 to 2.66.1, and only need the two
-  to be different names that run. Not included from upstream's Alpine image: its
-  packages (bind-tools, curl, iproute2, iperf, bash, socat …), CoreDNS 1.6.2, porter's
-  certificate and the fake registry's content, which the ``[sig-apps]`` specs do not use;
-  the user's home directory is owned by root.
+  8081, 9376, 5000). The same layer carries the tools the ``[sig-network]`` specs run in
+  agnhost pods (:mod:`steward.images.e2e_tools`): Debian's ``curl``, OpenBSD's ``nc``
+  (``/bin/nc``, over busybox's, which refuses ``nc -v -t``) and GNU ``wget`` (in
+  ``/usr/bin``, ahead of busybox's, whose ``wget -T`` crashes), with the libraries they
+  link, ``/bin/sh`` Debian's ``dash`` (busybox's ``sh`` would run its own ``nc`` and
+  ``wget`` whatever PATH says) and ``/etc/nsswitch.conf`` (``hosts: files dns``).
+  **Both agnhost names carry this one build**: the Deployment specs roll from 2.55 to
+  2.66.1, and only need the two to be different names that run. Not included from
+  upstream's Alpine image: its other packages (bind-tools, iproute2, iperf, bash, socat,
+  util-linux-misc), CoreDNS 1.6.2, porter's certificate and the fake registry's content,
+  which the specs run here do not use; the user's home directory is owned by root.
 - The layers and the archive are written as Steward's (:func:`write_tar`, umoci); the
   result is cached in ``cache_root()/images/e2e/<digest>/`` by a digest of the agnhost,
-  pause and busybox binaries, busybox's copyright file, the recipe
+  pause and busybox binaries, busybox's copyright file, the tools tree, the recipe
   (:data:`E2E_RECIPE_VERSION`, names, configurations) and the epoch, and a cached result
-  returns without waiting for the images' lock. Building needs umoci and busybox-static,
-  not root, and takes a few seconds.
+  returns without waiting for the images' lock. Building needs umoci and busybox-static
+  and takes a few seconds; the tools tree, once per machine, needs root and mmdebstrap
+  (about 20 s).
 """
 
 from __future__ import annotations
@@ -68,10 +74,11 @@ from steward.images.common import (
     sha256_file,
     source_date_epoch,
 )
+from steward.images.e2e_tools import TOOLS_PACKAGES, Tools, ensure_tools, extract_tools
 from steward.images.layout import BuiltArchive, Layout, describe, write_tar
 from steward.images.steward_images import PAUSE_IMAGE, PAUSE_USER, add_pause
 
-E2E_RECIPE_VERSION = "2"
+E2E_RECIPE_VERSION = "3"
 """Bumped when what :func:`build_e2e` makes changes in a way its inputs do not show (the
 images' trees, configurations or names)."""
 
@@ -102,6 +109,8 @@ _AGNHOST_GROUP = (
     _E2E_GROUP
     + "user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"
 )
+_AGNHOST_NSSWITCH = "passwd: files\ngroup: files\nhosts: files dns\n"
+"""glibc's (the tools'): the pod's /etc/hosts before DNS, as Alpine's musl does."""
 _E2E_TAGS = {
     "agnhost": AGNHOST_IMAGE,
     "agnhost-previous": AGNHOST_PREVIOUS_IMAGE,
@@ -148,19 +157,24 @@ def _static_elf(path: Path, what: str) -> None:
             )
 
 
-def _e2e_key(*, agnhost: Path, pause: Path, busybox: Path, epoch: int) -> str:
+def _e2e_key(*, agnhost: Path, pause: Path, busybox: Path, tools: Tools, epoch: int) -> str:
     inputs = InputsDigest()
     recipe = {
         "version": E2E_RECIPE_VERSION,
         "images": _E2E_TAGS,
         "path": E2E_PATH,
         "agnhost": [AGNHOST_ENTRYPOINT, AGNHOST_CMD, AGNHOST_PORTS],
-        "files": [_E2E_USERS, _E2E_GROUP, _AGNHOST_USERS, _AGNHOST_GROUP],
+        "files": [_E2E_USERS, _E2E_GROUP, _AGNHOST_USERS, _AGNHOST_GROUP, _AGNHOST_NSSWITCH],
         "pause": PAUSE_USER,
         "epoch": epoch,
     }
     inputs.feed("recipe", json.dumps(recipe, sort_keys=True).encode())
-    for label, path in (("agnhost", agnhost), ("pause", pause), ("busybox", busybox)):
+    for label, path in (
+        ("agnhost", agnhost),
+        ("pause", pause),
+        ("busybox", busybox),
+        ("tools", tools.tar),
+    ):
         inputs.feed(label, sha256_file(path).encode())
     copyright_ = BUSYBOX_COPYRIGHT.read_bytes() if BUSYBOX_COPYRIGHT.is_file() else b""
     inputs.feed("busybox copyright", copyright_)
@@ -198,23 +212,24 @@ def _busybox_tree(root: Path, busybox: Path, applets: Sequence[str]) -> None:
         shutil.copyfile(BUSYBOX_COPYRIGHT, doc / "copyright")
 
 
-def _agnhost_tree(root: Path, agnhost: Path) -> None:
-    """agnhost's layer over busybox's, as upstream's Dockerfile adds: /agnhost, the
-    /agnhost-2 link (entrypoint-tester), /uploads (netexec) and the users
-    user-defined-in-image (1000) in group-defined-in-image (50000); and /var/tmp 1777,
-    which upstream's Alpine base has (the DaemonSet surge spec's readiness probe touches
-    a file there)."""
-    root.mkdir()
+def _agnhost_tree(root: Path, agnhost: Path, tools: Tools) -> None:
+    """agnhost's layer over busybox's, as upstream's Dockerfile adds: the tools
+    (:mod:`~steward.images.e2e_tools`), /agnhost, the /agnhost-2 link
+    (entrypoint-tester), /uploads (netexec) and the users user-defined-in-image (1000)
+    in group-defined-in-image (50000); and /var/tmp 1777, which upstream's Alpine base
+    has (the DaemonSet surge spec's readiness probe touches a file there)."""
+    extract_tools(tools, root)
     shutil.copyfile(agnhost, root / "agnhost")
     (root / "agnhost").chmod(0o755)
     (root / "agnhost-2").symlink_to("agnhost")
     (root / "uploads").mkdir()
-    (root / "var" / "tmp").mkdir(parents=True)
+    (root / "var" / "tmp").mkdir(parents=True, exist_ok=True)
     (root / "var" / "tmp").chmod(0o1777)
     (root / "home" / "user-defined-in-image").mkdir(parents=True)
-    (root / "etc").mkdir()
+    (root / "etc").mkdir(exist_ok=True)
     (root / "etc" / "passwd").write_text(_AGNHOST_USERS)
     (root / "etc" / "group").write_text(_AGNHOST_GROUP)
+    (root / "etc" / "nsswitch.conf").write_text(_AGNHOST_NSSWITCH)
 
 
 def build_e2e(
@@ -231,7 +246,8 @@ def build_e2e(
 
     Kept in ``cache_root()/images/e2e/<key>/`` (the last three) and returned at once
     when the inputs are unchanged (unless ``use_cache`` is false); written to ``output``
-    too when given. Needs umoci and, for the default busybox, busybox-static; no root.
+    too when given. Needs umoci and, for the default busybox, busybox-static; root and
+    mmdebstrap for the tools tree while it is not cached (:func:`ensure_tools`).
     """
     started = time.monotonic()
     epoch = source_date_epoch()
@@ -243,7 +259,10 @@ def build_e2e(
         ("busybox", busybox_binary),
     ):
         _static_elf(path, what)
-    key = _e2e_key(agnhost=agnhost_binary, pause=pause_binary, busybox=busybox_binary, epoch=epoch)
+    tools = ensure_tools(out=out, epoch=epoch)
+    key = _e2e_key(
+        agnhost=agnhost_binary, pause=pause_binary, busybox=busybox_binary, tools=tools, epoch=epoch
+    )
     archive = images_root() / "e2e" / key[:20] / "e2e-images.tar"
 
     def cached() -> BuiltE2E | None:
@@ -264,6 +283,7 @@ def build_e2e(
                 agnhost=agnhost_binary,
                 pause=pause_binary,
                 busybox=busybox_binary,
+                tools=tools,
                 epoch=epoch,
                 key=key,
                 archive=archive,
@@ -290,6 +310,7 @@ def _build_e2e(
     agnhost: Path,
     pause: Path,
     busybox: Path,
+    tools: Tools,
     epoch: int,
     key: str,
     archive: Path,
@@ -306,10 +327,13 @@ def _build_e2e(
         diff_id, size = write_tar(busybox_layer, tmp / "busybox-root", epoch=epoch)
         busybox_what = f"busybox: Debian busybox-static {version}, {len(applets)} applets in /bin"
         unpacked[f"sha256:{diff_id}"] = (size, busybox_what)
-        _agnhost_tree(tmp / "agnhost-root", agnhost)
+        _agnhost_tree(tmp / "agnhost-root", agnhost, tools)
         agnhost_layer = tmp / "agnhost-layer.tar"
         diff_id, size = write_tar(agnhost_layer, tmp / "agnhost-root", epoch=epoch)
-        agnhost_what = "agnhost: /agnhost (k8s.io/kubernetes test/images/agnhost)"
+        agnhost_what = (
+            "agnhost: /agnhost (k8s.io/kubernetes test/images/agnhost), "
+            f"Debian's {', '.join(TOOLS_PACKAGES)}"
+        )
         unpacked[f"sha256:{diff_id}"] = (size, agnhost_what)
 
         layout = Layout(tmp / "layout", epoch, out)
