@@ -5,12 +5,13 @@ pod-template-hash, sizes, revisions — and the same final status."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from steward.kube import KubeClient
+from steward.kube import ConflictError, KubeClient, NotFoundError
 from steward.runtime.hashing import pod_template_hash
 from tests.controllers.deployment.conftest import (
     APPS,
@@ -31,6 +32,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 UNSCHEDULABLE = {"nodeSelector": {"steward.io/no-such-node": "true"}}
 HOLD = "steward.io/test-hold"
 """A finalizer of the tests' own: a deleted pod carrying it stays terminating."""
+HELD_NODE = "steward-test-held"
+"""A Node no kubelet and no kwok runs (kwok manages only the nodes annotated for it,
+and drops the finalizers of its pods being deleted): its pods stay as they are. Tainted,
+so that nothing else is put there."""
 
 RICH_POD: dict[str, Any] = {
     "containers": [
@@ -310,10 +315,21 @@ async def history(api: KubeClient, ns: str) -> None:
 
 async def terminating(api: KubeClient, ns: str) -> None:
     """A rollout away from pods that stay terminating: the first template's pods are
-    never scheduled (kwok, which drops the finalizers of pods it runs, never has them)
-    and carry :data:`HOLD`, so the pods the rollout deletes stay, counted in
-    ``terminatingReplicas``."""
-    body = deployment_body("rich", 3, pod_spec=UNSCHEDULABLE)
+    bound to :data:`HELD_NODE` (scheduled, so PodGC does not end them as it does
+    unscheduled terminating pods) and carry :data:`HOLD`, so the pods the rollout
+    deletes stay, counted in ``terminatingReplicas``."""
+    with contextlib.suppress(ConflictError):
+        api.request(
+            "POST",
+            "/api/v1/nodes",
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": HELD_NODE},
+                "spec": {"taints": [{"key": HOLD, "effect": "NoSchedule"}]},
+            },
+        )
+    body = deployment_body("rich", 3, pod_spec={"nodeName": HELD_NODE})
     body["spec"]["template"]["metadata"]["finalizers"] = [HOLD]
     create(api, ns, body)
 
@@ -331,7 +347,7 @@ async def terminating(api: KubeClient, ns: str) -> None:
                 "template": {
                     "metadata": {"finalizers": None},
                     "spec": {
-                        "nodeSelector": None,
+                        "nodeName": None,
                         "containers": [{"name": "main", "image": "busybox:2"}],
                     },
                 }
@@ -422,6 +438,9 @@ async def test_same_replica_sets_and_status(
             return
         finally:
             drop_namespace(kube, ns)
+            for api in (kube, skube):
+                with contextlib.suppress(NotFoundError):
+                    api.request("DELETE", f"/api/v1/nodes/{HELD_NODE}")
 
 
 async def test_hash_equals_upstream(kube: KubeClient, request: pytest.FixtureRequest) -> None:
