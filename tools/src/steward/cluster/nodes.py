@@ -20,6 +20,21 @@ its ``/metrics/resource`` the same way: the cluster CA to trust the serving cert
 granted by RBAC. kube-proxy is ``system:kube-proxy``, CoreDNS
 ``steward:coredns``, each bound to no more than it needs.
 
+# Pod and Service traffic
+All nodes share the machine's network namespace: each bridge's /24 is a connected route,
+so pods reach pods of every node directly. The bridge plugin does not masquerade
+(its ``ipMasq`` would rewrite pod-to-pod traffic between two bridges to the gateway's
+address, so a pod would not see its peer's IP); one rule of the cluster's own
+(:func:`pod_egress_rule`) masquerades what leaves :data:`POD_CIDR` for anywhere else.
+Traffic still addressed to the Service range once kube-proxy's rules had their turn
+(an address or a port no Service has, or no longer has) is refused by two filter rules
+of the cluster's (``OUTPUT`` and ``FORWARD``, :func:`cluster_rules`) instead of leaving
+by the default route, where this machine's network may answer any connection (a deleted
+Service would still be "reachable"). A route could not do it: the machine's own
+connections are routed before kube-proxy's ``OUTPUT`` rules rewrite them. The one
+kube-proxy (iptables mode, node ``steward-node-0``) serves every node: traffic policies
+``Local`` cannot tell the nodes apart.
+
 # The machine
 Only one cluster with real nodes runs on a machine at a time (kube-proxy's chains are
 global); a second is refused with the first one's directory. What a real node changes on
@@ -28,7 +43,7 @@ that ``down`` (from any process) puts it back: the sysctls kubelet, kube-proxy a
 CNI bridge set, the directories they create outside the state directory, the cgroups
 under :data:`CGROUP_PARENT`, the mounts under the nodes' directories, the bridges,
 kube-proxy's rules (``kube-proxy --cleanup``) and the CNI plugin's rules (matched by the
-network's own name). Nothing else is touched.
+network's own name) and the rules of :func:`cluster_rules`. Nothing else is touched.
 """
 
 from __future__ import annotations
@@ -251,6 +266,9 @@ class HostFootprint:
     bridges: list[str] = field(default_factory=list)
     iptables: dict[str, list[str]] = field(default_factory=dict)
     state_dir: str = ""
+    rules: list[list[str]] = field(default_factory=list)
+    """The rules ``up`` appends (:func:`cluster_rules`: table, chain, match and target),
+    deleted by ``down``."""
 
     @classmethod
     def take(cls, state_dir: Path, nodes: list[RealNode]) -> HostFootprint:
@@ -387,7 +405,9 @@ def cni_config(node: RealNode) -> dict[str, Any]:
                 "type": "bridge",
                 "bridge": node.bridge,
                 "isGateway": True,
-                "ipMasq": True,
+                # Not ipMasq: pod-to-pod traffic between bridges keeps its source
+                # (cluster_rules masquerades the rest).
+                "ipMasq": False,
                 "hairpinMode": True,
                 "ipam": {
                     "type": "host-local",
@@ -398,6 +418,61 @@ def cni_config(node: RealNode) -> dict[str, Any]:
             }
         ],
     }
+
+
+def cluster_rules(state_dir: Path, *, service_cidr: str) -> list[list[str]]:
+    """The rules the cluster appends (table, chain, then as ``iptables -A`` takes the
+    rest), each commented with the cluster's digest: the masquerade of what leaves
+    :data:`POD_CIDR` for anywhere else, and the refusal (filter ``OUTPUT`` and
+    ``FORWARD``) of what is still addressed to ``service_cidr`` after kube-proxy's
+    rules."""
+    digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:6]
+    tag = f"steward-{digest}"
+    egress = ["-s", POD_CIDR, "!", "-d", POD_CIDR]
+    masquerade = ["-m", "comment", "--comment", f"{tag}: pod egress", "-j", "MASQUERADE"]
+    refuse = [
+        "-d",
+        service_cidr,
+        "-m",
+        "comment",
+        "--comment",
+        f"{tag}: no Service here",
+        "-j",
+        "REJECT",
+    ]
+    return [
+        ["nat", "POSTROUTING", *egress, *masquerade],
+        ["filter", "OUTPUT", *refuse],
+        ["filter", "FORWARD", *refuse],
+    ]
+
+
+def add_cluster_rules(footprint: HostFootprint, rules: list[list[str]], save: Path) -> None:
+    """Append ``rules`` (:func:`cluster_rules`) where absent, each recorded in
+    ``footprint`` (saved to ``save``) before it is added, so that ``down`` deletes
+    exactly them."""
+    for rule in rules:
+        if rule not in footprint.rules:
+            footprint.rules.append(rule)
+            footprint.save(save)
+        table, *spec = rule
+        check = subprocess.run(["iptables", "-w", "-t", table, "-C", *spec], capture_output=True)
+        if check.returncode == 0:
+            continue
+        done = subprocess.run(
+            ["iptables", "-w", "-t", table, "-A", *spec], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise RealNodeError(f"iptables -t {table} -A {' '.join(spec)}: {done.stderr.strip()}")
+
+
+def remove_cluster_rules(footprint: HostFootprint) -> None:
+    """Delete what :func:`add_cluster_rules` added (whatever of it is still there)."""
+    for table, *spec in footprint.rules:
+        for _ in range(5):  # each -D deletes one copy
+            done = subprocess.run(["iptables", "-w", "-t", table, "-D", *spec], capture_output=True)
+            if done.returncode != 0:
+                break
 
 
 def kubelet_config(
@@ -754,6 +829,7 @@ def restore_host(
     if kube_proxy is not None:
         subprocess.run([str(kube_proxy), "--cleanup"], capture_output=True, check=False)
     remove_cni_rules(footprint.networks)
+    remove_cluster_rules(footprint)
     if footprint.iptables:
         remove_new_rules(footprint.iptables)
     for bridge in footprint.bridges:

@@ -13,7 +13,7 @@ from steward.cluster.errors import ClusterError
 from steward.cluster.identities import COREDNS_USER, KUBELET_CLIENT_USER
 from steward.cluster.progress import Progress
 from steward.cluster.startup import Probe, Spec, failure, launch, run
-from steward.cluster.state import ClusterState
+from steward.cluster.state import SERVICE_CIDR, ClusterState
 
 FOOTPRINT = "host-footprint.json"
 """What real nodes may change on the machine, as it was before (see steward.cluster.nodes)."""
@@ -39,6 +39,11 @@ def start(
     p = state.ports
     timeout = config.start_timeout
     _bind_node_components(state)
+    footprint = nodes.HostFootprint.load(d / FOOTPRINT)
+    if footprint is None:
+        raise ClusterError(f"{d / FOOTPRINT} is missing: the machine was not claimed")
+    rules = nodes.cluster_rules(d, service_cidr=SERVICE_CIDR)
+    nodes.add_cluster_rules(footprint, rules, d / FOOTPRINT)
     # Steward's archive (with --steward-pods) holds the pause image too.
     archives = list(config.node_images) or [_sandbox_archive(paths, out)]
     for node in state.real_nodes:
