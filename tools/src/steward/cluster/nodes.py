@@ -25,7 +25,7 @@ All nodes share the machine's network namespace: each bridge's /24 is a connecte
 so pods reach pods of every node directly. The bridge plugin does not masquerade
 (its ``ipMasq`` would rewrite pod-to-pod traffic between two bridges to the gateway's
 address, so a pod would not see its peer's IP); one rule of the cluster's own
-(:func:`pod_egress_rule`) masquerades what leaves :data:`POD_CIDR` for anywhere else.
+(:func:`cluster_rules`) masquerades what leaves :data:`POD_CIDR` for anywhere else.
 Traffic still addressed to the Service range once kube-proxy's rules had their turn
 (an address or a port no Service has, or no longer has) is refused by two filter rules
 of the cluster's (``OUTPUT`` and ``FORWARD``, :func:`cluster_rules`) instead of leaving
