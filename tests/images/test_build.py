@@ -11,6 +11,8 @@ for the pause program: without them the tests skip, except in CI, where they fai
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import gzip
 import hashlib
 import io
@@ -33,6 +35,8 @@ from steward import images
 from steward.cluster import binaries
 from steward.cluster.errors import ClusterError
 from steward.cluster.progress import Progress
+from steward.images.common import images_root, sha256_file
+from steward.images.venvs import find_uv
 from tests.conftest import skip_or_fail
 
 TAG = "dev"
@@ -53,6 +57,65 @@ def _unavailable() -> str | None:
     if absent:
         return f"not installed: {', '.join(absent)} (make node-packages)"
     return None
+
+
+# ------------------------------------------------------------------- a build, observed
+
+_spawned: list[list[str]] | None = None
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event == "subprocess.Popen" and _spawned is not None:
+        argv = args[1]
+        words = argv if isinstance(argv, list | tuple) else [argv]
+        _spawned.append([os.fsdecode(a) for a in words])
+
+
+sys.addaudithook(_audit)  # audit hooks cannot be removed: it records inside spawned() only
+
+
+@contextlib.contextmanager
+def spawned() -> Iterator[list[list[str]]]:
+    """The command lines of the subprocesses this process starts inside the block."""
+    global _spawned
+    found: list[list[str]] = []
+    _spawned = found
+    try:
+        yield found
+    finally:
+        _spawned = None
+
+
+@contextlib.contextmanager
+def images_lock_held() -> Iterator[None]:
+    """Hold the images' build lock (:func:`steward.images.common.locked`'s) in the block,
+    as a build of another process would."""
+    lock_path = images_root() / ".lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+class NoWaiting(Progress):
+    """Progress that fails at once where a build would start waiting for the images'
+    lock (rather than wait for it)."""
+
+    def __init__(self) -> None:
+        super().__init__(quiet=True)
+
+    def say(self, message: str) -> None:
+        assert not message.startswith("waiting for another image build"), message
+        super().say(message)
+
+
+def unchanged(path: Path) -> tuple[int, int, int, int]:
+    """What rewriting or replacing ``path`` changes: device, inode, size, mtime."""
+    st = path.stat()
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 # ------------------------------------------------------------------------------ fixtures
@@ -555,9 +618,19 @@ def test_pause_archive_alone(built: images.BuiltImages, pause_binary: Path, tmp_
 
 @pytest.mark.integration
 def test_second_build_is_cached(built: images.BuiltImages, pause_binary: Path) -> None:
-    again = images.build_images(TAG, out=Progress(quiet=True), pause_binary=pause_binary)
+    """Unchanged inputs: the cached archive is returned as it is. The build computes its
+    key (``uv --version``, ``uv export``) and runs nothing else: no wheel, venv, layer or
+    archive is made, and neither the archive nor its ``built.json`` is written again."""
+    meta = built.archive.parent / "built.json"
+    before = {path: unchanged(path) for path in (built.archive, meta)}
+    with spawned() as commands:
+        again = images.build_images(TAG, out=Progress(quiet=True), pause_binary=pause_binary)
     assert again.cached
-    assert again.seconds < 10
+    uv = find_uv()
+    builders = [c for c in commands if not (c[0] == uv and c[1:2] in (["--version"], ["export"]))]
+    assert builders == [], builders
+    assert any(c[1:2] == ["export"] for c in commands), commands  # the recorder sees them
+    assert {path: unchanged(path) for path in before} == before
     assert again.archive == built.archive
     assert {n: i.digest for n, i in again.images.items()} == {
         n: i.digest for n, i in built.images.items()
@@ -567,23 +640,29 @@ def test_second_build_is_cached(built: images.BuiltImages, pause_binary: Path) -
 @pytest.mark.integration
 @pytest.mark.slow
 def test_rebuild_is_reproducible(
-    built: images.BuiltImages, pause_binary: Path, tmp_path: Path
+    built: images.BuiltImages,
+    pause_binary: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Building again without the cache (the base layer stays) gives the same bytes."""
-    before = hashlib.sha256(built.archive.read_bytes()).hexdigest()
+    """Building again without the cache gives the same bytes. The rebuild goes to a store
+    of its own (the base layer linked from the module's, as a rebuild keeps it), so the
+    module's archive stays as built, the side the rebuild is compared with."""
+    base = images_root() / f"base-{built.base_key[:16]}"
+    store = tmp_path / "store"
+    (store / "images").mkdir(parents=True)
+    (store / "images" / base.name).symlink_to(base, target_is_directory=True)
+    monkeypatch.setenv("STEWARD_CACHE_DIR", str(store))
     again = images.build_images(
-        TAG,
-        out=Progress(interval=15.0),
-        pause_binary=pause_binary,
-        use_cache=False,
-        output=tmp_path / "again.tar",
+        TAG, out=Progress(interval=15.0), pause_binary=pause_binary, use_cache=False
     )
+    assert again.archive.is_relative_to(store)
     assert not again.cached
     assert again.key == built.key
     assert {n: i.digest for n, i in again.images.items()} == {
         n: i.digest for n, i in built.images.items()
     }
-    assert hashlib.sha256(again.archive.read_bytes()).hexdigest() == before
+    assert sha256_file(again.archive) == sha256_file(built.archive)
 
 
 # ------------------------------------------------------------------------------ unit tests

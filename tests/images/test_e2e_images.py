@@ -280,10 +280,18 @@ def test_pause_is_build_pause_archives(
 def test_second_build_is_cached(
     built: images.BuiltE2E, agnhost_binary: Path, pause_binary: Path, tmp_path: Path
 ) -> None:
-    again = images.build_e2e(
-        agnhost_binary=agnhost_binary, pause_binary=pause_binary, out=Progress(quiet=True)
-    )
-    assert again.cached and again.seconds < 5
+    """Unchanged inputs: the cached archive is returned as it is, without waiting for the
+    images' lock (held here, as a build of Steward's images would hold it), without a
+    subprocess (no umoci, no tar) and without writing the archive or its built.json."""
+    meta = built.archive.parent / "built.json"
+    before = {path: _build.unchanged(path) for path in (built.archive, meta)}
+    with _build.images_lock_held(), _build.spawned() as commands:
+        again = images.build_e2e(
+            agnhost_binary=agnhost_binary, pause_binary=pause_binary, out=_build.NoWaiting()
+        )
+    assert again.cached
+    assert commands == []
+    assert {path: _build.unchanged(path) for path in before} == before
     assert again.archive == built.archive and again.key == built.key
     path = images.build_e2e_archive(
         agnhost_binary=agnhost_binary,
