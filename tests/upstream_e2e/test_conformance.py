@@ -1,11 +1,13 @@
 """Kubernetes' own conformance specs of ``[sig-apps] Job``, ``Deployment``, ``ReplicaSet``
-and ``Daemon set`` (``e2e.test`` from the pinned module), run under Steward's controllers
-on two real nodes, with upstream's switched off; the DaemonSet specs are ``[Serial]`` and
-run one at a time after the others. Every spec of the selection's list
-(``specs/conformance.txt``, which ``test_spec_lists`` holds to what the pinned
+and ``Daemon set``, of ``[sig-network] EndpointSlice``, and the two Services conformance
+specs that serve a Service's endpoints (``e2e.test`` from the pinned module), run under
+Steward's controllers on two real nodes, with upstream's switched off; the DaemonSet specs
+are ``[Serial]`` and run one at a time after the others. Every spec of the selection's
+list (``specs/conformance.txt``, which ``test_spec_lists`` holds to what the pinned
 ``e2e.test`` selects) must have run and passed, and the run must be whole (no spec that
 never ran, no exit of ginkgo that no failed spec explains). ``make e2e`` runs the same
-under upstream's controllers as the baseline, and any other selection.
+under upstream's controllers as the baseline, and the ``network`` selection (the rest of
+``[sig-network]``'s EndpointSlice and Services specs) on both sides.
 
 Needs root and the real nodes' packages (``make node-packages``); without them it skips,
 except in CI, where it fails.

@@ -94,6 +94,8 @@ def test_each_spec_is_counted_in_its_area() -> None:
     assert e2e.area_of("[It] [sig-apps] DaemonRestart x [Disruptive]") == "DaemonRestart"
     assert e2e.area_of("[It] [sig-apps] ControllerRevision x [Serial]") == "ControllerRevision"
     assert e2e.area_of("[It] [sig-node] Pods should x [sig-node]") == "other"
+    network = e2e.read_spec_list(e2e.SELECTIONS["network"].spec_list())
+    assert {e2e.area_of(junit_name(n)) for n in network} == set(e2e.NETWORK_AREAS)
 
 
 def test_the_table_lists_the_areas_in_order() -> None:

@@ -57,8 +57,33 @@ SERIAL_AREAS = ("Daemon set",)
 """Areas of :data:`AREAS` whose specs are all ``[Serial]`` and run by default all the same
 (one at a time)."""
 
-CONFORMANCE = r"\[sig-apps\] (Job|Deployment|ReplicaSet|Daemon set) .*\[Conformance\]"
-"""Every conformance spec of those areas."""
+NETWORK_AREAS = ("EndpointSlice", "Services", "Service")
+"""The ``[sig-network]`` areas whose specs exercise Steward's Endpoints and EndpointSlice
+controllers (``Service endpoints latency`` is an area of its own)."""
+
+CONFORMANCE = (
+    r"\[sig-apps\] (Job|Deployment|ReplicaSet|Daemon set) .*\[Conformance\]"
+    r"|\[sig-network\] EndpointSlice .*\[Conformance\]"
+    r"|\[sig-network\] Services should serve (a basic endpoint|multiport endpoints) from pods"
+    r" \[Conformance\]"
+)
+"""Every conformance spec of those areas, of ``[sig-network] EndpointSlice``, and the two
+Services conformance specs that serve a Service's endpoints (the quick ones: the whole of
+``[sig-network]``'s is the ``network`` selection)."""
+
+NETWORK = r"\[sig-network\] (EndpointSlice|Services?) "
+"""Every spec of ``[sig-network] EndpointSlice``, ``Services`` and ``Service endpoints
+latency`` (the trailing space leaves out ``EndpointSliceMirroring``)."""
+
+NOT_HERE = (
+    r"internalTrafficPolicy=Local|externalTrafficPolicy=Local"
+    r"|HealthCheckNodePort correctly when ExternalTrafficPolicy changes"
+    r"|session affinity timeout work"
+)
+"""``[sig-network]`` specs this environment cannot run, on either side: the real nodes
+share the machine's network namespace and one kube-proxy, so traffic policy ``Local``
+cannot tell them apart, and the HealthCheckNodePort spec needs three schedulable nodes;
+the session affinity timeout specs can run, but take about 9 minutes of the run."""
 
 
 def _none_of(texts: Sequence[str]) -> str:
@@ -128,13 +153,23 @@ SELECTIONS = {
             "conformance",
             CONFORMANCE,
             SKIP,
-            "every [Conformance] spec of [sig-apps] " + ", ".join(AREAS),
+            "every [Conformance] spec of [sig-apps] "
+            + ", ".join(AREAS)
+            + " and [sig-network] EndpointSlice, and the Services ones serving endpoints",
+        ),
+        Selection(
+            "network",
+            NETWORK,
+            SKIP + "|" + NOT_HERE,
+            "every spec of [sig-network] EndpointSlice, Services and Service endpoints "
+            "latency that can run here",
         ),
     )
 }
 """The named selections (``--selection``), each with its spec list."""
 
-DEFAULT_SELECTION = "conformance"
+DEFAULT_SELECTIONS = ("conformance", "network")
+"""What ``make e2e`` runs, one after the other (a cluster per side for each)."""
 
 PASSED, FAILED, NOT_RUNNABLE, NOT_RUN = "passed", "failed", "not runnable", "not run"
 
@@ -172,11 +207,12 @@ class Side:
 
 def area_of(name: str) -> str:
     """The area of a spec: one of :data:`AREAS` (some are more than one word), else the
-    first word after ``[sig-apps]``."""
+    first word after ``[sig-apps]`` or ``[sig-network]`` (:data:`NETWORK_AREAS`), else
+    ``other``."""
     for area in AREAS:
         if f"[sig-apps] {area} " in name:
             return area
-    match = re.search(r"\[sig-apps\] (\w+)", name)
+    match = re.search(r"\[sig-(?:apps|network)\] (\w+)", name)
     return match.group(1) if match else "other"
 
 
@@ -481,7 +517,8 @@ def table(results: Sequence[Side]) -> str:
 
 
 def _area_order(area: str) -> tuple[int, str]:
-    return (AREAS.index(area) if area in AREAS else len(AREAS), area)
+    known = AREAS + NETWORK_AREAS
+    return (known.index(area) if area in known else len(known), area)
 
 
 def differences(results: Sequence[Side]) -> list[str]:
@@ -513,19 +550,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--selection",
-        choices=sorted(SELECTIONS),
-        default=DEFAULT_SELECTION,
+        default=",".join(DEFAULT_SELECTIONS),
         help=(
-            "the named selection whose focus and skip are the defaults: "
+            "comma-separated named selections, run one after the other, each on fresh "
+            "clusters: "
             + "; ".join(f"{s.name}: {s.about}" for s in SELECTIONS.values())
             + " (default: %(default)s)"
         ),
     )
     parser.add_argument(
         "--focus",
-        help="ginkgo focus regexp (default: the selection's, for conformance "
-        + CONFORMANCE.replace("%", "%%")
-        + ")",
+        help="ginkgo focus regexp, in place of one selection's (default: the selection's, "
+        "for conformance " + CONFORMANCE.replace("%", "%%") + ")",
     )
     parser.add_argument(
         "--skip",
@@ -565,10 +601,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--report-dir",
         type=Path,
         default=Path("e2e-results"),
-        help="where the JUnit reports, logs and results.json go (default: %(default)s)",
+        help="where the JUnit reports, logs and results.json go, in <selection>/<side>/ "
+        "(default: %(default)s)",
     )
     args = parser.parse_args(argv)
-    selection = SELECTIONS[args.selection]
+    names = [n.strip() for n in args.selection.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SELECTIONS]
+    if unknown or not names:
+        parser.error(f"unknown selection(s) {unknown}: choose from {', '.join(SELECTIONS)}")
+    if len(names) > 1 and (
+        args.focus is not None or args.skip is not None or args.list_specs or args.write_specs
+    ):
+        parser.error("--focus, --skip, --list-specs and --write-specs take one --selection")
+    if len(names) > 1:
+        status = 0
+        for name in names:
+            print(f"steward e2e: selection {name}")
+            status |= main([*(argv if argv is not None else sys.argv[1:]), "--selection", name])
+        return status
+    selection = SELECTIONS[names[0]]
     focus = selection.focus if args.focus is None else args.focus
     skip = selection.skip if args.skip is None else args.skip
     if args.list_specs or args.write_specs:
@@ -592,7 +643,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown or not sides:
         parser.error(f"unknown side(s) {unknown}: choose from {', '.join(SIDES)}")
     out = Progress(interval=15.0)
-    args.report_dir.mkdir(parents=True, exist_ok=True)
+    report_dir = args.report_dir / selection.name
+    report_dir.mkdir(parents=True, exist_ok=True)
     results = []
     try:
         for side in sides:
@@ -603,7 +655,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     focus=focus,
                     skip=skip,
                     procs=args.procs,
-                    report_dir=args.report_dir,
+                    report_dir=report_dir,
                     state_dir=state,
                     timeout=args.timeout,
                     out=out,
@@ -613,7 +665,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClusterError as err:
         print(f"steward e2e: error: {err}", file=sys.stderr)
         return 1
-    (args.report_dir / "results.json").write_text(
+    (report_dir / "results.json").write_text(
         json.dumps([asdict(r) for r in results], indent=2) + "\n"
     )
     print(table(results))
