@@ -66,17 +66,26 @@ def owned_pods(kube: KubeClient, ns: str, job: dict[str, Any]) -> list[dict[str,
     ]
 
 
+TRACE_CONTEXT = frozenset({"traceparent", "tracestate"})
+"""Annotations Steward's controllers add to what they create while a reconcile is traced
+(``steward.runtime.tracing.stamp_trace_context``), and upstream's do not: whether they
+are there depends on whether this process has a tracer provider (another test may have
+set one), not on the Job controller's semantics."""
+
+
 def comparable_pods(job: dict[str, Any], pods: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """The Job's pods, sorted, each as phase, labels, annotations, generateName, controller
-    reference and whether it keeps the tracking finalizer, with the Job's UID and name in
-    values made alike (they differ between the sides)."""
+    """The Job's pods, sorted, each as phase, labels, annotations (but the trace context),
+    generateName, controller reference and whether it keeps the tracking finalizer, with
+    the Job's UID and name in values made alike (they differ between the sides)."""
     name, uid = job["metadata"]["name"], job["metadata"]["uid"]
 
     def norm(value: Any) -> Any:
         return str(value).replace(uid, "<uid>").replace(name, "<job>")
 
     def pairs(mapping: dict[str, Any] | None) -> tuple[tuple[str, Any], ...]:
-        return tuple(sorted((k, norm(v)) for k, v in (mapping or {}).items()))
+        return tuple(
+            sorted((k, norm(v)) for k, v in (mapping or {}).items() if k not in TRACE_CONTEXT)
+        )
 
     rows = []
     for p in pods:
