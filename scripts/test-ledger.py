@@ -39,7 +39,12 @@ def render(ledger: dict[str, object], run: str) -> str:
         "",
         "What each test module costs in one clean run (`CI=true bash .ci/run`), to keep the",
         "budget of [testing.md](testing.md#the-budget). Regenerate after such a run:",
-        "`scripts/test-ledger.py --run '...' > docs/test-ledger.md`.",
+        "`.venv/bin/python scripts/test-ledger.py --run '...' > docs/test-ledger.md`.",
+        "",
+        "A module's seconds are its tests' setup, call and teardown: a package's or the",
+        "session's control plane counts for the module whose test first asked for it.",
+        "Control planes are those the pytest process started; a benchmark's tiny run",
+        "(`tests/bench`) starts its own in a process of its own, not counted here.",
         "",
         f"Run: {run}. pytest's wall time: {float(ledger['wall_seconds']):.0f} s "  # type: ignore[arg-type]
         f"({float(ledger['wall_seconds']) / 60:.1f} min).",  # type: ignore[arg-type]
