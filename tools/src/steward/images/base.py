@@ -28,9 +28,10 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from steward.cluster.progress import Progress
 from steward.images.common import (
@@ -196,6 +197,57 @@ def base_key(epoch: int) -> str:
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
+def build_extracted_layer(
+    *,
+    label: str,
+    directory: Path,
+    layer: str,
+    meta: Path,
+    key: str,
+    epoch: int,
+    mmdebstrap: Callable[[Path], list[str]],
+    finish: Callable[[Path], dict[str, Any]],
+    out: Progress,
+) -> dict[str, Any]:
+    """A tree of Debian packages as one reproducible layer in the cache: ``mmdebstrap``
+    (its arguments for an output tarball) extracts the packages, the tarball is unpacked
+    without device nodes, ``finish`` completes the tree and returns what to keep of it;
+    the tree is written as ``directory/layer`` (every time set to ``epoch``) and ``meta``
+    holds ``key``, the layer's ``diff_id`` and size, the build's seconds and what
+    ``finish`` returned, which this returns too. The work happens in a temporary
+    directory of the cache, so a build cut short leaves no layer behind."""
+    require_tools(("mmdebstrap",), out)
+    images_root().mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f".tmp-{label}-", dir=images_root()) as tmp:
+        raw = Path(tmp) / "mmdebstrap.tar"
+        env = {**os.environ, "SOURCE_DATE_EPOCH": str(epoch), "TMPDIR": tmp}
+        run(mmdebstrap(raw), out=out, label=f"{label}: mmdebstrap", env=env)
+        out.say(f"{label}: mmdebstrap done in {time.monotonic() - started:.0f}s; finishing it")
+        root = Path(tmp) / "root"
+        root.mkdir()
+        run(
+            ["tar", "-x", "-f", str(raw), "-C", str(root), "--numeric-owner", "--exclude=./dev/*"],
+            out=out,
+            label=f"{label}: unpack",
+        )
+        raw.unlink()
+        kept = finish(root)
+        staging = Path(tmp) / layer
+        diff_id, size = write_tar(staging, root, epoch=epoch)
+        directory.mkdir(parents=True, exist_ok=True)
+        staging.replace(directory / layer)
+        data = {
+            "key": key,
+            "diff_id": f"sha256:{diff_id}",
+            "size": size,
+            "built_seconds": round(time.monotonic() - started, 1),
+            **kept,
+        }
+        meta.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return data
+
+
 def ensure_base(*, out: Progress, epoch: int | None = None, rebuild: bool = False) -> Base:
     """The base layer, built with mmdebstrap into the cache when missing (or ``rebuild``)."""
     epoch = source_date_epoch() if epoch is None else epoch
@@ -213,52 +265,34 @@ def ensure_base(*, out: Progress, epoch: int | None = None, rebuild: bool = Fals
             packages=data["packages"],
         )
     require_root("building the base layer")
-    require_tools(("mmdebstrap",), out)
-    images_root().mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     out.say(
         f"base: mmdebstrap --variant=extract {SUITE} ({', '.join(BASE_PACKAGES)}) from "
         "deb.debian.org: once per machine, about 15-60 s"
     )
-    with tempfile.TemporaryDirectory(prefix=".tmp-base-", dir=images_root()) as tmp:
-        raw = Path(tmp) / "mmdebstrap.tar"
-        env = {**os.environ, "SOURCE_DATE_EPOCH": str(epoch), "TMPDIR": tmp}
-        run(_mmdebstrap_args(raw), out=out, label="base: mmdebstrap", env=env)
-        out.say(f"base: mmdebstrap done in {time.monotonic() - started:.0f}s; finishing it")
-        root = Path(tmp) / "root"
-        root.mkdir()
-        run(
-            ["tar", "-x", "-f", str(raw), "-C", str(root), "--numeric-owner", "--exclude=./dev/*"],
-            out=out,
-            label="base: unpack",
-        )
-        raw.unlink()
-        python_version, pkgs = _finish_base(root, out)
-        staging = Path(tmp) / "base.tar"
-        diff_id, size = write_tar(staging, root, epoch=epoch)
-        directory.mkdir(parents=True, exist_ok=True)
-        staging.replace(directory / "base.tar")
-        meta.write_text(
-            json.dumps(
-                {
-                    "key": key,
-                    "diff_id": f"sha256:{diff_id}",
-                    "size": size,
-                    "python_version": python_version,
-                    "packages": pkgs,
-                    "built_seconds": round(time.monotonic() - started, 1),
-                },
-                indent=2,
-                sort_keys=True,
-            )
-            + "\n"
-        )
+    data = build_extracted_layer(
+        label="base",
+        directory=directory,
+        layer="base.tar",
+        meta=meta,
+        key=key,
+        epoch=epoch,
+        mmdebstrap=_mmdebstrap_args,
+        finish=lambda root: _finished_base(root, out),
+        out=out,
+    )
     prune(images_root(), keep=2, prefix="base-")
     out.say(
-        f"base: {len(pkgs)} packages, Python {python_version}, {size / 1e6:.1f} MB, "
-        f"built in {time.monotonic() - started:.0f}s ({directory})"
+        f"base: {len(data['packages'])} packages, Python {data['python_version']}, "
+        f"{data['size'] / 1e6:.1f} MB, built in {time.monotonic() - started:.0f}s ({directory})"
     )
     return ensure_base(out=out, epoch=epoch)
+
+
+def _finished_base(root: Path, out: Progress) -> dict[str, Any]:
+    """:func:`_finish_base`'s outcome, as the base layer's metadata keeps it."""
+    python_version, packages = _finish_base(root, out)
+    return {"python_version": python_version, "packages": packages}
 
 
 def _finish_base(root: Path, out: Progress) -> tuple[str, dict[str, str]]:

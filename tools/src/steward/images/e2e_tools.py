@@ -42,7 +42,6 @@ import os
 import shutil
 import subprocess
 import tarfile
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,17 +55,15 @@ from steward.images.base import (
     SUITE,
     _remove,
     _remove_path,
+    build_extracted_layer,
 )
 from steward.images.common import (
     ImageError,
     images_root,
     prune,
     require_root,
-    require_tools,
-    run,
     source_date_epoch,
 )
-from steward.images.layout import write_tar
 
 TOOLS_RECIPE_VERSION = "2"
 """Bumped when what :func:`ensure_tools` makes changes in a way its inputs do not show."""
@@ -163,43 +160,22 @@ def ensure_tools(*, out: Progress, epoch: int | None = None, rebuild: bool = Fal
         data = json.loads(meta.read_text())
         return Tools(key, directory / "tools.tar", data["packages"], data["size"])
     require_root("extracting the e2e tools (curl, netcat-openbsd, wget)")
-    require_tools(("mmdebstrap",), out)
-    images_root().mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     out.say(f"e2e tools: mmdebstrap --variant=extract {SUITE} ({', '.join(TOOLS_PACKAGES)})")
-    with tempfile.TemporaryDirectory(prefix=".tmp-e2e-tools-", dir=images_root()) as tmp:
-        raw = Path(tmp) / "mmdebstrap.tar"
-        env = {**os.environ, "SOURCE_DATE_EPOCH": str(epoch), "TMPDIR": tmp}
-        run(_mmdebstrap_args(raw), out=out, label="e2e tools: mmdebstrap", env=env)
-        root = Path(tmp) / "root"
-        root.mkdir()
-        run(
-            ["tar", "-x", "-f", str(raw), "-C", str(root), "--numeric-owner", "--exclude=./dev/*"],
-            out=out,
-            label="e2e tools: unpack",
-        )
-        raw.unlink()
-        packages = finish_tools(root, out)
-        staging = Path(tmp) / "tools.tar"
-        _, size = write_tar(staging, root, epoch=epoch)
-        directory.mkdir(parents=True, exist_ok=True)
-        staging.replace(directory / "tools.tar")
-        meta.write_text(
-            json.dumps(
-                {
-                    "key": key,
-                    "packages": packages,
-                    "size": size,
-                    "built_seconds": round(time.monotonic() - started, 1),
-                },
-                indent=2,
-                sort_keys=True,
-            )
-            + "\n"
-        )
+    data = build_extracted_layer(
+        label="e2e tools",
+        directory=directory,
+        layer="tools.tar",
+        meta=meta,
+        key=key,
+        epoch=epoch,
+        mmdebstrap=_mmdebstrap_args,
+        finish=lambda root: {"packages": finish_tools(root, out)},
+        out=out,
+    )
     prune(images_root(), keep=2, prefix="e2e-tools-")
     out.say(
-        f"e2e tools: {len(packages)} packages, {size / 1e6:.1f} MB, built in "
+        f"e2e tools: {len(data['packages'])} packages, {data['size'] / 1e6:.1f} MB, built in "
         f"{time.monotonic() - started:.0f}s ({directory})"
     )
     return ensure_tools(out=out, epoch=epoch)
