@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import skip_or_fail
+
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +47,7 @@ def _run_ci(tmp_path: Path, env: dict[str, str]) -> tuple[list[str], dict[str, s
     make's environment and the Makefile's PYTEST_ARGS as make sees them."""
     make = shutil.which("make")
     if make is None:
-        pytest.skip("no make")
+        skip_or_fail("no make on PATH")
     repo = tmp_path / "repo"
     (repo / ".ci").mkdir(parents=True)
     shutil.copy2(ROOT / ".ci" / "run", repo / ".ci" / "run")
