@@ -289,15 +289,10 @@ def ensure_base(*, out: Progress, epoch: int | None = None, rebuild: bool = Fals
     return ensure_base(out=out, epoch=epoch)
 
 
-def _finished_base(root: Path, out: Progress) -> dict[str, Any]:
-    """:func:`_finish_base`'s outcome, as the base layer's metadata keeps it."""
-    python_version, packages = _finish_base(root, out)
-    return {"python_version": python_version, "packages": packages}
-
-
-def _finish_base(root: Path, out: Progress) -> tuple[str, dict[str, str]]:
-    """What the skipped maintainer scripts and a runtime need, and the removals."""
-    for pattern in _BASE_REMOVE:
+def prune_extracted(root: Path, patterns: Sequence[str]) -> None:
+    """What an extracted tree does not need: ``patterns``, dpkg's state but its
+    ``status.d``, and each package's documentation but its copyright file."""
+    for pattern in patterns:
         _remove(root, pattern)
     dpkg = root / "var/lib/dpkg"
     if dpkg.is_dir():
@@ -313,6 +308,17 @@ def _finish_base(root: Path, out: Progress) -> tuple[str, dict[str, str]]:
             for child in doc.iterdir():
                 if child.name != "copyright":
                     _remove_path(child)
+
+
+def _finished_base(root: Path, out: Progress) -> dict[str, Any]:
+    """:func:`_finish_base`'s outcome, as the base layer's metadata keeps it."""
+    python_version, packages = _finish_base(root, out)
+    return {"python_version": python_version, "packages": packages}
+
+
+def _finish_base(root: Path, out: Progress) -> tuple[str, dict[str, str]]:
+    """What the skipped maintainer scripts and a runtime need, and the removals."""
+    prune_extracted(root, _BASE_REMOVE)
     for name, text in (("passwd", _USERS), ("group", _GROUP), ("nsswitch.conf", _NSSWITCH)):
         (root / "etc" / name).write_text(text)
     for name in ("proc", "sys", "run", "tmp"):

@@ -53,9 +53,8 @@ from steward.images.base import (
     _STATUS_HOOK,
     SOURCES,
     SUITE,
-    _remove,
-    _remove_path,
     build_extracted_layer,
+    prune_extracted,
 )
 from steward.images.common import (
     ImageError,
@@ -183,22 +182,7 @@ def ensure_tools(*, out: Progress, epoch: int | None = None, rebuild: bool = Fal
 
 def finish_tools(root: Path, out: Progress) -> dict[str, str]:
     """The removals, the links and the checks of an extracted tree; its packages."""
-    for pattern in _TOOLS_REMOVE:
-        _remove(root, pattern)
-    dpkg = root / "var/lib/dpkg"
-    if dpkg.is_dir():
-        for child in dpkg.iterdir():
-            if child.name != "status.d":
-                _remove_path(child)
-    docs = root / "usr/share/doc"
-    if docs.is_dir():
-        for doc in docs.iterdir():
-            if doc.is_symlink() or not doc.is_dir():
-                _remove_path(doc)
-                continue
-            for child in doc.iterdir():
-                if child.name != "copyright":
-                    _remove_path(child)
+    prune_extracted(root, _TOOLS_REMOVE)
     for link, target in TOOLS_LINKS.items():
         if not (root / link).parent.joinpath(target).is_file():
             raise ImageError(f"e2e tools: {link}'s target {target} was not extracted")
