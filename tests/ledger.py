@@ -8,6 +8,11 @@ time their start took. At the end of the session the figures go to
 ``.test-results/ledger.json`` (``STEWARD_TEST_LEDGER`` chooses another file), and the
 terminal summary prints them per package with the controllers over their budget named.
 ``scripts/test-ledger.py`` turns the file into the table of ``docs/testing.md``.
+
+Under pytest-xdist the process that starts a control plane (a worker) is not the one
+that keeps the ledger (the controller): each start rides on the report of the test phase
+it happened in (attribute ``steward_control_planes``), which xdist carries over, and
+only the controller writes the file.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,13 +111,15 @@ def over_budget(packages: dict[str, Module]) -> list[str]:
 
 _ledger = Ledger()
 
+_started: list[tuple[int, float]] = []
+"""Control planes started in this process since the last report: (real nodes, seconds)."""
+
 
 def _counting(up: Callable[..., LocalCluster]) -> Callable[..., LocalCluster]:
     def counted(cls: type[LocalCluster], config: Any, **kwargs: Any) -> LocalCluster:
         began = time.monotonic()
         running = up(cls, config, **kwargs)
-        nodeid = os.environ.get("PYTEST_CURRENT_TEST", "outside a test")
-        _ledger.add_control_plane(nodeid, config.real_nodes, time.monotonic() - began)
+        _started.append((config.real_nodes, round(time.monotonic() - began, 1)))
         return running
 
     return counted
@@ -128,11 +135,26 @@ def _count_control_planes() -> Iterator[None]:
         setattr(LocalCluster, "up", original)  # noqa: B010
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    """The control planes started during this phase of the test ride on its report."""
+    outcome = yield
+    report = outcome.get_result()
+    report.steward_control_planes = [list(s) for s in _started]
+    _started.clear()
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _ledger.add_report(report)
+    for real_nodes, seconds in getattr(report, "steward_control_planes", ()):
+        _ledger.add_control_plane(report.nodeid, real_nodes, seconds)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the controller keeps the ledger
     path = Path(os.environ.get("STEWARD_TEST_LEDGER") or session.config.rootpath / LEDGER)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(_ledger.to_json(), indent=1) + "\n")

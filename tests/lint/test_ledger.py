@@ -9,9 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Literal
 
 import pytest
 
+from tests import ledger as ledger_module
 from tests.ledger import CONTROLLER_BUDGET_S, Ledger, over_budget, package_of
 
 pytestmark = pytest.mark.unit
@@ -73,3 +75,27 @@ def test_the_table_sums_packages_and_marks_those_over_budget(tmp_path: Path) -> 
     assert "| **tests/informer/test_wire.py** |" not in table
     assert "| **tests/informer** | **3** | **1** | **0** |" in table
     assert table.rstrip().endswith("| **total** | **103** | **3** | **1 (1 real-node)** |")
+
+
+def test_a_control_plane_rides_on_its_phases_report_as_xdist_carries_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under pytest-xdist a worker starts the control plane and the controller keeps the
+    ledger: the start must survive the report's trip between them, once per start."""
+    monkeypatch.setattr(ledger_module, "_ledger", Ledger())
+    monkeypatch.setattr(ledger_module, "_started", [(2, 25.0)])
+    nodeid = "tests/pods/test_pods.py::test_x@machine"
+
+    def phase(when: Literal["setup", "call", "teardown"]) -> pytest.TestReport:
+        made = pytest.TestReport(nodeid, ("f", 1, "x"), {}, "passed", None, when, duration=1.0)
+        hook = ledger_module.pytest_runtest_makereport(None, None)  # type: ignore[arg-type]
+        next(hook)
+        with pytest.raises(StopIteration):
+            hook.send(SimpleNamespace(get_result=lambda: made))
+        return pytest.TestReport._from_json(made._to_json())  # as xdist serializes it
+
+    for when in ("setup", "call", "teardown"):
+        ledger_module.pytest_runtest_logreport(phase(when))
+    module = ledger_module._ledger.modules["tests/pods/test_pods.py"]
+    assert (module.control_planes, module.real_node_control_planes) == (1, 1)
+    assert (module.control_plane_seconds, module.seconds, module.tests) == (25.0, 3.0, 1)
