@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 STEWARD := $(BIN)/steward
 # Extra pytest arguments, e.g. PYTEST_ARGS="-m 'not slow'" while iterating.
 PYTEST_ARGS ?=
-# pytest workers of `make test` (pytest-xdist, --dist loadgroup; see tests/conftest.py);
+# pytest workers of `make test` (pytest-xdist, grouped as tests/workers.py says);
 # 1 runs the suite in one process.
 TEST_WORKERS ?= 2
 # Extra `steward cluster up` flags, e.g. UP_FLAGS="--nodes 5 --controllers '*,-job'".
@@ -93,7 +93,7 @@ node-packages: venv ## install the Debian packages real nodes and their images n
 test: lint build runtimes node-packages ## lint, then every test tier against a real local control plane
 	$(MAKE) -C runtimes/go test
 	$(MAKE) -C runtimes/typescript test
-	$(BIN)/pytest $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
+	$(BIN)/pytest $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS)) $(PYTEST_ARGS)
 
 .PHONY: bench
 bench: build ## run the benchmarks: a table on screen, JSON in bench-results/

@@ -4,12 +4,8 @@ The cluster is started the way ``make up`` starts one (same code), in a temporar
 directory, with every component tied to the test process so nothing outlives the run.
 With ``CI=true`` a cluster that cannot start fails the run; it is never skipped.
 
-``make test`` runs the suite in two pytest-xdist workers (``--dist loadgroup``). Each
-test belongs to one group, run whole by one worker, so that a package's control plane
-starts once: its package (``tests/<topic>`` or ``tests/controllers/<name>``), or
-``machine`` for every test marked ``machine`` — real nodes, containerd, runc: tests that
-change the machine (bridges, iptables, mounts, cgroups) or check that it is as it was,
-so they run one at a time.
+``make test`` runs the suite in two pytest-xdist workers, each package whole in one of
+them and the tests that change the machine all in one: see ``tests/workers.py``.
 """
 
 from __future__ import annotations
@@ -26,32 +22,22 @@ from steward.cluster.progress import Progress
 from steward.serving.security import DEVELOPMENT
 from tests.ledger import (  # noqa: F401  (the ledger's hooks and fixture, see tests/ledger.py)
     _count_control_planes,
-    module_of,
-    package_of,
     pytest_runtest_logreport,
     pytest_runtest_makereport,
     pytest_sessionfinish,
     pytest_terminal_summary,
 )
 from tests.services import running_informer
+from tests.workers import (  # noqa: F401  (xdist's scheduler, see tests/workers.py)
+    check_machine_test,
+    order_heaviest_first,
+    pytest_xdist_make_scheduler,
+)
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 TIERS = ("unit", "integration", "e2e")
 """Every test carries one of these markers, so that ``-m <tier>`` selects all of a tier."""
-
-MACHINE = "machine"
-"""The marker (and the worker group) of the tests that change the machine."""
-
-_machine_tests: set[str] = set()
-"""The node ids of the tests marked :data:`MACHINE` (see :func:`require_real_nodes`)."""
-
-
-def group_of(item: pytest.Item) -> str:
-    """The worker group of a test: ``machine`` or its package."""
-    if item.get_closest_marker(MACHINE):
-        return MACHINE
-    return package_of(module_of(item.nodeid))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -70,10 +56,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             f"tests without a tier marker ({', '.join(TIERS)}); mark each (or its module's "
             "pytestmark):\n  " + "\n  ".join(untiered)
         )
-    for item in items:
-        if item.get_closest_marker(MACHINE):
-            _machine_tests.add(item.nodeid)
-        item.add_marker(pytest.mark.xdist_group(group_of(item)))
+    order_heaviest_first(items)
 
 
 def skip_or_fail(reason: str) -> None:
@@ -85,16 +68,12 @@ def skip_or_fail(reason: str) -> None:
 
 def require_real_nodes() -> None:
     """Root and the real nodes' Debian packages (``make node-packages``), else
-    :func:`skip_or_fail`. The calling test must be marked ``machine``: real nodes change
-    the machine, and only one real-node cluster may run on it at a time."""
+    :func:`skip_or_fail`. The calling test must be in the ``machine`` group
+    (``tests/workers.py``): real nodes change the machine, and only one real-node cluster
+    may run on it at a time."""
     from steward.cluster import packages
 
-    current = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
-    if current and not {current, current.rsplit("@", 1)[0]} & _machine_tests:
-        pytest.fail(
-            f"{current} starts real nodes but is not marked {MACHINE!r}: mark it (or its "
-            "module's pytestmark) so that it runs in the one worker that may change the machine"
-        )
+    check_machine_test()
 
     lacking = packages.missing(packages.ALL)
     if os.geteuid() != 0 or lacking:

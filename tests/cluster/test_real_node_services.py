@@ -33,7 +33,7 @@ from steward.cluster import ClusterConfig, LocalCluster, binaries, nodes
 from steward.cluster.progress import Progress
 from tests.conftest import require_real_nodes
 
-pytestmark = [pytest.mark.integration, pytest.mark.machine]
+pytestmark = pytest.mark.integration
 
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
 AGNHOST = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"

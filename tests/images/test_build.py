@@ -39,9 +39,6 @@ from steward.images.common import images_root, sha256_file
 from steward.images.venvs import find_uv
 from tests.conftest import skip_or_fail
 
-# Builds, containerd and runc: the machine's worker (tests/conftest.py).
-pytestmark = pytest.mark.machine
-
 TAG = "dev"
 SERVICE_NAMES = {spec.ref(TAG) for spec in images.IMAGES}
 ALL_NAMES = SERVICE_NAMES | {images.PAUSE_IMAGE}

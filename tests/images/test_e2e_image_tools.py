@@ -29,9 +29,6 @@ from tests.conftest import skip_or_fail
 from tests.images import test_build as _build
 from tests.images import test_e2e_images as _e2e
 
-# Builds, containerd and runc: the machine's worker (tests/conftest.py).
-pytestmark = pytest.mark.machine
-
 # The archive and its layout, built once by the archive's own fixtures.
 pause_binary = _build.pause_binary
 agnhost_binary = _e2e.agnhost_binary

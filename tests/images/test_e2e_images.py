@@ -42,9 +42,6 @@ from steward.images import e2e_images
 from tests.conftest import skip_or_fail
 from tests.images import test_build as _build
 
-# Builds, containerd and runc: the machine's worker (tests/conftest.py).
-pytestmark = pytest.mark.machine
-
 # The containerd of test_build (its own root, state and socket; no CRI plugin) and the
 # pause binary, shared rather than copied.
 containerd = _build.containerd

@@ -43,7 +43,7 @@ from steward.v1 import manager_pb2, manager_pb2_grpc
 from tests.conftest import require_real_nodes
 from tests.tracing import jaeger
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.machine]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 NS = "steward"
 NODE = "steward-node-0"

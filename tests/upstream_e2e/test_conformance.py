@@ -23,7 +23,7 @@ from steward import e2e
 from steward.cluster.progress import Progress
 from tests.conftest import require_real_nodes
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.machine]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def assert_every_listed_spec_passed(result: e2e.Side, selection: e2e.Selection) -> None:
