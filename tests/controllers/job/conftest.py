@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 import pytest_asyncio
 
 from steward import KubeClient, NotFoundError
@@ -31,11 +32,21 @@ __all__ = ["Running", "Starter", "eventually", "kube"]
 MANAGED_BY = "steward.io/job-controller"
 
 
+POD_FAILURE_BACKOFF = 1.0
+"""Seconds Steward's Job controller waits before re-creating a failed pod in these tests
+(``--pod-failure-backoff``; upstream's fixed 10 s, which its own integration tests shorten
+too). A module that compares with upstream's controller sets ``POD_FAILURE_BACKOFF`` of
+its own to upstream's 10 s."""
+
+
 @pytest_asyncio.fixture
-async def job_controllers(cluster: LocalCluster, namespace: str) -> AsyncIterator[Starter]:
+async def job_controllers(
+    cluster: LocalCluster, namespace: str, request: pytest.FixtureRequest
+) -> AsyncIterator[Starter]:
     """An informer, and Steward's Job controller started (as often as needed) for the
     test's namespace, managing only Jobs that name it in spec.managedBy (upstream's job
     controller runs in the same cluster); every instance is stopped at the end."""
+    backoff = getattr(request.module, "POD_FAILURE_BACKOFF", POD_FAILURE_BACKOFF)
     async with (
         in_loop_informer(cluster) as informer,
         controllers(
@@ -43,7 +54,7 @@ async def job_controllers(cluster: LocalCluster, namespace: str) -> AsyncIterato
             cluster.component_kubeconfig("controller-job"),
             informer,
             namespace,
-            flags=["--no-take-unmanaged"],
+            flags=["--no-take-unmanaged", f"--pod-failure-backoff={backoff}"],
         ) as starter,
     ):
         yield starter

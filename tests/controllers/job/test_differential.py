@@ -27,6 +27,8 @@ from tests.controllers.job.test_job_policies import disrupt_pod
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 UNSCHEDULABLE = {"nodeSelector": {"steward.io/no-such-node": "true"}}
+POD_FAILURE_BACKOFF = 10.0
+"""Upstream's, like for like (see ``tests/controllers/job/conftest.py``)."""
 
 
 def comparable(job: dict[str, Any]) -> dict[str, Any]:

@@ -109,7 +109,7 @@ async def test_backoff_limit_exceeded(
         return False
 
     await eventually(fail_next, "the first pod")
-    # Re-created after the backoff (10 s), then it fails too: limit 1 is exceeded.
+    # Re-created after the backoff (1 s here), then it fails too: limit 1 is exceeded.
     await eventually(fail_next, "the second pod")
     job = await finished(kube, namespace, "fails", "Failed")
     assert condition_types(job) == [

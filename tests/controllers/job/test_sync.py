@@ -279,6 +279,16 @@ def test_pod_recreation_backoff(failures: int, ago: int, wait: float) -> None:
     assert out.plan.requeue_after == (pytest.approx(wait) if wait else None)
 
 
+def test_a_shorter_first_backoff_doubles_from_there() -> None:
+    """``--pod-failure-backoff``: the first delay and the doubling start from it."""
+    record = BackoffRecord(3, NOW - timedelta(seconds=1))
+    assert record.remaining(NOW, base=0.5) == pytest.approx(1.0)
+    sync = JobSync(
+        job(completions=1, status={"startTime": T}), [pod("Failed")], NOW, backoff_base=2.0
+    )
+    assert sync.plan().requeue_after == pytest.approx(2.0)
+
+
 def test_new_failure_starts_backoff() -> None:
     sync = JobSync(job(completions=1, status={"startTime": T}), [pod("Failed")], NOW)
     plan = sync.plan()

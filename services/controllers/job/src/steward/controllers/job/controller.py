@@ -49,7 +49,13 @@ from steward import (
 )
 from steward.controllers.job import pods
 from steward.controllers.job.pods import TRACKING_FINALIZER
-from steward.controllers.job.sync import BackoffRecord, JobSync, job_finished
+from steward.controllers.job.sync import (
+    DEFAULT_BACKOFF,
+    MAX_BACKOFF,
+    BackoffRecord,
+    JobSync,
+    job_finished,
+)
 
 NAME = "job"
 """The controller's name with the manager (as in kube-controller-manager's --controllers)."""
@@ -89,8 +95,18 @@ JobKey = tuple[str, str]
 """(namespace, name) of a Job: the key of its expectations and backoff."""
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= MAX_BACKOFF:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most {MAX_BACKOFF:.0f}")
+    return value
+
+
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """The Job controller's own flags: which Jobs it manages."""
+    """The Job controller's own flags: which Jobs it manages, how long it backs off."""
     parser.add_argument(
         "--managed-by",
         default=MANAGED_BY,
@@ -102,6 +118,15 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="also manage Jobs without spec.managedBy (default: yes; say --no-take-unmanaged "
         "when upstream's job controller runs too)",
+    )
+    parser.add_argument(
+        "--pod-failure-backoff",
+        type=_seconds,
+        default=DEFAULT_BACKOFF,
+        metavar="SECONDS",
+        help=f"wait this long before re-creating a Job's failed pod, doubling with each "
+        f"further failure up to {MAX_BACKOFF:.0f} s (default {DEFAULT_BACKOFF:.0f}, upstream's "
+        "fixed DefaultJobPodFailureBackOff; shorter only to test)",
     )
 
 
@@ -130,6 +155,7 @@ class JobReconciler:
         self.mirror = ctx.mirror
         self.managed_by: str = ctx.flags.managed_by
         self.take_unmanaged: bool = ctx.flags.take_unmanaged
+        self.backoff_base: float = ctx.flags.pod_failure_backoff
         self.clock = clock
         self.expectations = ctx.expectations
         self.backoffs: dict[JobKey, BackoffRecord] = {}
@@ -205,6 +231,7 @@ class JobReconciler:
             expectations_satisfied=satisfied,
             expected_removals=self.expectations.removals(key),
             backoff=self.backoffs.get(key),
+            backoff_base=self.backoff_base,
         )
         plan = sync.plan()
         if plan.create and counted_behind(job, owned) and not await self.ctx.is_current(job):

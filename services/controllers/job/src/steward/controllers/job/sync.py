@@ -51,7 +51,8 @@ MAX_UNCOUNTED = 500
 MAX_CREATE_DELETE = 500
 """At most this many pods are created or deleted per sync."""
 DEFAULT_BACKOFF = 10.0
-"""Seconds before re-creating a pod after the first failure."""
+"""Seconds before re-creating a pod after the first failure (upstream's
+``DefaultJobPodFailureBackOff``; the Job controller's ``--pod-failure-backoff``)."""
 MAX_BACKOFF = 600.0
 """The longest re-creation delay in seconds."""
 
@@ -106,12 +107,13 @@ class BackoffRecord:
     failures: int = 0
     last_failure: datetime | None = None
 
-    def remaining(self, now: datetime) -> float:
-        """Seconds to wait before creating a replacement: 10 s * 2^(n-1), capped at 10 min,
-        counted from the last failure; 0 when there is no failure to back off from."""
+    def remaining(self, now: datetime, base: float = DEFAULT_BACKOFF) -> float:
+        """Seconds to wait before creating a replacement: ``base`` (10 s) * 2^(n-1), capped
+        at 10 min, counted from the last failure; 0 when there is no failure to back off
+        from."""
         if self.failures == 0 or self.last_failure is None:
             return 0.0
-        delay = min(DEFAULT_BACKOFF * 2 ** (self.failures - 1), MAX_BACKOFF)
+        delay = min(base * 2 ** (self.failures - 1), MAX_BACKOFF)
         elapsed = (now - self.last_failure).total_seconds()
         return max(0.0, delay - elapsed) if delay >= elapsed else 0.0
 
@@ -239,6 +241,7 @@ class JobSync:
         expectations_satisfied: bool = True,
         expected_removals: frozenset[str] | set[str] = frozenset(),
         backoff: BackoffRecord | None = None,
+        backoff_base: float = DEFAULT_BACKOFF,
     ) -> None:
         self.job = copy_json(job)
         self.spec: dict[str, Any] = self.job.setdefault("spec", {})
@@ -248,6 +251,8 @@ class JobSync:
         self.satisfied = expectations_satisfied
         self.expected_removals = frozenset(expected_removals)
         self.backoff = backoff or BackoffRecord()
+        self.backoff_base = backoff_base
+        """The first re-creation delay in seconds (see :meth:`BackoffRecord.remaining`)."""
         self.indexed = is_indexed(job)
         self.completions: int | None = self.spec.get("completions")
         self.parallelism = int(self.spec.get("parallelism", 1))
@@ -493,7 +498,7 @@ class JobSync:
         if diff <= 0:
             return
         if self.per_index_limit is None:
-            wait = self.new_backoff.remaining(self.now)
+            wait = self.new_backoff.remaining(self.now, self.backoff_base)
             if wait > 0:
                 out.requeue_after = _earlier(out.requeue_after, wait)
                 return
@@ -558,7 +563,7 @@ class JobSync:
             if last is not None:
                 failures = indexes.failure_count(last) + indexes.ignored_failure_count(last) + 1
                 record = BackoffRecord(failures, pods.finished_time(last, self.now))
-                left = record.remaining(self.now)
+                left = record.remaining(self.now, self.backoff_base)
             if left <= 0:
                 ready.append(ix)
             elif wait == 0.0 or left < wait:
