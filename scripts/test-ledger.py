@@ -43,8 +43,10 @@ def render(ledger: dict[str, object], run: str) -> str:
         "",
         "A module's seconds are its tests' setup, call and teardown: a package's or the",
         "session's control plane counts for the module whose test first asked for it.",
-        "Control planes are those the pytest process started; a benchmark's tiny run",
-        "(`tests/bench`) starts its own in a process of its own, not counted here.",
+        "Control planes are those the pytest workers started (the session's once per worker",
+        "that needs it); a benchmark's tiny run (`tests/bench`) starts its own in a process",
+        "of its own, not counted here. With two workers the seconds add up to about twice",
+        "pytest's wall time: they are each module's own cost, whichever worker ran it.",
         "",
         f"Run: {run}. pytest's wall time: {float(ledger['wall_seconds']):.0f} s "  # type: ignore[arg-type]
         f"({float(ledger['wall_seconds']) / 60:.1f} min).",  # type: ignore[arg-type]
