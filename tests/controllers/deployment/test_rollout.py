@@ -155,6 +155,29 @@ def test_find_new_ignores_the_hash_label_and_empty_fields() -> None:
     assert ro.find_old(d, [b, a]) == [b]
 
 
+def available(obj: dict[str, Any], count: int) -> dict[str, Any]:
+    obj["status"]["availableReplicas"] = count
+    return obj
+
+
+def test_unhealthy_cleanup_scales_down_by_the_unavailable_oldest_first() -> None:
+    old = [available(rs("a", 3), 1), available(rs("b", 4), 4), available(rs("c", 5), 2)]
+    assert ro.unhealthy_cleanup(old, 10) == [(0, 1), (2, 2)]  # b is healthy
+    assert ro.unhealthy_cleanup(old, 3) == [(0, 1), (2, 4)]  # at most 3 pods in all
+    assert ro.unhealthy_cleanup([rs("z", 0)], 5) == []
+
+
+def test_unhealthy_cleanup_never_scales_up_on_a_status_behind_its_spec() -> None:
+    """The rolling update 4 → 4 (maxSurge 1, maxUnavailable 1) just after the old
+    ReplicaSet went 4 → 3: its status still says 4 available. Scaling it 'down' by
+    3 - 4 would make it 4 again beside a new ReplicaSet of 2: six pods, past the surge
+    (the failure seen in tests/controllers/deployment/test_scenarios.py::test_rolling_update).
+    Upstream fails the sync instead; so does this."""
+    old = [available(rs("old", 3), 4)]
+    with pytest.raises(ro.InvalidScale, match="invalid request to scale down /old 3 -> 4"):
+        ro.unhealthy_cleanup(old, 1)
+
+
 def test_cleanup_order_and_active_or_latest() -> None:
     rss = [
         rs("a", 0, **{ro.REVISION: "3"}),

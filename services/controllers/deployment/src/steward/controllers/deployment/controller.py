@@ -522,15 +522,9 @@ class _Sync:
     async def cleanup_unhealthy(self, old: list[Obj], most: int) -> tuple[list[Obj], int]:
         old = sorted(old, key=ro.by_creation)
         total = 0
-        for i, rs in enumerate(old):
-            if total >= most:
-                break
-            size, available = replicas(rs), ro.status_int(rs, "availableReplicas")
-            if size == 0 or size == available:
-                continue
-            down = min(most - total, size - available)
-            _, old[i] = await self.scale_rs(rs, size - down)
-            total += down
+        for i, size in ro.unhealthy_cleanup(old, most):
+            total += replicas(old[i]) - size
+            _, old[i] = await self.scale_rs(old[i], size)
         return old, total
 
     async def scale_down_old(self, all_rss: list[Obj], old: list[Obj]) -> int:

@@ -307,6 +307,40 @@ def new_rs_new_replicas(d: Obj, all_rss: Sequence[Obj | None], new: Obj) -> int:
     return replicas(new) + scale_up
 
 
+class InvalidScale(Exception):
+    """A step would scale an old ReplicaSet up where it may only scale it down."""
+
+
+def unhealthy_cleanup(old: Sequence[Obj], most: int) -> list[tuple[int, int]]:
+    """Upstream's ``cleanupUnhealthyReplicas``: scale old ReplicaSets (``old``, oldest
+    first) down by their unavailable pods, at most ``most`` pods in all. Returns (index
+    into ``old``, new size) pairs.
+
+    Raises:
+        InvalidScale: a ReplicaSet reports more available pods than it asks for (its
+            status lags a scale-down): the step would scale it *up*, past the surge.
+            Upstream fails the sync then, and so does this; the retry sees the status
+            caught up.
+    """
+    plan: list[tuple[int, int]] = []
+    total = 0
+    for i, rs in enumerate(old):
+        if total >= most:
+            break
+        size, available = replicas(rs), status_int(rs, "availableReplicas")
+        if size == 0 or size == available:
+            continue
+        down = min(most - total, size - available)
+        if down < 0:
+            raise InvalidScale(
+                "when cleaning up unhealthy replicas, got invalid request to scale down "
+                f"{meta(rs).get('namespace', '')}/{meta(rs).get('name')} {size} -> {size - down}"
+            )
+        plan.append((i, size - down))
+        total += down
+    return plan
+
+
 def is_saturated(d: Obj, rs: Obj | None) -> bool:
     if rs is None:
         return False
