@@ -518,6 +518,70 @@ def test_agnhost_serves_hostname(ctr: Ctr) -> None:
     assert got.stdout.strip() == hostname
 
 
+# ------------------------------------------------------------------- the resource consumer
+
+
+@pytest.fixture(scope="module")
+def consumer(built: images.BuiltE2E) -> images.BuiltConsumer:
+    """The resource consumer's archive, from steward build's binaries of the pinned module
+    (``built`` first: the same busybox and umoci checks)."""
+    try:
+        paths = binaries.resolve(["resource-consumer", "consume-cpu"], out=Progress(interval=15.0))
+        return images.build_consumer(
+            consumer_binary=paths["resource-consumer"],
+            consume_cpu_binary=paths["consume-cpu"],
+            out=Progress(interval=15.0),
+        )
+    except ClusterError as err:
+        skip_or_fail(f"building the resource consumer image: {err}")
+        raise
+
+
+@pytest.mark.integration
+def test_consumer_archive(consumer: images.BuiltConsumer, built: images.BuiltE2E) -> None:
+    assert images.CONSUMER_IMAGES == ("registry.k8s.io/e2e-test-images/resource-consumer:1.14",)
+    assert images.archive_names(consumer.archive) == list(images.CONSUMER_IMAGES)
+    info = consumer.images[images.RESOURCE_CONSUMER_IMAGE]
+    busybox = built.images[images.BUSYBOX_IMAGE]
+    assert len(info.layers) == 2 and info.layers[0] == busybox.layers[0], (
+        "the consumer is busybox's layer (the very same) and its own"
+    )
+    assert "/consume-cpu/consume-cpu" in consumer.layers[info.layers[1]].description
+
+
+@pytest.mark.integration
+def test_consumer_serves_and_consumes_cpu(ctr: Ctr, consumer: images.BuiltConsumer) -> None:
+    """What e2e's autoscaling specs do to a consumer pod: POST ``/ConsumeCPU`` to port
+    8080, after which it runs ``./consume-cpu/consume-cpu`` from its working directory
+    for the given time (a wrong path or working directory only logs an error)."""
+    imported = images.import_into_containerd(consumer.archive, address=ctr.address)
+    assert imported == list(images.CONSUMER_IMAGES)
+    cid, done = ctr.run(images.RESOURCE_CONSUMER_IMAGE, detach=True, null_io=True)
+    assert done.returncode == 0, done.stderr
+    ctr.wait_status(cid, "RUNNING")
+    url = "http://127.0.0.1:8080/ConsumeCPU?millicores=20&durationSec=60"
+    deadline = time.monotonic() + 30
+    while True:
+        got = ctr.exec(cid, "wget", "-q", "-O", "-", "--post-data=", url)
+        if got.returncode == 0:
+            break
+        assert time.monotonic() < deadline, got.stderr
+        time.sleep(0.3)
+    assert got.stdout.split() == ["ConsumeCPU", "20", "millicores", "60", "durationSec"]
+    wanted = "./consume-cpu/consume-cpu -millicores=20 -duration-sec=60"
+    deadline = time.monotonic() + 30
+    while True:
+        ps = ctr.exec(cid, "sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '; echo")
+        if wanted in ps.stdout:
+            break
+        assert time.monotonic() < deadline, f"no {wanted!r} among {ps.stdout!r} {ps.stderr}"
+        time.sleep(0.3)
+    get = ctr.exec(cid, "wget", "-q", "-O", "-", "http://127.0.0.1:8080/ConsumeCPU")
+    assert get.returncode != 0, "only POST consumes"
+    ctr("task", "kill", "--signal", "SIGKILL", cid)
+    ctr.wait_status(cid, "STOPPED")
+
+
 # ------------------------------------------------------------------------------ unit tests
 
 

@@ -2,7 +2,8 @@
 // v1.37.2 for the local control plane, kubelet and kube-proxy for its real
 // nodes, and Kubernetes' e2e suite: e2e.test (`go test -c` of test/e2e; in the
 // tool block so that go.sum keeps what its tests import), the ginkgo CLI of the
-// release v1.37.2 requires, and agnhost (see tools/src/steward/cluster/binaries.py).
+// release v1.37.2 requires, and the test images' programs agnhost, resource-consumer
+// and consume-cpu (see tools/src/steward/cluster/binaries.py).
 module steward.local/deploy/tools/kubernetes
 
 go 1.26.0
@@ -53,9 +54,12 @@ tool (
 	k8s.io/kubernetes/cmd/kubelet
 	k8s.io/kubernetes/test/e2e
 	k8s.io/kubernetes/test/images/agnhost
+	k8s.io/kubernetes/test/images/resource-consumer
+	k8s.io/kubernetes/test/images/resource-consumer/consume-cpu
 )
 
 require (
+	bitbucket.org/bertimus9/systemstat v0.5.0 // indirect
 	cel.dev/expr v0.25.1 // indirect
 	cyphar.com/go-pathrs v0.2.5 // indirect
 	github.com/Azure/go-ansiterm v0.0.0-20250102033503-faa5f7b0171c // indirect

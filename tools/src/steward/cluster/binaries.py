@@ -225,6 +225,18 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool("agnhost", "kubernetes", f"{KUBERNETES}/test/images/agnhost", KUBERNETES),
         Tool(
+            "resource-consumer",
+            "kubernetes",
+            f"{KUBERNETES}/test/images/resource-consumer",
+            KUBERNETES,
+        ),
+        Tool(
+            "consume-cpu",
+            "kubernetes",
+            f"{KUBERNETES}/test/images/resource-consumer/consume-cpu",
+            KUBERNETES,
+        ),
+        Tool(
             "coredns",
             "coredns",
             "github.com/coredns/coredns",
@@ -279,11 +291,12 @@ among them) and the pod sandboxes' pause program. ``steward build`` builds them 
 rest; resolve their paths with ``resolve(NODE_TOOLS, out=...)``."""
 
 
-E2E_TOOLS = ("e2e.test", "ginkgo", "agnhost")
+E2E_TOOLS = ("e2e.test", "ginkgo", "agnhost", "resource-consumer", "consume-cpu")
 """Kubernetes' end-to-end suite (in :data:`TOOLS`), from the same pinned ``k8s.io/kubernetes``
 module as the control plane: ``e2e.test`` (the test binary of ``k8s.io/kubernetes/test/e2e``,
 about 170 MB), the ``ginkgo`` CLI of the ginkgo release that module requires (parallel
-runs) and ``agnhost`` (the test image's program). Big and only needed by ``make e2e``, so
+runs), ``agnhost`` (the test image's program) and ``resource-consumer`` and
+``consume-cpu`` (the autoscaling specs' load). Big and only needed by ``make e2e``, so
 ``steward build`` builds them only when named; ``resolve(E2E_TOOLS, out=...)`` builds them
 on first use."""
 

@@ -21,7 +21,9 @@ registry.k8s.io/pause:3.10.2                       /pause (only with ``pause_bin
 
 :func:`build_pause_archive` writes an archive of the pause image alone (no root needed);
 :func:`build_e2e_archive` (``python -m steward.images --e2e``) an archive of the images
-upstream's e2e specs run, under the names e2e expects (:data:`E2E_IMAGES`).
+upstream's e2e specs run, under the names e2e expects (:data:`E2E_IMAGES`), and
+:func:`build_consumer_archive` one of the resource consumer the ``[sig-autoscaling]``
+specs load their pods with (:data:`RESOURCE_CONSUMER_IMAGE`).
 
 The images follow ``deploy/images/Dockerfile``'s targets, built another way, one module
 a part (each one's documentation says how):
@@ -56,9 +58,14 @@ from steward.images.e2e_images import (
     AGNHOST_PREVIOUS_IMAGE,
     BUSYBOX_BINARY,
     BUSYBOX_IMAGE,
+    CONSUMER_IMAGES,
     E2E_IMAGES,
     E2E_RECIPE_VERSION,
+    RESOURCE_CONSUMER_IMAGE,
+    BuiltConsumer,
     BuiltE2E,
+    build_consumer,
+    build_consumer_archive,
     build_e2e,
     build_e2e_archive,
 )
@@ -80,6 +87,7 @@ __all__ = [
     "AGNHOST_PREVIOUS_IMAGE",
     "BUSYBOX_BINARY",
     "BUSYBOX_IMAGE",
+    "CONSUMER_IMAGES",
     "DEFAULT_EPOCH",
     "DEFAULT_TAG",
     "E2E_IMAGES",
@@ -88,9 +96,11 @@ __all__ = [
     "IMAGES",
     "PAUSE_IMAGE",
     "RECIPE_VERSION",
+    "RESOURCE_CONSUMER_IMAGE",
     "VENVS",
     "Base",
     "BuiltArchive",
+    "BuiltConsumer",
     "BuiltE2E",
     "BuiltImages",
     "ImageError",
@@ -100,6 +110,8 @@ __all__ = [
     "Venv",
     "archive_names",
     "base_key",
+    "build_consumer",
+    "build_consumer_archive",
     "build_e2e",
     "build_e2e_archive",
     "build_images",

@@ -47,6 +47,12 @@ registry.k8s.io/pause:3.10.2                      Steward's pause, as build_paus
   returns without waiting for the images' lock. Building needs umoci and busybox-static
   and takes a few seconds; the tools tree, once per machine, needs root and mmdebstrap
   (about 20 s).
+
+:func:`build_consumer_archive` writes an archive of its own with
+``registry.k8s.io/e2e-test-images/resource-consumer:1.14`` (:data:`RESOURCE_CONSUMER_IMAGE`):
+the pinned module's resource consumer, which the ``[sig-autoscaling]`` specs load their
+pods with, over busybox's layer (see :func:`build_consumer`). Only those specs need it, so
+the archive above stays as it is for every other run.
 """
 
 from __future__ import annotations
@@ -305,6 +311,192 @@ def build_e2e_archive(
     ).archive
 
 
+RESOURCE_CONSUMER_IMAGE = "registry.k8s.io/e2e-test-images/resource-consumer:1.14"
+"""The image e2e's ``[sig-autoscaling]`` specs load their pods with (the pinned module's
+``test/utils/image/manifest.go`` names 1.14)."""
+CONSUMER_IMAGES: tuple[str, ...] = (RESOURCE_CONSUMER_IMAGE,)
+"""The names :func:`build_consumer_archive`'s archive holds."""
+CONSUMER_RECIPE_VERSION = "1"
+"""Bumped when what :func:`build_consumer` makes changes in a way its inputs do not show."""
+CONSUMER_ENTRYPOINT = ("/consumer",)
+CONSUMER_PORTS = ("8080/tcp",)
+CONSUMER_WORKDIR = "/"
+"""The consumer starts ``./consume-cpu/consume-cpu``, relative to its working directory:
+upstream's Debian base leaves it at ``/``; here it is set, not left to the runtime."""
+_CONSUMER_TAGS = {"resource-consumer": RESOURCE_CONSUMER_IMAGE}
+
+
+@dataclass(frozen=True)
+class BuiltConsumer(BuiltArchive):
+    """What :func:`build_consumer` made: an archive of :data:`CONSUMER_IMAGES`, busybox's
+    layer (the same as :func:`build_e2e`'s) and the consumer's."""
+
+
+def _consumer_key(*, consumer: Path, consume_cpu: Path, busybox: Path, epoch: int) -> str:
+    inputs = InputsDigest()
+    recipe = {
+        "version": CONSUMER_RECIPE_VERSION,
+        "images": _CONSUMER_TAGS,
+        "path": E2E_PATH,
+        "consumer": [CONSUMER_ENTRYPOINT, CONSUMER_PORTS, CONSUMER_WORKDIR],
+        "files": [_E2E_USERS, _E2E_GROUP],
+        "epoch": epoch,
+    }
+    inputs.feed("recipe", json.dumps(recipe, sort_keys=True).encode())
+    for label, path in (("consumer", consumer), ("consume-cpu", consume_cpu), ("busybox", busybox)):
+        inputs.feed(label, sha256_file(path).encode())
+    copyright_ = BUSYBOX_COPYRIGHT.read_bytes() if BUSYBOX_COPYRIGHT.is_file() else b""
+    inputs.feed("busybox copyright", copyright_)
+    return inputs.hexdigest()
+
+
+def build_consumer(
+    *,
+    consumer_binary: Path,
+    consume_cpu_binary: Path,
+    out: Progress,
+    output: Path | None = None,
+    use_cache: bool = True,
+    busybox_binary: Path = BUSYBOX_BINARY,
+) -> BuiltConsumer:
+    """Build :data:`RESOURCE_CONSUMER_IMAGE` into an OCI image-layout archive of its own
+    (only the ``[sig-autoscaling]`` specs run it), as upstream's Dockerfile
+    (``test/images/resource-consumer``) makes it: ``/consumer`` (the pinned module's
+    ``test/images/resource-consumer``, a static build) and
+    ``/consume-cpu/consume-cpu`` (its ``consume-cpu``), ``Entrypoint ["/consumer"]``,
+    port 8080, over busybox's layer in place of upstream's Debian base. Upstream's image
+    also installs ``stress``, which only the memory specs run: it is left out, so those
+    specs cannot run on this image.
+
+    Cached in ``cache_root()/images/consumer/<key>/`` by the binaries' digests and the
+    recipe, like :func:`build_e2e`; needs umoci and, for the default busybox,
+    busybox-static.
+    """
+    started = time.monotonic()
+    epoch = source_date_epoch()
+    if busybox_binary == BUSYBOX_BINARY:
+        require_tools(("busybox-static",), out)
+    for what, path in (
+        ("resource-consumer", consumer_binary),
+        ("consume-cpu", consume_cpu_binary),
+        ("busybox", busybox_binary),
+    ):
+        _static_elf(path, what)
+    key = _consumer_key(
+        consumer=consumer_binary,
+        consume_cpu=consume_cpu_binary,
+        busybox=busybox_binary,
+        epoch=epoch,
+    )
+    archive = images_root() / "consumer" / key[:20] / "consumer-images.tar"
+
+    def cached() -> BuiltConsumer | None:
+        if not use_cache:
+            return None
+        return BuiltConsumer.from_cache(archive, started=started, out=out, what="consumer image")
+
+    built = cached()
+    with contextlib.nullcontext() if built else locked(out):
+        built = built or cached()
+        if built is None:
+            require_tools(("umoci",), out)
+            out.say(f"consumer image: building {RESOURCE_CONSUMER_IMAGE}")
+            built = _build_consumer(
+                consumer=consumer_binary,
+                consume_cpu=consume_cpu_binary,
+                busybox=busybox_binary,
+                epoch=epoch,
+                key=key,
+                archive=archive,
+                started=started,
+                out=out,
+            )
+    return built.written_to(output)
+
+
+def build_consumer_archive(
+    *, consumer_binary: Path, consume_cpu_binary: Path, out: Progress, output: Path | None = None
+) -> Path:
+    """The archive of :data:`CONSUMER_IMAGES` (see :func:`build_consumer`) for
+    :func:`import_into_containerd`."""
+    return build_consumer(
+        consumer_binary=consumer_binary,
+        consume_cpu_binary=consume_cpu_binary,
+        out=out,
+        output=output,
+    ).archive
+
+
+@dataclass(frozen=True)
+class _BusyboxLayer:
+    path: Path
+    diff_id: str
+    size: int
+    version: str
+    applets: int
+
+    def what(self) -> str:
+        return f"busybox: Debian busybox-static {self.version}, {self.applets} applets in /bin"
+
+
+def _busybox_layer(tmp: Path, busybox: Path, epoch: int, out: Progress) -> _BusyboxLayer:
+    """busybox's layer (:func:`_busybox_tree`), written under ``tmp``."""
+    version, applets = _busybox_applets(busybox, out)
+    _busybox_tree(tmp / "busybox-root", busybox, applets)
+    layer = tmp / "busybox-layer.tar"
+    diff_id, size = write_tar(layer, tmp / "busybox-root", epoch=epoch)
+    return _BusyboxLayer(layer, diff_id, size, version, len(applets))
+
+
+def _build_consumer(
+    *,
+    consumer: Path,
+    consume_cpu: Path,
+    busybox: Path,
+    epoch: int,
+    key: str,
+    archive: Path,
+    started: float,
+    out: Progress,
+) -> BuiltConsumer:
+    unpacked: dict[str, tuple[int, str]] = {}
+    with tempfile.TemporaryDirectory(prefix=".tmp-consumer-", dir=images_root()) as tmp_name:
+        tmp = Path(tmp_name)
+        busybox_layer = _busybox_layer(tmp, busybox, epoch, out)
+        unpacked[f"sha256:{busybox_layer.diff_id}"] = (busybox_layer.size, busybox_layer.what())
+        root = tmp / "consumer-root"
+        (root / "consume-cpu").mkdir(parents=True)
+        shutil.copyfile(consumer, root / "consumer")
+        shutil.copyfile(consume_cpu, root / "consume-cpu" / "consume-cpu")
+        for program in (root / "consumer", root / "consume-cpu" / "consume-cpu"):
+            program.chmod(0o755)
+        consumer_layer = tmp / "consumer-layer.tar"
+        diff_id, size = write_tar(consumer_layer, root, epoch=epoch)
+        consumer_what = (
+            "resource-consumer: /consumer and /consume-cpu/consume-cpu "
+            "(k8s.io/kubernetes test/images/resource-consumer)"
+        )
+        unpacked[f"sha256:{diff_id}"] = (size, consumer_what)
+        layout = Layout(tmp / "layout", epoch, out)
+        layout.init()
+        layout.new("resource-consumer")
+        layout.add_layer("resource-consumer", busybox_layer.path, busybox_layer.what())
+        layout.add_layer("resource-consumer", consumer_layer, consumer_what)
+        layout.configure(
+            "resource-consumer",
+            user=None,
+            entrypoint=CONSUMER_ENTRYPOINT,
+            env=(("PATH", E2E_PATH),),
+            workingdir=CONSUMER_WORKDIR,
+            exposed_ports=CONSUMER_PORTS,
+        )
+        layout.write_archive(archive, _CONSUMER_TAGS)
+        images, layers = describe(layout.path, unpacked)
+    return BuiltConsumer.made(
+        archive, images, layers, key=key, started=started, out=out, what="consumer image"
+    )
+
+
 def _build_e2e(
     *,
     agnhost: Path,
@@ -321,12 +513,8 @@ def _build_e2e(
     env = (("PATH", E2E_PATH),)
     with tempfile.TemporaryDirectory(prefix=".tmp-e2e-", dir=images_root()) as tmp_name:
         tmp = Path(tmp_name)
-        version, applets = _busybox_applets(busybox, out)
-        _busybox_tree(tmp / "busybox-root", busybox, applets)
-        busybox_layer = tmp / "busybox-layer.tar"
-        diff_id, size = write_tar(busybox_layer, tmp / "busybox-root", epoch=epoch)
-        busybox_what = f"busybox: Debian busybox-static {version}, {len(applets)} applets in /bin"
-        unpacked[f"sha256:{diff_id}"] = (size, busybox_what)
+        busybox_layer = _busybox_layer(tmp, busybox, epoch, out)
+        unpacked[f"sha256:{busybox_layer.diff_id}"] = (busybox_layer.size, busybox_layer.what())
         _agnhost_tree(tmp / "agnhost-root", agnhost, tools)
         agnhost_layer = tmp / "agnhost-layer.tar"
         diff_id, size = write_tar(agnhost_layer, tmp / "agnhost-root", epoch=epoch)
@@ -339,7 +527,7 @@ def _build_e2e(
         layout = Layout(tmp / "layout", epoch, out)
         layout.init()
         layout.new("busybox")
-        layout.add_layer("busybox", busybox_layer, busybox_what)
+        layout.add_layer("busybox", busybox_layer.path, busybox_layer.what())
         layout.add_layer("busybox", agnhost_layer, agnhost_what, new_tag="agnhost")
         # Upstream's busybox runs as root with no working directory set, CMD ["sh"].
         layout.configure("busybox", user=None, entrypoint=(), env=env, workingdir=None, cmd=("sh",))
@@ -364,6 +552,6 @@ def _build_e2e(
         started=started,
         out=out,
         what="e2e images",
-        busybox_version=version,
-        applets=len(applets),
+        busybox_version=busybox_layer.version,
+        applets=busybox_layer.applets,
     )
