@@ -96,6 +96,35 @@ def test_each_spec_is_counted_in_its_area() -> None:
     assert e2e.area_of("[It] [sig-node] Pods should x [sig-node]") == "other"
     network = e2e.read_spec_list(e2e.SELECTIONS["network"].spec_list())
     assert {e2e.area_of(junit_name(n)) for n in network} == set(e2e.NETWORK_AREAS)
+    autoscaling = e2e.read_spec_list(e2e.SELECTIONS["autoscaling"].spec_list())
+    assert {e2e.area_of(n) for n in autoscaling} == {e2e.HPA_AREA}
+
+
+def test_the_autoscaling_selection_is_what_two_cores_carry() -> None:
+    """Every HPA spec is ``[Feature:HPA]``: the default skip would drop them all. Heavy,
+    gated, serial and memory specs stay out; only that selection runs a metrics pipeline."""
+    light = (
+        "[sig-autoscaling] [Feature:HPA] Horizontal pod autoscaling (scale resource: CPU) "
+        "ReplicaSet light Should scale from 1 pod to 2 pods"
+    )
+    heavy = [
+        "[sig-autoscaling] [Feature:HPA] Horizontal pod autoscaling (scale resource: CPU) "
+        "ReplicaSet Should scale from 1 pod to 3 pods and then from 3 pods to 5 pods [Slow]",
+        "[sig-autoscaling] [Feature:HPA] Horizontal pod autoscaling (scale resource: Memory) "
+        "Deployment (Pod Resource) Should scale from 1 pod to 3 pods and then from 3 pods to "
+        "5 pods using Average Value for aggregation",
+        "[sig-autoscaling] [Feature:HPA] Horizontal pod autoscaling (non-default behavior) "
+        "with autoscaling disabled shouldn't scale up",
+        "[sig-autoscaling] [Feature:HPA] [FeatureGate:HPAScaleToZero] Horizontal pod "
+        "autoscaling (scale to zero) should scale down to zero and back up based on external "
+        "metric value [Beta] [Serial]",
+    ]
+    selection = e2e.SELECTIONS["autoscaling"]
+    assert not selected(light)
+    assert selected(light, focus=selection.focus, skip=selection.skip)
+    for name in heavy:
+        assert not selected(name, focus=selection.focus, skip=selection.skip), name
+    assert [s.name for s in e2e.SELECTIONS.values() if s.metrics] == ["autoscaling"]
 
 
 def test_the_table_lists_the_areas_in_order() -> None:

@@ -57,6 +57,9 @@ SERIAL_AREAS = ("Daemon set",)
 """Areas of :data:`AREAS` whose specs are all ``[Serial]`` and run by default all the same
 (one at a time)."""
 
+HPA_AREA = "HorizontalPodAutoscaler"
+"""The area of ``[sig-autoscaling] [Feature:HPA]`` specs (they run Steward's HPA controller)."""
+
 NETWORK_AREAS = ("EndpointSlice", "Services", "Service")
 """The ``[sig-network]`` areas whose specs exercise Steward's Endpoints and EndpointSlice
 controllers (``Service endpoints latency`` is an area of its own)."""
@@ -106,6 +109,23 @@ def _none_of(texts: Sequence[str]) -> str:
     return "(?:" + branches(trie) + ")"
 
 
+AUTOSCALING = (
+    r"\[sig-autoscaling\] \[Feature:HPA\] Horizontal pod autoscaling "
+    r"(\(scale resource: CPU\) (ReplicaSet light|CustomResourceDefinition) "
+    r"|\(non-default behavior\) with (short downscale stabilization window|"
+    r"autoscaling disabled shouldn't scale down))"
+)
+"""The ``[sig-autoscaling]`` HPA specs this machine can run beside a control plane and two
+real nodes on two cores: the CPU ones whose pods together consume at most about 400m (a
+ReplicaSet from 1 pod to 2 and from 2 to 1, a custom resource's scale subresource from 1
+to 2, a downscale stabilization window of 1 minute, and a disabled scale-down held for
+the default window). The others load up to 8 pods of 125 to 500m each, or need ``stress``
+in the consumer image (memory), a feature gate, or external metrics; all are
+``[Feature:HPA]``, so this selection does not skip ``[Feature:...]``."""
+
+AUTOSCALING_SKIP = r"\[Disruptive\]|\[Flaky\]|\[FeatureGate:[^\]]+\]|\[Serial\]|\[Slow\]"
+
+
 SERIAL_ELSEWHERE = (
     r"\[sig-" + _none_of([f"apps] {area} " for area in SERIAL_AREAS]) + r".*\[Serial\]"
 )
@@ -123,7 +143,7 @@ DaemonSet rollback spec checks, and fails on one)."""
 
 SIDES = ("steward", "upstream")
 
-TOOLS = ("e2e.test", "ginkgo", "agnhost", "pause")
+TOOLS = ("e2e.test", "ginkgo", "agnhost", "resource-consumer", "consume-cpu", "pause")
 
 SPEC_LISTS = Path(__file__).resolve().parents[3] / "tests" / "upstream_e2e" / "specs"
 """Where each selection's spec list is kept (``<name>.txt``), in this repository."""
@@ -139,6 +159,10 @@ class Selection:
     skip: str
     about: str
     """What it selects, for the list's header and ``--help``."""
+    metrics: bool = False
+    """Its clusters run the resource metrics pipeline (metrics-server scraping the real
+    kubelets) and their nodes get the resource consumer image
+    (:func:`steward.images.build_consumer_archive`): the autoscaling specs need both."""
 
     def spec_list(self) -> Path:
         """The file naming every spec of the selection, one a line (the JUnit report's
@@ -164,11 +188,19 @@ SELECTIONS = {
             "every spec of [sig-network] EndpointSlice, Services and Service endpoints "
             "latency that can run here",
         ),
+        Selection(
+            "autoscaling",
+            AUTOSCALING,
+            AUTOSCALING_SKIP,
+            "the [sig-autoscaling] HPA specs on CPU that two cores can run: ReplicaSet light, "
+            "a custom resource's scale, a short downscale window and a disabled scale-down",
+            metrics=True,
+        ),
     )
 }
 """The named selections (``--selection``), each with its spec list."""
 
-DEFAULT_SELECTIONS = ("conformance", "network")
+DEFAULT_SELECTIONS = ("conformance", "network", "autoscaling")
 """What ``make e2e`` runs, one after the other (a cluster per side for each)."""
 
 PASSED, FAILED, NOT_RUNNABLE, NOT_RUN = "passed", "failed", "not runnable", "not run"
@@ -206,12 +238,14 @@ class Side:
 
 
 def area_of(name: str) -> str:
-    """The area of a spec: one of :data:`AREAS` (some are more than one word), else the
-    first word after ``[sig-apps]`` or ``[sig-network]`` (:data:`NETWORK_AREAS`), else
-    ``other``."""
+    """The area of a spec: one of :data:`AREAS` (some are more than one word),
+    :data:`HPA_AREA` for the HPA specs, else the first word after ``[sig-apps]`` or
+    ``[sig-network]`` (:data:`NETWORK_AREAS`), else ``other``."""
     for area in AREAS:
         if f"[sig-apps] {area} " in name:
             return area
+    if "[sig-autoscaling] [Feature:HPA] " in name:
+        return HPA_AREA
     match = re.search(r"\[sig-(?:apps|network)\] (\w+)", name)
     return match.group(1) if match else "other"
 
@@ -413,19 +447,32 @@ def run_side(
     timeout: float,
     out: Progress,
     real_nodes: int = REAL_NODES,
+    metrics: bool = False,
 ) -> Side:
     """Start a cluster for ``side`` with ``real_nodes`` real nodes, run the specs, stop
     it; the outcome (a broken run's :attr:`Side.problems` say why). A focus and skip that
-    select no spec raise :class:`ClusterError` before any cluster starts."""
+    select no spec raise :class:`ClusterError` before any cluster starts. ``metrics``: the
+    cluster runs the resource metrics pipeline and its nodes get the resource consumer
+    image (:attr:`Selection.metrics`)."""
     from steward import images  # beside the cluster tools, built on first use
 
     paths = binaries.resolve(TOOLS, out=out)
     selected = dry_run(focus, skip, e2e_test=paths["e2e.test"])
     if not selected:
         raise ClusterError(f"the focus {focus!r} and skip {skip!r} select no spec")
-    archive = images.build_e2e_archive(
-        agnhost_binary=paths["agnhost"], pause_binary=paths["pause"], out=out
-    )
+    archives = [
+        images.build_e2e_archive(
+            agnhost_binary=paths["agnhost"], pause_binary=paths["pause"], out=out
+        )
+    ]
+    if metrics:
+        archives.append(
+            images.build_consumer_archive(
+                consumer_binary=paths["resource-consumer"],
+                consume_cpu_binary=paths["consume-cpu"],
+                out=out,
+            )
+        )
     config = ClusterConfig(
         name=f"steward-e2e-{side}",
         state_dir=state_dir,
@@ -433,7 +480,8 @@ def run_side(
         real_nodes=real_nodes,
         real_node_taint=False,
         steward=side == "steward",
-        node_images=(archive,),
+        metrics=metrics,
+        node_images=tuple(archives),
         die_with_parent=True,
     )
     side_dir = report_dir / side
@@ -517,7 +565,7 @@ def table(results: Sequence[Side]) -> str:
 
 
 def _area_order(area: str) -> tuple[int, str]:
-    known = AREAS + NETWORK_AREAS
+    known = (*AREAS, *NETWORK_AREAS, HPA_AREA)
     return (known.index(area) if area in known else len(known), area)
 
 
@@ -660,6 +708,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     timeout=args.timeout,
                     out=out,
                     real_nodes=args.real_nodes,
+                    metrics=selection.metrics,
                 )
             )
     except ClusterError as err:
