@@ -28,11 +28,14 @@ import concurrent.futures
 import contextlib
 import json
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -403,13 +406,50 @@ def run_both(
         ) from errors[stuck[0]]
 
 
+REPORTED_BY = {
+    "steward": "steward.io/horizontal-pod-autoscaler",
+    "upstream": "horizontal-pod-autoscaler",
+}
+"""Who each side's rescale Events name as their reporting component."""
+
+
+def shown_as_users_see_it(side: Side, name: str = APP) -> None:
+    """What a user looks at: ``kubectl get hpa`` shows the CPU utilization against its
+    target (not ``<unknown>``), and the rescale Events name the side's controller."""
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "kubectl"),
+            "--kubeconfig",
+            str(side.plane.kubeconfig),
+            "get",
+            "hpa",
+            name,
+            "-n",
+            side.ns,
+            "-o",
+            "wide",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    table = done.stdout
+    assert re.search(r"cpu: \d+%/50%", table) and "<unknown>" not in table, table
+    rescales = [e for e in side.events(name) if e.get("reason") == "SuccessfulRescale"]
+    assert rescales, f"{side.name}: no SuccessfulRescale Event"
+    assert {e.get("reportingComponent") for e in rescales} == {REPORTED_BY[side.name]}, rescales
+
+
 # Scenarios --------------------------------------------------------------------------------
 def test_scales_up_on_cpu_holds_within_tolerance_and_scales_down_after_stabilization(
     steward: Side, upstream: Side
 ) -> None:
     """One pod at four times its target: up to four (the scale-up limit without behavior
-    is max(2 * current, 4)); a load 5 % over target holds them (tolerance 0.1); the load
-    gone, the recommendation stays up for the 10 s window, then down to one."""
+    is max(2 * current, 4)), as ``kubectl get hpa`` and the Events show it; a load 5 % over
+    target holds them (tolerance 0.1); the load gone, the recommendation stays up for the
+    10 s window, then down to one."""
 
     def scenario(side: Side, pair: Pair) -> None:
         side.kube.request("POST", side.deployments, deployment(1))
@@ -418,6 +458,7 @@ def test_scales_up_on_cpu_holds_within_tolerance_and_scales_down_after_stabiliza
         side.kube.request("POST", side.hpas, hpa(behavior=behavior))
         scaled_to(side, 4, load=200)
         pair.checkpoint(side, "scaled up to four", load=200)
+        shown_as_users_see_it(side)
         holds(side, 4, 10.0, load=210)
         pair.checkpoint(side, "held within tolerance", load=210)
         scaled_to(side, 1, load=20)
