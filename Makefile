@@ -109,6 +109,12 @@ E2E_FLAGS ?=
 e2e: build node-packages ## Kubernetes' e2e specs under Steward's controllers and upstream's (a table; JUnit in e2e-results/)
 	$(BIN)/python -m steward.e2e $(if $(filter 0,$(BASELINE)),--sides steward) $(E2E_FLAGS)
 
+.PHONY: chaos
+# Every case of the pods-mode chaos test (tests/pods/test_self_healing.py), on Steward's
+# static core and, for the cases that apply, on upstream's kube-controller-manager alone.
+chaos: build node-packages ## Steward as pods broken every way the chaos test knows, and upstream's the same way
+	STEWARD_CHAOS=full STEWARD_CHAOS_SIDES=steward,upstream $(BIN)/pytest -s tests/pods/test_self_healing.py
+
 .PHONY: clean
 clean: ## remove the Python environment (the Go binary cache is kept)
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache

@@ -154,30 +154,20 @@ def test_tls_secrets_serve_the_service_names(tmp_path: Path) -> None:
     assert secrets["steward-informer-tls"]["type"] == "kubernetes.io/tls"
 
 
-def test_self_hosted_steward_can_heal_itself() -> None:
-    """Steward's ReplicaSet controller replaces Steward's own pods: the informer, the
-    manager and it run two replicas, controllers register as standbys, and the manager
-    starts with the controllers to take over disabled (the hand-over enables them)."""
+def test_self_hosted_steward_starts_with_nothing_to_hand_over() -> None:
+    """Steward's static core starts every controller's pods: the manager starts with
+    every controller enabled (no ``--controllers``), each Deployment of the overlay keeps
+    one replica, and controllers register as standbys (a restarted pod finds its
+    predecessor's lease running)."""
     docs = pods.manifests(
-        _rendered(),
-        otlp_endpoint="http://x:4317",
-        kcm_controllers=WITHOUT_STEWARDS,
-        registry=[JOB],
-        bootstrap_disabled=STEWARD_CONTROLLERS,
+        _rendered(), otlp_endpoint="http://x:4317", kcm_controllers=WITHOUT_STEWARDS, registry=[JOB]
     )
     replicas = {
         d["metadata"]["name"]: d["spec"]["replicas"] for d in docs if d["kind"] == "Deployment"
     }
-    assert replicas == {
-        "steward-informer": 2,
-        "steward-manager": 2,
-        **{f"steward-controller-{name}": 1 for name in STEWARD_CONTROLLERS},
-        "steward-controller-replicaset": 2,
-    }
-    assert replicas["steward-controller-daemonset"] == 1
-    assert replicas["steward-controller-horizontalpodautoscaling"] == 1
+    assert set(replicas.values()) == {1}
     manager = _deployment(docs, "steward-manager")["spec"]["template"]["spec"]["containers"][0]
-    assert f"--controllers={WITHOUT_STEWARDS}" in manager["args"]
+    assert not [a for a in manager["args"] if a.startswith("--controllers")], manager["args"]
     job_args = _deployment(docs, "steward-controller-job")["spec"]["template"]["spec"][
         "containers"
     ][0]["args"]
@@ -205,11 +195,9 @@ def test_endpointslice_controller_has_slices_of_its_own_only_beside_upstreams() 
 
 
 @pytest.mark.parametrize("name", ["daemonset", "horizontalpodautoscaling"])
-def test_controller_without_beside_flags_is_handed_over_as_a_standby(name: str) -> None:
-    """Self-hosted, Steward's DaemonSet and HorizontalPodAutoscaler controllers are among
-    those the manager starts disabled and the hand-over enables (upstream's are off at the
-    end), register as standbys like the others, and have no flags of running beside
-    upstream's."""
+def test_controller_without_beside_flags_runs_alone_as_a_standby(name: str) -> None:
+    """Self-hosted, Steward's DaemonSet and HorizontalPodAutoscaler controllers register as
+    standbys like the others, one replica, with no flags of running beside upstream's."""
     (controller,) = [c for c in steward_controllers() if c.name == name]
     assert controller.beside_upstream is None
     docs = pods.manifests(
@@ -217,15 +205,11 @@ def test_controller_without_beside_flags_is_handed_over_as_a_standby(name: str) 
         otlp_endpoint="http://x:4317",
         kcm_controllers=WITHOUT_STEWARDS,
         registry=[controller],
-        bootstrap_disabled=STEWARD_CONTROLLERS,
     )
     dep = _deployment(docs, f"steward-controller-{name}")
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[-1] == "--standby" and args.count("--standby") == 1, args
     assert dep["spec"]["replicas"] == 1
-    manager = _deployment(docs, "steward-manager")["spec"]["template"]["spec"]["containers"][0]
-    disabled = next(a for a in manager["args"] if a.startswith("--controllers="))
-    assert f"-{name}" in disabled.removeprefix("--controllers=").split(",")
 
 
 def test_every_registry_is_loopbacks_discard_port(tmp_path: Path) -> None:

@@ -121,7 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--steward-pods",
         action="store_true",
         help=(
-            "deploy Steward as pods on the real nodes (the local overlay, images built "
+            "deploy Steward as pods on the real nodes: its core (informer, manager, "
+            "ReplicaSet and Deployment controllers) as the first real node's static pods, "
+            "the other controllers as the local overlay's Deployments (images built "
             "without a daemon and imported into the nodes); needs --real-nodes 1 or more "
             "(make up PODS=1 does)"
         ),
@@ -573,7 +575,14 @@ def up_hints(cluster: LocalCluster, *, steward_pods: bool = False) -> list[Hint]
             )
         )
     if steward_pods:
-        hints.append(Hint("Steward", f"{kubectl} -n steward get pods -o wide", "as pods"))
+        selector = "-l app.kubernetes.io/part-of=steward"
+        hints.append(
+            Hint(
+                "Steward",
+                f"{kubectl} get pods -A {selector} -o wide",
+                "as pods: the core static in kube-system",
+            )
+        )
     if "manager" in running or steward_pods:
         hints += [
             Hint("trace a Job", f"{kubectl} create job pi --image=busybox -- true"),

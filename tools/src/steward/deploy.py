@@ -151,6 +151,32 @@ overlays:
                PodDisruptionBudgets, topology spread over nodes and zones
 """
 
+_STATIC_DESCRIPTION = """\
+Print (or write) the static pods of Steward's core: the informer, the manager and the
+ReplicaSet and Deployment controllers, which the kubelet of each control-plane node then
+keeps alive without any controller's help, so that no set of deleted pods can leave
+Steward unable to recreate its own. In kube-system (like kubeadm's control plane), with
+host networking (no Service, EndpointSlice, kube-proxy rule or DNS name on their path),
+the same images, probes and restricted container security context as the Deployments,
+and credentials from the node's disk: <host dir>/<component>/ holds kubeconfig (a
+client certificate of the user steward:informer, steward:manager,
+steward:controller:replicaset or steward:controller:deployment), ca.crt, and tls.crt and
+tls.key (serving certificates naming the control-plane address and 127.0.0.1 for the
+informer and the manager; client certificates of the user for the controllers), owned by
+UID 65532, mode 0400. Host ports: informer 10361 (gRPC), manager 10362 (gRPC), metrics
+10371-10374, health 10381-10384 on 127.0.0.1.
+
+Apply the rest with `steward deploy render --control-plane ADDRESS`: the other
+controllers as Deployments reaching the core at ADDRESS, and the core's users bound to
+their roles.
+"""
+
+_STATIC_EPILOG = """\
+examples:
+  steward deploy static-pods --control-plane 10.0.0.10 --out /etc/kubernetes/manifests
+  steward deploy render --overlay production --control-plane 10.0.0.10 | kubectl apply -f -
+"""
+
 _EPILOG = """\
 examples:
   steward deploy render | kubectl apply --server-side -f -
@@ -187,13 +213,102 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="add Jaeger all-in-one (deploy/components/jaeger) and send every service's "
         "spans to it (OTEL_EXPORTER_OTLP_ENDPOINT)",
     )
+    render_cmd.add_argument(
+        "--control-plane",
+        metavar="ADDRESS",
+        help="render for a static core (see `steward deploy static-pods --help`): leave "
+        "out the informer, the manager and the ReplicaSet and Deployment controllers, point "
+        "the other controllers at ADDRESS (the control-plane nodes' address, an IP), and "
+        "bind the core's users to their roles",
+    )
+    static_cmd = actions.add_parser(
+        "static-pods",
+        help="write the static pods of Steward's core for a control-plane node",
+        description=_STATIC_DESCRIPTION,
+        epilog=_STATIC_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    static_cmd.add_argument(
+        "--control-plane",
+        metavar="ADDRESS",
+        required=True,
+        help="the address the other controllers reach the core at (the serving "
+        "certificates must name it)",
+    )
+    static_cmd.add_argument(
+        "--overlay",
+        choices=OVERLAYS,
+        default="production",
+        help="which overlay's images, resources and flags (default: %(default)s)",
+    )
+    static_cmd.add_argument(
+        "--host-dir",
+        default=None,
+        help="where the credentials lie on the node, <dir>/<component>/ (default: /etc/steward)",
+    )
+    static_cmd.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write steward-<component>.yaml files into this directory (the kubelet's "
+        "staticPodPath, e.g. /etc/kubernetes/manifests) instead of printing them",
+    )
+
+
+def render_static_core(
+    overlay: str,
+    *,
+    control_plane: str,
+    with_jaeger: bool = False,
+    host_dir: str | None = None,
+) -> tuple[str, dict[str, str]]:
+    """For a cluster whose core runs as static pods (:mod:`steward.static_core`): the
+    manifests to apply (the overlay without the core, its controllers pointed at
+    ``control_plane``, the core's users bound to its roles) as YAML, and the static pods
+    by file name, each YAML.
+
+    Raises:
+        DeployError: as :func:`render`, or ``control_plane`` is not an address.
+    """
+    import yaml
+
+    from steward import static_core
+
+    docs = [d for d in yaml.safe_load_all(render(overlay, with_jaeger=with_jaeger)) if d]
+    try:
+        applied = [
+            *static_core.deployed(docs, control_plane=control_plane),
+            *static_core.user_bindings(docs),
+        ]
+        pods = static_core.static_pods(docs, host_dir=host_dir or static_core.DEFAULT_HOST_DIR)
+    except static_core.StaticCoreError as err:
+        raise DeployError(str(err)) from err
+    text = yaml.safe_dump_all(applied, sort_keys=False)
+    return text, {name: yaml.safe_dump(pod, sort_keys=False) for name, pod in pods.items()}
 
 
 def main(args: argparse.Namespace) -> int:
     """Run a parsed ``steward deploy`` command: 0, or 1 with one error line on stderr."""
     try:
-        sys.stdout.write(render(args.overlay, with_jaeger=args.with_jaeger))
-    except DeployError as err:
+        if args.deploy_action == "static-pods":
+            _, pods = render_static_core(
+                args.overlay, control_plane=args.control_plane, host_dir=args.host_dir
+            )
+            if args.out is None:
+                sys.stdout.write("---\n".join(pods.values()))
+            else:
+                args.out.mkdir(parents=True, exist_ok=True)
+                for name, text in pods.items():
+                    (args.out / name).write_text(text)
+                    print(args.out / name)
+        elif args.control_plane:
+            text, _ = render_static_core(
+                args.overlay, control_plane=args.control_plane, with_jaeger=args.with_jaeger
+            )
+            sys.stdout.write(text)
+        else:
+            sys.stdout.write(render(args.overlay, with_jaeger=args.with_jaeger))
+    except (DeployError, OSError) as err:
         print(f"steward deploy: error: {err}", file=sys.stderr)
         return 1
     return 0

@@ -9,15 +9,6 @@ from steward.cluster.identities import STEWARD_CONTROLLERS
 from steward.cluster.state import state_root
 from steward.cluster.supervisor import RestartBackoff
 
-KEPT_WHEN_SELF_HOSTED = ("endpointslice",)
-"""Upstream's controllers that stay on when Steward runs as pods, Steward's running
-beside them. Steward's pods reach the informer and the manager through Services, which
-kube-proxy routes by EndpointSlices: were Steward's EndpointSlice controller alone to
-write those, a new manager leader would become reachable only once that controller had
-written it into the slice, and the controller may write only while it holds its lease at
-the manager: a lost leader would cut Steward off for good. Upstream's slices keep the
-path independent of Steward (see :mod:`steward.cluster.pods`)."""
-
 
 @dataclass
 class ClusterConfig:
@@ -108,10 +99,8 @@ class ClusterConfig:
         with :attr:`steward` and the default ``*`` upstream's controllers that Steward runs
         itself (:data:`STEWARD_CONTROLLERS`) are switched off
         (``*,-daemonset,-deployment,-endpoint,-endpointslice,-horizontalpodautoscaling,-job,
-        -replicaset``). With :attr:`steward_pods`, upstream's of
-        :data:`KEPT_WHEN_SELF_HOSTED` stay on."""
+        -replicaset``), with :attr:`steward_pods` too: Steward's static core needs none of
+        upstream's to boot or to recover (see :mod:`steward.static_core`)."""
         if (self.steward or self.steward_pods) and self.controllers == "*":
-            kept = KEPT_WHEN_SELF_HOSTED if self.steward_pods else ()
-            off = [name for name in STEWARD_CONTROLLERS if name not in kept]
-            return ",".join(["*", *(f"-{name}" for name in off)])
+            return ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
         return self.controllers

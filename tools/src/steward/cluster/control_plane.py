@@ -233,13 +233,7 @@ class LocalCluster:
         if config.metrics:
             metrics.start(st, config, paths, certs.ca, out)
         if config.steward_pods:
-            pods.deploy_pods(
-                self,
-                final_controllers=config.kcm_controllers(),
-                restart_upstream=lambda ctrls: controller_manager.restart(st, ctrls, config, out),
-                out=out,
-                timeout=max(config.start_timeout, 300.0),
-            )
+            pods.deploy_pods(self, out=out, timeout=max(config.start_timeout, 300.0))
         if config.steward:
             services.start(st, config, out)
 

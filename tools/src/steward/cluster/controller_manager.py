@@ -7,9 +7,7 @@ from pathlib import Path
 from steward.cluster.admin import ssl_context
 from steward.cluster.certificates import Certificates
 from steward.cluster.config import ClusterConfig
-from steward.cluster.process import stop
-from steward.cluster.progress import Progress
-from steward.cluster.startup import Probe, Spec, run, says_ok, secure_serving
+from steward.cluster.startup import Probe, Spec, says_ok, secure_serving
 from steward.cluster.state import LOOPBACK, ClusterState
 
 NAME = "kube-controller-manager"
@@ -29,7 +27,6 @@ def spec(state: ClusterState, binary: Path, certs: Certificates, config: Cluster
     names, and the client limits and extra flags of ``config``."""
     kubeconfig = certs.kubeconfigs[NAME]
     ca = certs.ca.pair
-    first_controllers = config.controllers if config.steward_pods else config.kcm_controllers()
     return Spec(
         NAME,
         [
@@ -38,9 +35,7 @@ def spec(state: ClusterState, binary: Path, certs: Certificates, config: Cluster
             *secure_serving(
                 kubeconfig, state.ports["controller_manager"], certs.controller_manager
             ),
-            # With Steward's pods, upstream's controllers start them first (see
-            # steward.cluster.pods), then hand over.
-            f"--controllers={first_controllers}",
+            f"--controllers={config.kcm_controllers()}",
             f"--service-account-private-key-file={certs.service_account.key}",
             f"--root-ca-file={ca.cert}",
             f"--cluster-signing-cert-file={ca.cert}",
@@ -65,14 +60,3 @@ def spec(state: ClusterState, binary: Path, certs: Certificates, config: Cluster
         probe(state),
     )
 
-
-def restart(state: ClusterState, controllers: str, config: ClusterConfig, out: Progress) -> None:
-    """Restart kube-controller-manager with ``--controllers=<controllers>``."""
-    old = state.process(NAME)
-    argv = [
-        f"--controllers={controllers}" if a.startswith("--controllers=") else a for a in old.argv
-    ]
-    stop([old])
-    state.processes = [r for r in state.processes if r is not old]
-    state.controllers = controllers
-    run(state, Spec(NAME, argv, probe(state)), config, out)

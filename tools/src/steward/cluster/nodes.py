@@ -171,6 +171,12 @@ class RealNode:
     def cgroup(self) -> str:
         return f"/{CGROUP_PARENT}/{self.name}"
 
+    @property
+    def static_pods(self) -> Path:
+        """The kubelet's ``staticPodPath``: the pods it runs from files, without the API
+        server (Steward's static core, :mod:`steward.static_core`)."""
+        return self.directory / "manifests"
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["directory"] = str(self.directory)
@@ -508,6 +514,7 @@ def kubelet_config(
         "failCgroupV1": False,
         "failSwapOn": False,
         "podCIDR": node.pod_cidr,
+        "staticPodPath": str(node.static_pods),
         "clusterDomain": CLUSTER_DOMAIN,
         "clusterDNS": [node_ip],
         "resolvConf": "",
@@ -591,7 +598,7 @@ def corefile(*, node_ip: str, kubeconfig: Path, health_port: int, ready_port: in
 def write_node_files(node: RealNode) -> Path:
     """Create the node's directories and its containerd and CNI configuration; return
     containerd's configuration file."""
-    for sub in ("containerd", "runc", "pod-logs", "cni/net.d", "cni/ipam", "pki"):
+    for sub in ("containerd", "runc", "pod-logs", "cni/net.d", "cni/ipam", "pki", "manifests"):
         (node.directory / sub).mkdir(parents=True, exist_ok=True)
     conf = node.directory / "containerd" / "config.toml"
     conf.write_text(containerd_config(node))
@@ -885,8 +892,14 @@ def pods_on(api: Any, nodes: list[RealNode]) -> list[tuple[str, str]]:
 
 
 def drain(api: Any, nodes: list[RealNode], *, timeout: float, out: Progress) -> None:
-    """Delete the pods on the real nodes and wait (up to ``timeout``) until their kubelets
-    removed them, so their containers stop and their network is released cleanly."""
+    """Remove the real nodes' static pods, delete their other pods and wait (up to
+    ``timeout``) until their kubelets removed them all, so their containers stop and their
+    network is released cleanly."""
+    # Static pods first: their kubelet stops them (and deletes their mirror pods) once
+    # their files are gone; deleting a mirror pod would not stop anything.
+    for node in nodes:
+        for manifest in node.static_pods.glob("*.yaml"):
+            manifest.unlink(missing_ok=True)
     pods = pods_on(api, nodes)
     if not pods:
         return

@@ -1,59 +1,53 @@
 """Steward deployed as pods on the local control plane's real nodes, as its users deploy it.
 
-The manifests are the ``local`` overlay (``steward deploy render --overlay local``),
-changed only where this cluster differs from a user's:
+Its core — the informer, the manager and the ReplicaSet and Deployment controllers — runs
+as the first real node's static pods (:mod:`steward.static_core`): the kubelet keeps them
+alive from files in its ``staticPodPath``, with host networking and credentials from the
+node's disk, so that no set of deleted pods can leave Steward unable to recreate its own.
+The other controllers are the ``local`` overlay's Deployments
+(``steward deploy render --overlay local``), whose pods the static ReplicaSet and
+Deployment controllers create and recreate; they reach the informer and the manager at
+the control-plane address (the real node's, :attr:`ClusterState.host`) and the ports of
+:data:`steward.static_core.DEFAULT_PORTS`. Changed only where this cluster differs from a
+user's:
 
-- every pod asks for a real node (node selector and toleration of
+- every Deployment's pod asks for a real node (node selector and toleration of
   :data:`steward.cluster.nodes.REAL_NODE_LABEL`), so that kwok's nodes keep the workloads;
 - every service exports its spans to the cluster's own Jaeger, which also holds
   kube-apiserver's, so that a Job's trace reads as one story;
 - a controller whose upstream counterpart kube-controller-manager does not run gets the
   flags its definition declares for running alone (the Job controller's
   ``--take-unmanaged``) in place of those for running beside upstream;
-- the services the others cannot heal without run two replicas (:data:`SELF_HEALING`),
-  and every controller registers with ``--standby``, as in the production overlay.
+- every controller registers with ``--standby``, as in the production overlay.
 
-# Bootstrap and hand-over
-Steward's own services are Deployments, and Steward's ReplicaSet and Deployment
-controllers are among them: they cannot create their own first pods. So, as a
-self-hosted control plane boots, upstream's controllers start them: kube-controller-manager
-first runs every controller, and Steward's manager starts with the controllers Steward
-takes over disabled (``--controllers=*,-deployment,...``), so that they register but do
-not reconcile. Once every Steward pod is Ready, kube-controller-manager restarts without
-those controllers and the manager enables Steward's (``EnableController``, recorded in
-each controller's Lease, so a restarted manager keeps it). From then on Steward keeps
-its own pods too: a deleted pod is replaced by Steward's ReplicaSet controller, which
-needs a live informer and manager to do so; that is why those (and the ReplicaSet
-controller itself) run two replicas here, as in the production overlay. The Endpoints
-controller is handed over like the others and runs one replica: kube-proxy routes the
-informer's and the manager's Services by EndpointSlices, not Endpoints, so neither the
-boot nor a replaced pod waits on it.
+# Boot, with nothing to hand over
+kube-controller-manager runs none of the controllers Steward has from the start. The
+static core starts as soon as the kubelet runs (its images are imported first) and needs
+nothing but kube-apiserver: it dials IP addresses only, so it waits on no Service,
+EndpointSlice, kube-proxy rule or DNS name. Once it runs, the Deployments are applied and
+the static ReplicaSet and Deployment controllers create their pods.
 
-The EndpointSlice controller is not handed over: upstream's endpointslice-controller
-stays on (:data:`~steward.cluster.config.KEPT_WHEN_SELF_HOSTED`) and Steward's
-runs beside it from the start, one replica, each writing its own slices of every Service
-(managed by ``endpointslice-controller.k8s.io`` and ``endpointslice-controller.steward.io``;
-kube-proxy routes by both, the same endpoints). Steward's pods reach the informer and the
-manager through those Services. Were Steward's the only slices, a new manager leader
-(the manager's Service lists its leader alone as ready) would be reachable only once
-Steward's EndpointSlice controller had written it there, and that controller may write
-only while it holds its lease at the manager: losing the leader would cut Steward off
-for good. Upstream's slices keep the path to the manager independent of Steward.
+# What Steward's recovery depends on, and what recovers each
+- **kube-apiserver, etcd**: the control plane's processes (kubeadm: static pods); nothing
+  of Steward's.
+- **the kubelet and containerd**: the machine's processes; a static pod's container
+  outlives a restarted kubelet or containerd (runc's shim keeps it), and the kubelet
+  restarts a container that died, with its back-off.
+- **the informer and the manager**: static pods, restarted by the kubelet; the
+  controllers' connections retry until they are back (a controller keeps reconciling
+  from its cache meanwhile; its lease at the manager is renewed by the next manager
+  leader, which loads the Leases it finds).
+- **Leases**: the manager's (leadership) and each controller's are API objects; a lease
+  whose holder died expires by its duration, with no one else's help.
+- **Services, EndpointSlices, kube-proxy, DNS**: not on any path of Steward's own: the
+  controllers dial ``127.0.0.1`` (static) or the control-plane address (Deployments).
+- **the ReplicaSet and Deployment controllers**: static pods; every other controller's
+  pods are recreated by them.
 
-The DaemonSet controller is handed over like the others and runs one replica. No
-DaemonSet takes part in the boot (Steward's services are Deployments; kube-proxy and
-CoreDNS run as processes of the node), so nothing of it waits on that controller; once
-handed over, a DaemonSet's pod for the real node runs there as any pod does.
-
-The HorizontalPodAutoscaler controller is handed over like the others and runs one
-replica. Steward's own Deployments have no HPA, so nothing of the boot waits on it; once
-handed over, it scales the targets of the cluster's HPAs, reading their metrics through
-kube-apiserver's aggregation layer as upstream's does.
-
-The TLS Secrets the manifests name (``steward-informer-tls``, ``steward-manager-tls``,
-``steward-controller-<name>-tls``) are ``kubernetes.io/tls`` Secrets with ``ca.crt``, as
-cert-manager writes them, issued by the cluster CA: serving certificates for the
-informer's and the manager's Service names, client certificates for the controllers.
+The TLS Secrets the Deployments name (``steward-controller-<name>-tls``) are
+``kubernetes.io/tls`` Secrets with ``ca.crt``, as cert-manager writes them, issued by the
+cluster CA (client certificates); the static core's files are written to
+``<node dir>/steward/<component>/`` (:func:`install_credentials`).
 Everything else — ServiceAccounts, RBAC, projected tokens, probes, Pod Security
 ``restricted`` — is the overlay's own.
 """
@@ -63,18 +57,22 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
+import shutil
+import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import grpc
 import yaml
 
-from steward import deploy
+from steward import deploy, static_core
 from steward.cluster import nodes
 from steward.cluster.errors import ClusterError
+from steward.cluster.identities import MONITORING_GROUP
 from steward.cluster.pki import CertificateAuthority
 from steward.cluster.progress import Progress
 from steward.cluster.registry import RegisteredController, steward_controllers, upstream_runs
@@ -87,18 +85,11 @@ NAMESPACE = "steward"
 """The namespace the manifests put everything in."""
 
 
-SELF_HEALING = {
-    "steward-informer": 2,
-    "steward-manager": 2,
-    "steward-controller-replicaset": 2,
-}
-"""Replicas of the services a self-hosted Steward needs alive to replace any of its pods."""
+MANAGER_PORT = static_core.DEFAULT_PORTS["manager"].grpc
+"""The manager's gRPC port on the control-plane node."""
 
-LEADER_READY = frozenset({"steward-manager"})
-"""Services whose readiness is leadership: of their replicas only the leader is Ready
-(the Service sends callers to it), the others stand by."""
-
-MANAGER_PORT = 50062
+STATIC_UID = 65532
+"""The user the images run as: owner of the static core's credential files."""
 
 
 class PodsError(ClusterError):
@@ -117,11 +108,8 @@ def manifests(
     kcm_controllers: str,
     registry: Iterable[RegisteredController] | None = None,
     tag: str = "dev",
-    bootstrap_disabled: Iterable[str] = (),
 ) -> list[Doc]:
-    """The rendered overlay ``docs``, changed for this cluster (see the module docs);
-    the manager starts with the controllers ``bootstrap_disabled`` disabled."""
-    disabled = list(bootstrap_disabled)
+    """The rendered overlay ``docs``, changed for this cluster (see the module docs)."""
     by_deployment = {
         f"steward-controller-{c.name}": c
         for c in (registry if registry is not None else steward_controllers())
@@ -151,14 +139,6 @@ def manifests(
             env[:] = [e for e in env if e.get("name") != "OTEL_EXPORTER_OTLP_ENDPOINT"]
             env.append({"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": otlp_endpoint})
             name = doc["metadata"]["name"]
-            if name in SELF_HEALING:
-                doc["spec"]["replicas"] = SELF_HEALING[name]
-            if name == "steward-manager" and disabled:
-                args = [a for a in container.get("args", []) if not a.startswith("--controllers")]
-                container["args"] = [
-                    *args,
-                    "--controllers=" + ",".join(["*", *(f"-{n}" for n in disabled)]),
-                ]
             controller = by_deployment.get(name)
             if controller is not None and "--standby" not in container.get("args", []):
                 # As in the production overlay: a second replica, or a new pod of a rolling
@@ -249,49 +229,159 @@ def kubectl_apply(kubeconfig: Path, docs: Iterable[Doc]) -> str:
     return done.stdout
 
 
+def install_credentials(
+    state: Any,
+    ca: CertificateAuthority,
+    host_dir: Path,
+    *,
+    control_plane: str,
+) -> None:
+    """Write each static component's credentials into ``<host_dir>/<component>/``, as an
+    operator does on a control-plane node: ``kubeconfig`` (its user's client
+    certificate, :meth:`ClusterState.component_kubeconfig`), ``ca.crt`` (the cluster CA)
+    and ``tls.crt``/``tls.key`` — a serving certificate for the informer and the manager
+    (their Service names, ``control_plane`` and ``127.0.0.1``), a client certificate of
+    the component's user for the controllers. Readable by the images' user only."""
+    host_dir.mkdir(parents=True, exist_ok=True)
+    host_dir.chmod(0o755)
+    for component in static_core.CORE:
+        into = host_dir / component
+        into.mkdir(exist_ok=True)
+        work = into / ".issue"
+        work.mkdir(exist_ok=True)
+        if component in ("informer", "manager"):
+            service = f"steward-{component}"
+            dns = tuple(
+                f"{service}{suffix}"
+                for suffix in (
+                    "",
+                    f".{NAMESPACE}",
+                    f".{NAMESPACE}.svc",
+                    f".{NAMESPACE}.svc.{nodes.CLUSTER_DOMAIN}",
+                )
+            )
+            pair = ca.issue(
+                "tls",
+                service,
+                dns=dns,
+                ips=(control_plane, "127.0.0.1"),
+                server=True,
+                directory=work,
+            )
+        else:
+            pair = ca.issue(
+                "tls",
+                static_core.user_of(component),
+                orgs=(MONITORING_GROUP,),
+                client=True,
+                directory=work,
+            )
+        files = {
+            "tls.crt": pair.cert.read_bytes(),
+            "tls.key": pair.key.read_bytes(),
+            "ca.crt": ca.pair.cert.read_bytes(),
+            "kubeconfig": state.component_kubeconfig(component).read_bytes(),
+        }
+        shutil.rmtree(work)
+        for name, data in files.items():
+            path = into / name
+            path.write_bytes(data)
+            os.chown(path, STATIC_UID, STATIC_UID)
+            path.chmod(0o400)
+        os.chown(into, STATIC_UID, STATIC_UID)
+        into.chmod(0o500)
+
+
+def _ports_free(ports: Mapping[str, static_core.HostPorts]) -> None:
+    """Refuse to start a static core whose ports are taken on this machine (it listens
+    on every address of the node, as the probe binds)."""
+    for component, port in ports.items():
+        for number in (port.grpc, port.metrics, port.health):
+            if number is None:
+                continue
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind(("0.0.0.0", number))  # noqa: S104 (only a probe)
+                except OSError as err:
+                    raise PodsError(
+                        f"port {number} of Steward's static {component} is taken on this "
+                        f"machine ({err}); stop what listens there"
+                    ) from err
+
+
 def deploy_pods(
     cluster: Any,
     *,
-    final_controllers: str,
-    restart_upstream: Callable[[str], None],
     out: Progress,
     timeout: float = 300.0,
     tag: str = "dev",
 ) -> list[Doc]:
     """Deploy Steward as pods into ``cluster`` (a :class:`LocalCluster` with a real node
-    whose containerd has Steward's images), wait until every Deployment is available,
-    then hand over (see the module docs): ``restart_upstream(final_controllers)``
-    restarts kube-controller-manager with its final ``--controllers``, and Steward's
-    controllers that upstream then does not run are enabled and waited on until active.
-    Returns the applied manifests."""
-    taken = [c.name for c in steward_controllers() if not upstream_runs(final_controllers, c.name)]
+    whose containerd has Steward's images): the static core on the first real node,
+    waited on until its mirror pods are Ready, then the Deployments of the other
+    controllers, waited on until available, and every controller until active at the
+    manager (see the module docs). Returns the manifests: the applied ones, then the
+    static pods."""
+    state = cluster.state
+    node = state.real_nodes[0]
+    ports = static_core.DEFAULT_PORTS
     rendered = [d for d in yaml.safe_load_all(deploy.render("local")) if d]
     docs = manifests(
-        rendered,
-        otlp_endpoint=cluster.otlp_endpoint,
-        kcm_controllers=final_controllers,
-        tag=tag,
-        bootstrap_disabled=taken,
+        rendered, otlp_endpoint=cluster.otlp_endpoint, kcm_controllers=state.controllers, tag=tag
     )
+    static = static_core.static_pods(docs, host_dir=str(node.directory / "steward"), ports=ports)
+    rest = [
+        *static_core.deployed(docs, control_plane=state.host, ports=ports),
+        *static_core.user_bindings(docs),
+    ]
     ca = CertificateAuthority.load(cluster.directory / "pki")
-    secrets = tls_secrets(docs, ca, cluster.directory / "pods-tls")
-    namespaces = [d for d in docs if d.get("kind") == "Namespace"]
-    rest = [d for d in docs if d.get("kind") != "Namespace"]
+    secrets = tls_secrets(rest, ca, cluster.directory / "pods-tls")
     started = time.monotonic()
-    out.say(f"deploying Steward as pods ({len(rest)} objects, overlay local)")
+    _ports_free(ports)
+    install_credentials(state, ca, node.directory / "steward", control_plane=state.host)
+    for filename, pod in static.items():
+        (node.static_pods / filename).write_text(yaml.safe_dump(pod, sort_keys=False))
+    out.say(f"Steward's core: {len(static)} static pods on {node.name}")
+    namespaces = [d for d in rest if d.get("kind") == "Namespace"]
+    others = [d for d in rest if d.get("kind") != "Namespace"]
     kubectl_apply(cluster.kubeconfig, namespaces)
     _wait_service_account(cluster, out, timeout)
     kubectl_apply(cluster.kubeconfig, secrets)
-    kubectl_apply(cluster.kubeconfig, rest)
-    wait_available(cluster, [d for d in docs if d.get("kind") == "Deployment"], out, timeout)
-    out.say(f"Steward's pods are Ready {time.monotonic() - started:.1f}s after the apply")
-    if taken:
-        out.say(f"handing {', '.join(taken)} over from kube-controller-manager to Steward")
-        restart_upstream(final_controllers)
-        for name in taken:
-            enable(cluster, name, timeout=timeout, out=out)
-    out.say(f"Steward runs as pods, {time.monotonic() - started:.1f}s after the apply")
-    return docs
+    wait_static(cluster, node.name, list(static.values()), out, timeout)
+    out.say(f"Steward's core is Ready {time.monotonic() - started:.1f}s after its files")
+    out.say(f"deploying the other controllers ({len(others)} objects, overlay local)")
+    kubectl_apply(cluster.kubeconfig, others)
+    wait_available(cluster, [d for d in others if d.get("kind") == "Deployment"], out, timeout)
+    for controller in steward_controllers():
+        wait_active(cluster, controller.name, timeout=timeout, out=out)
+    out.say(f"Steward runs as pods, {time.monotonic() - started:.1f}s after its files")
+    return [*rest, *static.values()]
+
+
+def wait_static(cluster: Any, node: str, pods: list[Doc], out: Progress, timeout: float) -> None:
+    """Wait until the mirror pod of each static pod of ``pods`` on ``node`` is Ready (a
+    static pod's mirror is named ``<name>-<node>``)."""
+    names = [f"{p['metadata']['name']}-{node}" for p in pods]
+    deadline = time.monotonic() + timeout
+    pending = names
+    while time.monotonic() < deadline:
+        pending = []
+        for name in names:
+            pod = cluster.api(
+                "GET", f"/api/v1/namespaces/{static_core.NAMESPACE}/pods/{name}", ok=(200, 404)
+            )
+            conditions = (pod.get("status") or {}).get("conditions") or []
+            if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+                pending.append(name)
+        if not pending:
+            return
+        out.tick(f"waiting for Steward's static core: {', '.join(pending)}")
+        time.sleep(1.0)
+    raise PodsError(
+        f"Steward's static pods not Ready after {timeout:.0f}s: {', '.join(pending)}\n"
+        + pod_report(cluster, static_core.NAMESPACE)
+    )
 
 
 def manager_security(cluster: Any) -> ClientSecurity:
@@ -307,9 +397,8 @@ def manager_security(cluster: Any) -> ClientSecurity:
 
 
 def manager_address(cluster: Any) -> str:
-    """The manager Service's ClusterIP and port (kube-proxy routes it on this machine)."""
-    svc = cluster.api("GET", f"/api/v1/namespaces/{NAMESPACE}/services/steward-manager")
-    return f"{svc['spec']['clusterIP']}:{MANAGER_PORT}"
+    """The static manager's address: the control-plane node's, its host port."""
+    return f"{cluster.state.host}:{MANAGER_PORT}"
 
 
 def manager_call(cluster: Any, method: str, request: Any, *, timeout: float = 60.0) -> Any:
@@ -328,10 +417,8 @@ def manager_call(cluster: Any, method: str, request: Any, *, timeout: float = 60
         time.sleep(0.5)
 
 
-def enable(cluster: Any, name: str, *, timeout: float, out: Progress) -> None:
-    """Enable Steward's controller ``name`` in the manager and wait until an instance is
-    active."""
-    manager_call(cluster, "EnableController", manager_pb2.EnableControllerRequest(name=name))
+def wait_active(cluster: Any, name: str, *, timeout: float, out: Progress) -> None:
+    """Wait until an instance of Steward's controller ``name`` is active at the manager."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         reply = manager_call(cluster, "GetController", manager_pb2.GetControllerRequest(name=name))
@@ -340,7 +427,7 @@ def enable(cluster: Any, name: str, *, timeout: float, out: Progress) -> None:
             return
         out.tick(f"waiting for Steward's {name} controller to become active")
         time.sleep(0.5)
-    raise PodsError(f"Steward's {name} controller was not active {timeout:.0f}s after enabling")
+    raise PodsError(f"Steward's {name} controller was not active after {timeout:.0f}s")
 
 
 def _wait_service_account(cluster: Any, out: Progress, timeout: float) -> None:
@@ -370,12 +457,11 @@ def wait_available(cluster: Any, deployments: list[Doc], out: Progress, timeout:
             )
             want = (dep.get("spec") or {}).get("replicas", 1)
             st = dep.get("status") or {}
-            available = 1 if name in LEADER_READY else want
             if not (
                 st.get("observedGeneration") == (dep.get("metadata") or {}).get("generation")
                 and st.get("updatedReplicas") == want
                 and st.get("replicas") == want
-                and (st.get("availableReplicas") or 0) >= available
+                and (st.get("availableReplicas") or 0) >= want
             ):
                 pending.append(name)
         if not pending:
@@ -388,9 +474,9 @@ def wait_available(cluster: Any, deployments: list[Doc], out: Progress, timeout:
     )
 
 
-def pod_report(cluster: Any) -> str:
-    """One line per pod in Steward's namespace: phase, node, container states."""
-    listing = cluster.api("GET", f"/api/v1/namespaces/{NAMESPACE}/pods")
+def pod_report(cluster: Any, namespace: str = NAMESPACE) -> str:
+    """One line per pod in ``namespace`` (Steward's): phase, node, container states."""
+    listing = cluster.api("GET", f"/api/v1/namespaces/{namespace}/pods")
     lines = []
     for pod in listing.get("items", []):
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
