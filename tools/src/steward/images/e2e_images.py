@@ -65,9 +65,10 @@ import shutil
 import struct
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from steward.cluster.progress import Progress
 from steward.images.common import (
@@ -271,32 +272,56 @@ def build_e2e(
     )
     archive = images_root() / "e2e" / key[:20] / "e2e-images.tar"
 
-    def cached() -> BuiltE2E | None:
+    def build() -> BuiltE2E:
+        out.say(f"e2e images: building {', '.join(E2E_IMAGES)}")
+        return _build_e2e(
+            agnhost=agnhost_binary,
+            pause=pause_binary,
+            busybox=busybox_binary,
+            tools=tools,
+            epoch=epoch,
+            key=key,
+            archive=archive,
+            started=started,
+            out=out,
+        )
+
+    built = _cached_or_built(
+        BuiltE2E, archive, build, use_cache=use_cache, started=started, out=out, what="e2e images"
+    )
+    return built.written_to(output)
+
+
+_Built = TypeVar("_Built", bound=BuiltArchive)
+
+
+def _cached_or_built(
+    kind: type[_Built],
+    archive: Path,
+    build: Callable[[], _Built],
+    *,
+    use_cache: bool,
+    started: float,
+    out: Progress,
+    what: str,
+) -> _Built:
+    """``archive``'s cached result (unless ``use_cache`` is false), else ``build()``'s,
+    under the images' lock. The archive is in place before its built.json: a cached
+    result needs no lock (so no wait for another build of Steward's images); once the
+    lock is held, one may have been built meanwhile."""
+
+    def cached() -> _Built | None:
         if not use_cache:
             return None
-        return BuiltE2E.from_cache(archive, started=started, out=out, what="e2e images")
+        return kind.from_cache(archive, started=started, out=out, what=what)
 
-    # The archive is in place before its built.json: a cached result needs no lock (so
-    # no wait for another build of Steward's images); once the lock is held, one may
-    # have been built meanwhile.
     built = cached()
     with contextlib.nullcontext() if built else locked(out):
         built = built or cached()
         if built is None:
             require_tools(("umoci",), out)
-            out.say(f"e2e images: building {', '.join(E2E_IMAGES)}")
-            built = _build_e2e(
-                agnhost=agnhost_binary,
-                pause=pause_binary,
-                busybox=busybox_binary,
-                tools=tools,
-                epoch=epoch,
-                key=key,
-                archive=archive,
-                started=started,
-                out=out,
-            )
-    return built.written_to(output)
+            built = build()
+    return built
 
 
 def build_e2e_archive(
@@ -390,27 +415,28 @@ def build_consumer(
     )
     archive = images_root() / "consumer" / key[:20] / "consumer-images.tar"
 
-    def cached() -> BuiltConsumer | None:
-        if not use_cache:
-            return None
-        return BuiltConsumer.from_cache(archive, started=started, out=out, what="consumer image")
+    def build() -> BuiltConsumer:
+        out.say(f"consumer image: building {RESOURCE_CONSUMER_IMAGE}")
+        return _build_consumer(
+            consumer=consumer_binary,
+            consume_cpu=consume_cpu_binary,
+            busybox=busybox_binary,
+            epoch=epoch,
+            key=key,
+            archive=archive,
+            started=started,
+            out=out,
+        )
 
-    built = cached()
-    with contextlib.nullcontext() if built else locked(out):
-        built = built or cached()
-        if built is None:
-            require_tools(("umoci",), out)
-            out.say(f"consumer image: building {RESOURCE_CONSUMER_IMAGE}")
-            built = _build_consumer(
-                consumer=consumer_binary,
-                consume_cpu=consume_cpu_binary,
-                busybox=busybox_binary,
-                epoch=epoch,
-                key=key,
-                archive=archive,
-                started=started,
-                out=out,
-            )
+    built = _cached_or_built(
+        BuiltConsumer,
+        archive,
+        build,
+        use_cache=use_cache,
+        started=started,
+        out=out,
+        what="consumer image",
+    )
     return built.written_to(output)
 
 
