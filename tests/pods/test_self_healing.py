@@ -280,6 +280,8 @@ class Recovery:
     workload: float | None = None
     controllers: float | None = None
     pods: float | None = None
+    finished: float | None = None
+    """When the workload's last change was made (its convergence cannot come earlier)."""
     broken: tuple[str, ...] = ()
 
     def observe(self, workload: Workload | None) -> bool:
@@ -310,6 +312,8 @@ class Recovery:
             return "never" if v is None else f"{v:.1f}s"
 
         parts = [f"workload {s(self.workload)}"]
+        if self.workload is not None and self.finished is not None:
+            parts[0] += f" = {self.workload - self.finished:.1f}s after its last change"
         if self.env.side == "steward":
             parts += [f"controllers {s(self.controllers)}", f"pods {s(self.pods)}"]
         return ", ".join(parts)
@@ -369,6 +373,7 @@ def test_recovers_during_a_burst(
         burst.stop()
     chaos.wait_apiserver(cluster)
     workload.finish()
+    recovery.finished = time.monotonic() - started
 
     seconds = recover(recovery, workload)
 
