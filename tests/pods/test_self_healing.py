@@ -219,6 +219,19 @@ class Sides:
         if steward_side:
             env.controllers = [c.name for c in steward_controllers()]
             env.apps = chaos.components(env.controllers)
+            # ``up`` waits for the controllers it hands over; the baseline is taken once
+            # every registered one is active, so that no pod still starting is left out.
+            up_at = time.monotonic()
+            waited: list[str] = []
+            while inactive := chaos.inactive(chaos.controller_states(cluster), env.controllers):
+                waited = waited or inactive
+                assert time.monotonic() < up_at + HEALTHY_WITHIN, f"not active: {inactive}"
+                time.sleep(0.5)
+            if waited:
+                print(
+                    f"chaos: every controller active {time.monotonic() - up_at:.1f}s after "
+                    f"the cluster was up (at first: {', '.join(waited)})"
+                )
             env.baseline = chaos.ready_counts(chaos.steward_pods(cluster, env.apps))
             missing = [a for a in env.apps if not env.baseline.get(a)]
             assert not missing, f"components without a Ready pod after the start: {missing}"
