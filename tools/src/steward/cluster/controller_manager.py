@@ -59,4 +59,3 @@ def spec(state: ClusterState, binary: Path, certs: Certificates, config: Cluster
         ],
         probe(state),
     )
-
