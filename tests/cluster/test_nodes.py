@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import itertools
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
 
@@ -14,6 +16,7 @@ from steward import deploy
 from steward.cluster import nodes, pods
 from steward.cluster.identities import STEWARD_CONTROLLERS
 from steward.cluster.registry import RegisteredController, steward_controllers
+from steward.v1 import manager_pb2
 
 pytestmark = pytest.mark.unit
 
@@ -222,3 +225,64 @@ def test_every_registry_is_loopbacks_discard_port(tmp_path: Path) -> None:
     for host in ("_default", "docker.io", "gcr.io", "registry.k8s.io"):
         text = (certs / host / "hosts.toml").read_text()
         assert 'server = "http://127.0.0.1:9"' in text
+
+
+class _Flaky:
+    """A manager that answers GetController with ``codes`` in turn, then a record."""
+
+    def __init__(self, codes: list[grpc.StatusCode]) -> None:
+        self.codes = codes
+        self.calls = 0
+
+    def get_controller(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self.calls += 1
+        if self.codes:
+            context.abort(self.codes.pop(0), "not now")
+        return manager_pb2.GetControllerResponse(
+            controller=manager_pb2.Controller(name=request.name)
+        )
+
+
+def _serve(servicer: _Flaky) -> tuple[grpc.Server, str]:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    method = grpc.unary_unary_rpc_method_handler(
+        servicer.get_controller,
+        request_deserializer=manager_pb2.GetControllerRequest.FromString,
+        response_serializer=manager_pb2.GetControllerResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "steward.v1.ManagerService", {"GetController": method}
+            ),
+        )
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+class _Plain:
+    def sync_channel(self, address: str) -> grpc.Channel:
+        return grpc.insecure_channel(address)
+
+
+def test_manager_calls_retry_a_manager_that_is_not_there_or_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A manager that is not the leader or restarting (UNAVAILABLE) or that answered too
+    late (DEADLINE_EXCEEDED) is asked again; any other refusal is an error at once."""
+    flaky = _Flaky([grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED])
+    server, address = _serve(flaky)
+    monkeypatch.setattr(pods, "manager_security", lambda cluster: _Plain())
+    monkeypatch.setattr(pods, "manager_address", lambda cluster: address)
+    try:
+        request = manager_pb2.GetControllerRequest(name="job")
+        reply = pods.manager_call(None, "GetController", request, timeout=30)
+        assert reply.controller.name == "job" and flaky.calls == 3
+        flaky.codes = [grpc.StatusCode.PERMISSION_DENIED]
+        with pytest.raises(pods.PodsError, match="PERMISSION_DENIED"):
+            pods.manager_call(None, "GetController", request, timeout=30)
+        assert flaky.calls == 4
+    finally:
+        server.stop(None)

@@ -401,18 +401,24 @@ def manager_address(cluster: Any) -> str:
     return f"{cluster.state.host}:{MANAGER_PORT}"
 
 
+RETRIED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+"""What :func:`manager_call` retries: a manager that is not the leader, is restarting or
+is not up yet (UNAVAILABLE), or one that did not answer in time."""
+
+
 def manager_call(cluster: Any, method: str, request: Any, *, timeout: float = 60.0) -> Any:
-    """One unary call to the manager's leader: a replica that is not the leader answers
-    UNAVAILABLE, and each new connection may reach another, so it is retried."""
+    """One unary call to the manager's leader, retried on :data:`RETRIED` until
+    ``timeout`` seconds have passed in all (each attempt gets at most 10 s of them)."""
     deadline = time.monotonic() + timeout
     while True:
+        attempt = max(0.5, min(10.0, deadline - time.monotonic()))
         try:
             with manager_security(cluster).sync_channel(manager_address(cluster)) as channel:
                 stub = manager_pb2_grpc.ManagerServiceStub(channel)
-                return getattr(stub, method)(request, timeout=10)
+                return getattr(stub, method)(request, timeout=attempt)
         except grpc.RpcError as err:
             code = err.code() if isinstance(err, grpc.Call) else None
-            if code is not grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+            if code not in RETRIED or time.monotonic() > deadline:
                 raise PodsError(f"manager {method}: {err}") from err
         time.sleep(0.5)
 
