@@ -183,6 +183,40 @@ def test_the_rest_leaves_the_core_out_and_reaches_it_at_the_control_plane(
 
 
 @pytest.mark.unit
+def test_the_controllers_network_policy_lets_them_out_to_the_core_only(
+    docs: list[Doc],
+) -> None:
+    """Under default-deny, the controllers' pods may reach the control-plane address on
+    the core's two ports (no pod selector can select host-network pods); the ingress
+    policies of the core's pods, which are not there, go."""
+    rest = static_core.deployed(docs, control_plane=CP)
+    policies = {d["metadata"]["name"]: d for d in rest if d["kind"] == "NetworkPolicy"}
+    assert not set(policies) & set(static_core.CORE_INGRESS_POLICIES)
+    assert "steward-default-deny" in policies
+    egress = policies[static_core.CONTROLLERS_EGRESS_POLICY]["spec"]["egress"]
+    assert egress == [
+        {
+            "ports": [{"protocol": "TCP", "port": 10361}, {"protocol": "TCP", "port": 10362}],
+            "to": [{"ipBlock": {"cidr": f"{CP}/32"}}],
+        }
+    ]
+    by_name = static_core.deployed(docs, control_plane="cp.example")
+    (policy,) = [d for d in by_name if d["metadata"]["name"] == "steward-controllers-egress"]
+    assert "to" not in policy["spec"]["egress"][0], "a name cannot be an ipBlock"
+    v6 = static_core.deployed(docs, control_plane="fd00::10")
+    (policy,) = [d for d in v6 if d["metadata"]["name"] == "steward-controllers-egress"]
+    assert policy["spec"]["egress"][0]["to"] == [{"ipBlock": {"cidr": "fd00::10/128"}}]
+    job = next(
+        d
+        for d in v6
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == "steward-controller-job"
+    )
+    assert _arg(job["spec"]["template"]["spec"]["containers"][0], "--informer") == (
+        "[fd00::10]:10361"
+    )
+
+
+@pytest.mark.unit
 def test_the_cores_users_are_bound_to_the_service_accounts_roles(docs: list[Doc]) -> None:
     bindings = static_core.user_bindings(docs)
     by_user = {b["subjects"][0]["name"]: b for b in bindings}

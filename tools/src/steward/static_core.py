@@ -61,7 +61,9 @@ leader at once). The serving certificates must name that address (and ``127.0.0.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -240,14 +242,19 @@ def deployed(
     ports: Mapping[str, HostPorts] = DEFAULT_PORTS,
 ) -> list[Doc]:
     """The manifests ``docs`` for a cluster whose core is static: without the core's
-    Deployments, ServiceAccounts, bindings and Services, and with every other controller
-    reaching the informer and the manager at ``control_plane`` (an IP address or a name
-    the nodes resolve without the cluster's DNS)."""
+    Deployments, ServiceAccounts, bindings, Services and ingress NetworkPolicies, and with
+    every other controller reaching the informer and the manager at ``control_plane`` (an
+    IP address, or a name the nodes resolve without the cluster's DNS), which the
+    controllers' egress NetworkPolicy allows (to that address alone when it is an IP)."""
     if not _ADDRESS.match(control_plane):
         raise StaticCoreError(f"not an address: {control_plane!r}")
     core_names = {_deployment_name(c) for c in CORE}
-    informer = f"{control_plane}:{ports['informer'].grpc}"
-    manager = f"{control_plane}:{ports['manager'].grpc}"
+    host = control_plane
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(control_plane.strip("[]")).version == 6:
+            host = f"[{control_plane.strip('[]')}]"  # host:port needs the brackets
+    informer = f"{host}:{ports['informer'].grpc}"
+    manager = f"{host}:{ports['manager'].grpc}"
     out = []
     for doc in docs:
         if not doc:
@@ -260,7 +267,11 @@ def deployed(
             continue
         if kind in ("ClusterRoleBinding", "RoleBinding") and name in core_names:
             continue
+        if kind == "NetworkPolicy" and name in CORE_INGRESS_POLICIES:
+            continue  # the core's pods are not in this namespace (host network)
         doc = copy.deepcopy(doc)
+        if kind == "NetworkPolicy" and name == CONTROLLERS_EGRESS_POLICY:
+            doc["spec"]["egress"] = [_egress_to_core(control_plane, ports)]
         if kind == "Deployment":
             container = doc["spec"]["template"]["spec"]["containers"][0]
             args = list(container.get("args") or [])
@@ -270,6 +281,31 @@ def deployed(
                 container["args"] = args
         out.append(doc)
     return out
+
+
+CORE_INGRESS_POLICIES = ("steward-informer-ingress", "steward-manager-ingress")
+"""The overlay's NetworkPolicies letting controllers in to the informer's and the
+manager's pods; a static core is on the host network, which no NetworkPolicy selects."""
+CONTROLLERS_EGRESS_POLICY = "steward-controllers-egress"
+"""The overlay's NetworkPolicy letting the controllers' pods out to the informer and the
+manager: with a static core, to the control-plane address and the core's ports."""
+
+
+def _egress_to_core(control_plane: str, ports: Mapping[str, HostPorts]) -> Doc:
+    """The egress rule to the informer's and the manager's ports at ``control_plane``:
+    to that address alone when it is an IP (a NetworkPolicy cannot name a host)."""
+    rule: Doc = {
+        "ports": [
+            {"protocol": "TCP", "port": ports["informer"].grpc},
+            {"protocol": "TCP", "port": ports["manager"].grpc},
+        ]
+    }
+    try:
+        address = ipaddress.ip_address(control_plane.strip("[]"))
+    except ValueError:
+        return rule
+    rule["to"] = [{"ipBlock": {"cidr": f"{address}/{address.max_prefixlen}"}}]
+    return rule
 
 
 def user_bindings(docs: Iterable[Doc]) -> list[Doc]:
