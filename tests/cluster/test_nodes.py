@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import socket
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import grpc
 import pytest
 import yaml
 
-from steward import deploy
+from steward import deploy, static_core
 from steward.cluster import nodes, pods
 from steward.cluster.identities import STEWARD_CONTROLLERS
 from steward.cluster.registry import RegisteredController, steward_controllers
@@ -286,3 +287,16 @@ def test_manager_calls_retry_a_manager_that_is_not_there_or_late(
         assert flaky.calls == 4
     finally:
         server.stop(None)
+
+
+def test_a_static_core_port_taken_on_any_address_is_refused() -> None:
+    """The static core listens on every address of the node: a port something listens on
+    is refused before anything is written, naming the component; free ones pass."""
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        number = taken.getsockname()[1]
+        ports = {"informer": static_core.HostPorts(metrics=number, health=number + 1)}
+        with pytest.raises(pods.PodsError, match=rf"port {number} of Steward's static informer"):
+            pods._ports_free(ports)
+    pods._ports_free({"informer": static_core.HostPorts(metrics=number, health=number)})

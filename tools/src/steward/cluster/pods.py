@@ -59,10 +59,9 @@ import copy
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +75,7 @@ from steward.cluster.identities import MONITORING_GROUP
 from steward.cluster.pki import CertificateAuthority
 from steward.cluster.progress import Progress
 from steward.cluster.registry import RegisteredController, steward_controllers, upstream_runs
+from steward.cluster.state import port_free
 from steward.security import ClientSecurity
 from steward.v1 import manager_pb2, manager_pb2_grpc
 
@@ -294,20 +294,14 @@ def install_credentials(
 
 def _ports_free(ports: Mapping[str, static_core.HostPorts]) -> None:
     """Refuse to start a static core whose ports are taken on this machine (it listens
-    on every address of the node, as the probe binds)."""
+    on every address of the node)."""
     for component, port in ports.items():
         for number in (port.grpc, port.metrics, port.health):
-            if number is None:
-                continue
-            with socket.socket() as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    probe.bind(("0.0.0.0", number))  # noqa: S104 (only a probe)
-                except OSError as err:
-                    raise PodsError(
-                        f"port {number} of Steward's static {component} is taken on this "
-                        f"machine ({err}); stop what listens there"
-                    ) from err
+            if number is not None and not port_free(number, "0.0.0.0", reuse=True):  # noqa: S104
+                raise PodsError(
+                    f"port {number} of Steward's static {component} is taken on this "
+                    "machine; stop what listens there"
+                )
 
 
 def deploy_pods(
@@ -363,25 +357,34 @@ def wait_static(cluster: Any, node: str, pods: list[Doc], out: Progress, timeout
     """Wait until the mirror pod of each static pod of ``pods`` on ``node`` is Ready (a
     static pod's mirror is named ``<name>-<node>``)."""
     names = [f"{p['metadata']['name']}-{node}" for p in pods]
+
+    def not_ready(name: str) -> bool:
+        pod = cluster.api(
+            "GET", f"/api/v1/namespaces/{static_core.NAMESPACE}/pods/{name}", ok=(200, 404)
+        )
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        return not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+    pending = _wait_for_each(names, not_ready, "Steward's static core", out, timeout)
+    if pending:
+        raise PodsError(
+            f"Steward's static pods not Ready after {timeout:.0f}s: {', '.join(pending)}\n"
+            + pod_report(cluster, static_core.NAMESPACE)
+        )
+
+
+def _wait_for_each(
+    names: list[str], pending: Callable[[str], bool], what: str, out: Progress, timeout: float
+) -> list[str]:
+    """Poll every second until ``pending(name)`` is false for each of ``names`` or
+    ``timeout`` passes; the names still pending (none: all done)."""
     deadline = time.monotonic() + timeout
-    pending = names
-    while time.monotonic() < deadline:
-        pending = []
-        for name in names:
-            pod = cluster.api(
-                "GET", f"/api/v1/namespaces/{static_core.NAMESPACE}/pods/{name}", ok=(200, 404)
-            )
-            conditions = (pod.get("status") or {}).get("conditions") or []
-            if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
-                pending.append(name)
-        if not pending:
-            return
-        out.tick(f"waiting for Steward's static core: {', '.join(pending)}")
+    while True:
+        left = [name for name in names if pending(name)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        out.tick(f"waiting for {what}: {', '.join(left)}")
         time.sleep(1.0)
-    raise PodsError(
-        f"Steward's static pods not Ready after {timeout:.0f}s: {', '.join(pending)}\n"
-        + pod_report(cluster, static_core.NAMESPACE)
-    )
 
 
 def manager_security(cluster: Any) -> ClientSecurity:
@@ -452,32 +455,27 @@ def _wait_service_account(cluster: Any, out: Progress, timeout: float) -> None:
 
 def wait_available(cluster: Any, deployments: list[Doc], out: Progress, timeout: float) -> None:
     """Wait until each Deployment has all its replicas updated and available."""
+
+    def not_available(name: str) -> bool:
+        dep = cluster.api(
+            "GET", f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{name}", ok=(200, 404)
+        )
+        want = (dep.get("spec") or {}).get("replicas", 1)
+        st = dep.get("status") or {}
+        return not (
+            st.get("observedGeneration") == (dep.get("metadata") or {}).get("generation")
+            and st.get("updatedReplicas") == want
+            and st.get("replicas") == want
+            and (st.get("availableReplicas") or 0) >= want
+        )
+
     names = [d["metadata"]["name"] for d in deployments]
-    deadline = time.monotonic() + timeout
-    pending = names
-    while time.monotonic() < deadline:
-        pending = []
-        for name in names:
-            dep = cluster.api(
-                "GET", f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{name}", ok=(200, 404)
-            )
-            want = (dep.get("spec") or {}).get("replicas", 1)
-            st = dep.get("status") or {}
-            if not (
-                st.get("observedGeneration") == (dep.get("metadata") or {}).get("generation")
-                and st.get("updatedReplicas") == want
-                and st.get("replicas") == want
-                and (st.get("availableReplicas") or 0) >= want
-            ):
-                pending.append(name)
-        if not pending:
-            return
-        out.tick(f"waiting for {len(pending)} of Steward's Deployments: {', '.join(pending)}")
-        time.sleep(1.0)
-    raise PodsError(
-        f"Steward's Deployments not available after {timeout:.0f}s: {', '.join(pending)}\n"
-        + pod_report(cluster)
-    )
+    pending = _wait_for_each(names, not_available, "Steward's Deployments", out, timeout)
+    if pending:
+        raise PodsError(
+            f"Steward's Deployments not available after {timeout:.0f}s: {', '.join(pending)}\n"
+            + pod_report(cluster)
+        )
 
 
 def pod_report(cluster: Any, namespace: str = NAMESPACE) -> str:

@@ -233,10 +233,14 @@ class ClusterState:
         return state
 
 
-def _port_free(port: int) -> bool:
+def port_free(port: int, host: str = LOOPBACK, *, reuse: bool = False) -> bool:
+    """Whether TCP ``port`` can be bound on ``host`` (``0.0.0.0``: every address) right
+    now; ``reuse``: as a server setting SO_REUSEADDR would, past sockets in TIME_WAIT."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        if reuse:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((LOOPBACK, port))
+            sock.bind((host, port))
         except OSError:
             return False
     return True
@@ -245,7 +249,7 @@ def _port_free(port: int) -> bool:
 def pick_ports(fixed: dict[str, int]) -> dict[str, int]:
     """Free loopback ports for every role; ``fixed`` ones are checked, not picked."""
     for role, port in fixed.items():
-        if not _port_free(port):
+        if not port_free(port):
             raise PortInUseError(
                 f"port {port} on {LOOPBACK} (wanted for {role}) is already in use; "
                 "choose another or leave it unset to pick a free one"
