@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from steward.controllers.hpa.controller import format_milli, go_selector, set_condition
-from steward.controllers.hpa.metrics import _window, split_api_version
+from steward.controllers.hpa.metrics import _window
+from steward.runtime.discovery import split_api_version
 
 pytestmark = pytest.mark.unit
 

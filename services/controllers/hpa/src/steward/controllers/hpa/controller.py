@@ -64,18 +64,14 @@ from steward import (
     Result,
 )
 from steward.controllers.hpa.behavior import Normalizer
-from steward.controllers.hpa.metrics import (
-    Discovery,
-    MetricsClient,
-    MetricsError,
-    split_api_version,
-)
+from steward.controllers.hpa.metrics import MetricsClient, MetricsError
 from steward.controllers.hpa.replicas import (
     Calculator,
     ReplicaError,
     Tolerances,
 )
 from steward.kube import error_message
+from steward.runtime.discovery import Discovery, split_api_version
 
 log = logging.getLogger(__name__)
 

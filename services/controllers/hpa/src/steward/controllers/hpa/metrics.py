@@ -3,10 +3,10 @@ and the three metrics APIs, as upstream's scale client and REST metrics client r
 
 # Kinds to resources
 A scale target or a described object names an ``apiVersion`` and a ``kind``; the resource
-is found through the API server's discovery (``/api/v1``, ``/apis/<group>/<version>``),
-kept per group version and read again once when a kind is not in it (a custom resource
-defined since). For the scale target every served version of the group is tried, the
-preferred one first, as upstream's REST mapper offers them; the first that answers wins.
+is found through the API server's discovery (:mod:`steward.runtime.discovery`), kept
+and read again once when a kind is not in it (a custom resource defined since). For the
+scale target every served version of the group is tried, the preferred one first, as
+upstream's REST mapper offers them; the first that answers wins.
 
 # Metrics
 - **Resource** (``metrics.k8s.io/v1beta1``): the PodMetrics of the selected pods; a pod's
@@ -33,8 +33,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import steward
-from steward import ApiError, KubeClient, NotFoundError, Resource, parse_quantity_milli
+from steward import ApiError, KubeClient, parse_quantity_milli
 from steward.controllers.hpa.replicas import PodMetric, PodMetrics
+from steward.runtime.discovery import Discovery, split_api_version
 
 RESOURCE_METRICS = "/apis/metrics.k8s.io/v1beta1"
 CUSTOM_METRICS = "/apis/custom.metrics.k8s.io/v1beta2"
@@ -47,16 +48,6 @@ class MetricsError(Exception):
     """A metric that could not be read; the text says why, as upstream's."""
 
 
-def split_api_version(api_version: str) -> tuple[str, str]:
-    """(group, version) of ``apiVersion``; ValueError when it is malformed."""
-    parts = api_version.split("/")
-    if len(parts) == 1 and parts[0]:
-        return "", parts[0]
-    if len(parts) == 2 and all(parts):
-        return parts[0], parts[1]
-    raise ValueError(f"unexpected GroupVersion string: {api_version}")
-
-
 def _query(**params: str) -> str:
     kept = {k: v for k, v in params.items() if v}
     return f"?{urllib.parse.urlencode(kept)}" if kept else ""
@@ -65,63 +56,6 @@ def _query(**params: str) -> str:
 def _time(text: Any) -> datetime:
     parsed = steward.parse_time(text) if text else None
     return parsed if parsed is not None else steward.utc_now()
-
-
-class Discovery:
-    """Kinds to resources, from the API server's discovery documents (see the module)."""
-
-    def __init__(self, api: KubeClient) -> None:
-        self.api = api
-        self._lists: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        self._versions: dict[str, list[str]] = {}
-
-    async def _read(self, path: str) -> dict[str, Any]:
-        """A discovery document (raw: discovery is no resource); empty when not served."""
-        try:
-            return await self.api.arequest("GET", path)
-        except NotFoundError:
-            return {}
-
-    async def _resources(self, group: str, version: str, fresh: bool) -> list[dict[str, Any]]:
-        key = (group, version)
-        if fresh or key not in self._lists:
-            found = await self._read(f"/api/{version}" if not group else f"/apis/{group}/{version}")
-            self._lists[key] = list(found.get("resources") or ())
-        return self._lists[key]
-
-    async def _group_versions(self, group: str, fresh: bool) -> list[str]:
-        if not group:
-            return ["v1"]
-        if fresh or group not in self._versions:
-            found = await self._read(f"/apis/{group}")
-            preferred = (found.get("preferredVersion") or {}).get("version")
-            versions = [v.get("version") for v in found.get("versions") or () if v.get("version")]
-            ordered = [preferred] if preferred else []
-            self._versions[group] = ordered + [v for v in versions if v != preferred]
-        return self._versions[group]
-
-    async def find(self, group: str, version: str, kind: str) -> Resource | None:
-        """The resource of ``kind`` in ``group/version`` (None when it is not served)."""
-        for fresh in (False, True):
-            for res in await self._resources(group, version, fresh):
-                if res.get("kind") == kind and "/" not in str(res.get("name", "")):
-                    return Resource(
-                        group, version, str(res["name"]), kind, bool(res.get("namespaced", True))
-                    )
-        return None
-
-    async def targets(self, group: str, kind: str) -> list[Resource]:
-        """The resource of ``kind`` in every served version of ``group``, preferred first
-        (upstream's REST mappings of a group and kind)."""
-        for fresh in (False, True):
-            found = []
-            for version in await self._group_versions(group, fresh):
-                target = await self.find(group, version, kind)
-                if target is not None:
-                    found.append(target)
-            if found:
-                return found
-        return []
 
 
 class MetricsClient:
