@@ -1,0 +1,1 @@
+"""Steward's namespace controller."""
