@@ -45,9 +45,11 @@ from tests.controllers.harness import (
     in_loop_informer,
     scoped_namespace,
     stays,
+    upstream_kube,
+    upstream_namespace,
 )
 
-__all__ = ["Starter", "eventually", "stays"]
+__all__ = ["Starter", "eventually", "stays", "upstream_kube", "upstream_namespace"]
 
 IDENTITY = "controller-namespace"
 FAKE_NODE = "fakenode"
