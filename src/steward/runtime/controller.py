@@ -69,7 +69,9 @@ from prometheus_client import CollectorRegistry
 from steward.kube import KubeClient, NotFoundError
 from steward.runtime.children import Children, expectation_observer
 from steward.runtime.client import Client
+from steward.runtime.discovery import Discovery
 from steward.runtime.events import EventRecorder
+from steward.runtime.everytype import ANY_TYPE, EveryType, TypeFollower
 from steward.runtime.expectations import Expectations
 from steward.runtime.mirror import (
     Change,
@@ -190,6 +192,16 @@ class Context:
         """True unless a manager session exists and this instance does not hold its lease."""
         return self._controller.may_reconcile()
 
+    def enqueue(self, key: Any, after: float = 0.0) -> None:
+        """Queue a key from the reconciler, at once or ``after`` seconds (upstream's
+        ``queue.Add`` inside a sync: the garbage collector queues the blocking dependents
+        of an owner it looks at). Keys queued while standing by wait for the workers."""
+        queue = self._controller.pool.queue
+        if after > 0:
+            queue.add_after(key, after)
+        else:
+            queue.add(key)
+
     def event_recorder(
         self,
         component: str,
@@ -288,7 +300,7 @@ class _FunctionReconciler:
 @dataclass(frozen=True)
 class _SourceSpec(Generic[R]):
     rtype: Resource
-    kind: str  # "object", "owner", "adopters", "mapped", "changed" or "read"
+    kind: str  # "object", "owner", "adopters", "mapped", "changed", "read" or "every"
     predicates: tuple[Predicate, ...]
     mapper: Mapper[R] | None = None
     change_mapper: ChangeMapper[R] | None = None
@@ -319,6 +331,11 @@ class ControllerDefinition(Generic[R]):
     alone: tuple[str, ...] = ()
     """Flags for when upstream's controller of the same name is off."""
     description: str = ""
+    every: EveryType | None = None
+    """For a controller over every type (:meth:`ControllerBuilder.for_every_type`): which
+    types, and how they are followed."""
+    every_from_flags: Callable[[argparse.Namespace, EveryType], EveryType] | None = None
+    """Adjusts :attr:`every` to the controller's parsed flags (``--gc-ignored-resources``)."""
 
     def subscriptions(self) -> dict[Resource, TypeSubscription]:
         """What the controller reads of each type: its sources' subscriptions merged per
@@ -329,6 +346,8 @@ class ControllerDefinition(Generic[R]):
         """
         by_type: dict[Resource, list[TypeSubscription]] = {}
         for spec in self.sources:
+            if spec.kind == "every":
+                continue  # the types discovery lists, each with the spec's subscription
             by_type.setdefault(spec.rtype, []).append(spec.subscription)
         return {rtype: merge(rtype, subs) for rtype, subs in by_type.items()}
 
@@ -374,7 +393,9 @@ class Controller(Generic[R]):
         self.definition = definition
         self.name = definition.name
         self.options = options
-        types = dict.fromkeys([definition.primary, *(s.rtype for s in definition.sources)])
+        types = dict.fromkeys(
+            t for t in [definition.primary, *(s.rtype for s in definition.sources)] if t != ANY_TYPE
+        )
         self.primary = definition.primary
         self.subscriptions = definition.subscriptions()
         """What the controller reads of each type, as sent to the informer."""
@@ -391,6 +412,17 @@ class Controller(Generic[R]):
         )
         self.session: ManagerSession | None = None
         self.api = api.fenced(self.may_reconcile, self.mirror.written) if api is not None else None
+        self.follower: TypeFollower | None = None
+        """For a controller over every type: what keeps the mirror's types current."""
+        if definition.every is not None:
+            if self.api is None:
+                raise ValueError(
+                    f"controller {self.name!r} follows discovery: it needs an API client"
+                )
+            every = definition.every
+            if definition.every_from_flags is not None:
+                every = definition.every_from_flags(flags, every)
+            self.follower = TypeFollower(self.mirror, Discovery(self.api), every, fixed=types)
         """The controller's own client, derived from the one it was handed: fenced by
         the lease, its writes told to the mirror."""
         self.context = Context(self, self.api, flags)
@@ -408,9 +440,19 @@ class Controller(Generic[R]):
         ]
         self._observers += [functools.partial(o, reconciler) for o in definition.observers]
         self._routes: dict[Resource, list[Source]] = {}
+        self._every_routes: list[Source] = []
+        """The sources of every followed type (not those of :attr:`_routes`)."""
         for spec in definition.sources:
             source: Source
             if spec.kind == "read":
+                continue
+            if spec.kind == "every":
+                assert spec.change_mapper is not None
+                self._every_routes.append(
+                    EnqueueChanged(
+                        functools.partial(spec.change_mapper, reconciler), spec.predicates
+                    )
+                )
                 continue
             if spec.kind == "object":
                 source = EnqueueObject(spec.predicates)
@@ -442,7 +484,10 @@ class Controller(Generic[R]):
                 log.exception(
                     "%s: observer failed on %s %r", self.name, change.kind.value, change.obj
                 )
-        for source in self._routes.get(change.obj.type, ()):
+        routes = self._routes.get(change.obj.type)
+        if routes is None:
+            routes = self._every_routes
+        for source in routes:
             source.handle(change, self._enqueue)
 
     def _enqueue(self, key: Request, context: TraceContext | None) -> None:
@@ -509,6 +554,8 @@ class Controller(Generic[R]):
         tasks: dict[str, asyncio.Task[None]] = {
             "mirror": asyncio.create_task(self.mirror.run(), name=f"{self.name}-mirror")
         }
+        if self.follower is not None:
+            tasks["types"] = asyncio.create_task(self.follower.run(), name=f"{self.name}-types")
         if manager is not None:
             opts = replace(session) if session is not None else SessionOptions(controller=self.name)
             if not opts.watches:
@@ -577,6 +624,8 @@ class Controller(Generic[R]):
                     await resync
 
     def _enqueue_primary(self) -> None:
+        if self.primary == ANY_TYPE:
+            return  # no type of its own: its keys come from the followed types' changes
         for obj in self.mirror.objects(self.primary):
             self.pool.queue.add(Request(obj.namespace, obj.name))
 
@@ -655,6 +704,38 @@ class ControllerBuilder(Generic[R]):
         self._beside: tuple[str, ...] | None = None
         self._alone: tuple[str, ...] = ()
         self._description = ""
+        self._every: EveryType | None = None
+        self._every_from_flags: Callable[[argparse.Namespace, EveryType], EveryType] | None = None
+
+    def for_every_type(
+        self,
+        mapper: ChangeMapper[R],
+        *predicates: Predicate,
+        verbs: Sequence[str] = ("list", "watch"),
+        ignored: Iterable[tuple[str, str]] = (),
+        period: float = 30.0,
+        fields: Sequence[str] | None = None,
+        metadata_only: bool = True,
+        from_flags: Callable[[argparse.Namespace, EveryType], EveryType] | None = None,
+    ) -> ControllerBuilder[R]:
+        """In place of a primary type, every type the API server serves with all of
+        ``verbs`` but the ``ignored`` (group, plural) pairs, followed as discovery changes
+        (every ``period`` seconds; :mod:`steward.runtime.everytype`): each change of any of
+        them goes to ``mapper(reconciler, change)``, which says which keys it concerns (any
+        hashable key: the reconciler is handed what the mapper queued). Metadata only by
+        default (``fields`` adds paths). ``from_flags(flags, spec)`` adjusts the spec to
+        the controller's parsed flags. Other sources may be declared beside it; their
+        types are watched as declared."""
+        if self._primary is not None:
+            raise ValueError(f"controller {self.name!r} already has a primary type")
+        self._primary = ANY_TYPE
+        sub = subscription(fields=fields, metadata_only=metadata_only)
+        self._every = EveryType(tuple(verbs), frozenset(ignored), period, sub)
+        self._every_from_flags = from_flags
+        self._sources.append(
+            _SourceSpec(ANY_TYPE, "every", predicates, change_mapper=mapper, subscription=sub)
+        )
+        return self
 
     def for_(
         self,
@@ -838,4 +919,6 @@ class ControllerBuilder(Generic[R]):
             beside_upstream=self._beside,
             alone=self._alone,
             description=self._description,
+            every=self._every,
+            every_from_flags=self._every_from_flags,
         )

@@ -24,7 +24,16 @@ cache that lacks the last objects its predecessor created would create them agai
 
 A request the informer refuses for good (NOT_FOUND for an unknown type, INVALID_ARGUMENT
 for a bad selector, PERMISSION_DENIED) is not retried: :meth:`Mirror.run` raises
-:class:`MirrorError` with the informer's message.
+:class:`MirrorError` with the informer's message, unless the mirror's :attr:`Mirror.refused`
+hook says the types have changed since (a type that was served a moment ago is gone).
+
+# Types that change
+A controller over every type the API server serves (the garbage collector) changes the
+mirror's types while it runs: :meth:`Mirror.retarget` sets them and reopens the stream,
+every type that stays resuming where it was (nothing sent twice, nothing missed) and each
+new one starting with its snapshot. The objects of a type that is dropped leave the mirror
+without DELETED changes: the type is no longer watched, which says nothing about them.
+A mirror may start with no type at all; it opens its stream once it has one.
 
 # Read your own writes
 A controller writes to the API server and then sees its write come back through the
@@ -53,7 +62,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import Enum
@@ -335,8 +344,6 @@ class Mirror:
             projection = sub.projection()
             self._views[t] = (projection, readable_tree(projection)) if projection else None
         self._by_wire = {(t.group, t.version, t.plural): t for t in self._types}
-        if not self._types:
-            raise ValueError("a mirror needs at least one resource type")
         self.options = options or MirrorOptions()
         self._indexers: dict[str, Indexer] = {
             "namespace": lambda o: (o.namespace,),
@@ -358,6 +365,13 @@ class Mirror:
         self._stream_barriers: list[asyncio.Future[None]] = []
         """Those the current stream answers once it has sent every INITIAL_EVENTS_END."""
         self._stream_ended: set[Resource] = set()
+        self._has_types = asyncio.Event()
+        if self._types:
+            self._has_types.set()
+        self.refused: Callable[[MirrorError], Awaitable[bool]] | None = None
+        """Asked when the informer refuses the watch for good: True when the mirror's
+        types have been changed since (:meth:`retarget`), so the watch is tried again
+        (after the backoff); False (or no hook) ends :meth:`run` with the error."""
 
     # Reading ----------------------------------------------------------------------------
     def get(self, rtype: Resource, namespace: str, name: str) -> MirrorObject | None:
@@ -470,8 +484,57 @@ class Mirror:
         """The resource types this mirror watches."""
         return list(self._types)
 
+    def retarget(
+        self, subscriptions: Mapping[Resource, TypeSubscription]
+    ) -> tuple[list[Resource], list[Resource]]:
+        """Watch exactly these types from now on, each with its subscription (see the
+        module docs): returns the types added and those dropped. A type that stays keeps
+        its objects and resumes; a stream that is open is reopened at once when anything
+        changed. Types are matched as :class:`Resource` values are (group, version, plural),
+        so a type's kind and scope come from the mapping for new types only."""
+        wanted = list(dict.fromkeys(subscriptions))
+        added = [t for t in wanted if t not in self._state]
+        dropped = [t for t in self._types if t not in subscriptions]
+        if not added and not dropped:
+            return [], []
+        for rtype in dropped:
+            state = self._state.pop(rtype)
+            for key in list(state.written):
+                self._caught_up(state, key)
+            del self._subscriptions[rtype]
+            del self._views[rtype]
+            self._stream_ended.discard(rtype)
+        for rtype in added:
+            sub = subscriptions[rtype]
+            self._subscriptions[rtype] = sub
+            projection = sub.projection()
+            self._views[rtype] = (projection, readable_tree(projection)) if projection else None
+            self._state[rtype] = _TypeState()
+        self._types = [t for t in self._types if t in subscriptions] + added
+        self._by_wire = {(t.group, t.version, t.plural): t for t in self._types}
+        if self._types:
+            self._has_types.set()
+        else:
+            self._has_types.clear()
+        call = self._call
+        if call is not None and not call.done():
+            self._reopen = True
+            call.cancel()
+        return added, dropped
+
+    def subscription(self, rtype: Resource) -> TypeSubscription:
+        """What the mirror reads of a type (its WatchTarget's filters and projection)."""
+        self._type(rtype)
+        return self._subscriptions[rtype]
+
+    def synced(self, rtype: Resource) -> bool:
+        """True once the type's initial snapshot has arrived."""
+        return self._type(rtype).synced
+
     def has_synced(self) -> bool:
-        """True once every type's initial snapshot has arrived."""
+        """True once every type's initial snapshot has arrived (for a mirror whose types
+        change, once every type it had at first did: a type added later does not make it
+        unsynced again; :meth:`synced` tells of one type)."""
         return self._synced.is_set()
 
     async def wait_synced(self) -> None:
@@ -513,6 +576,7 @@ class Mirror:
         """Watch until cancelled, reconnecting and resuming as the module docs say."""
         delay = self.options.initial_backoff
         while True:
+            await self._has_types.wait()
             delivered = False
             for state in self._state.values():
                 # A snapshot cut off midway is not a complete picture: never infer
@@ -538,7 +602,10 @@ class Mirror:
                 continue
             except grpc.aio.AioRpcError as err:
                 if err.code() in _PERMANENT:
-                    raise MirrorError(err.code(), err.details() or "") from None
+                    error = MirrorError(err.code(), err.details() or "")
+                    if self.refused is None or not await self.refused(error):
+                        raise error from None
+                    log.info("watch refused (%s); the types changed, watching again", error)
                 log.warning(
                     "watch stream failed (%s: %s); reconnecting in %.1fs",
                     err.code().name,

@@ -67,8 +67,10 @@ DEFAULT_BATCH = 256
 MAX_BATCH = 10_000
 DEFAULT_PAGE = 500
 MAX_PAGE = 5000
-MAX_TARGETS = 64
-"""Resource types one Watch may name."""
+MAX_TARGETS = 512
+"""Resource types one Watch may name: enough for a controller over every type of a cluster
+with hundreds of custom resources (the garbage collector watches each), few enough that
+one request's validation stays small."""
 MAX_NAME = 253
 """Longest namespace, object name or subscriber a request may carry (Kubernetes' longest
 name)."""
