@@ -1,0 +1,1 @@
+"""Steward's garbage collector: cascading deletion and orphaning over every type."""
