@@ -98,6 +98,15 @@ def test_each_spec_is_counted_in_its_area() -> None:
     assert {e2e.area_of(junit_name(n)) for n in network} == set(e2e.NETWORK_AREAS)
     autoscaling = e2e.read_spec_list(e2e.SELECTIONS["autoscaling"].spec_list())
     assert {e2e.area_of(n) for n in autoscaling} == {e2e.HPA_AREA}
+    apimachinery = e2e.read_spec_list(e2e.SELECTIONS["apimachinery"].spec_list())
+    assert {e2e.area_of(n) for n in apimachinery} == set(e2e.APIMACHINERY_AREAS)
+    assert (
+        e2e.area_of(
+            "[It] [sig-api-machinery] OrderedNamespaceDeletion namespace deletion should "
+            "delete pod first [Conformance] [sig-api-machinery, Conformance]"
+        )
+        == "other"
+    )
 
 
 def test_the_autoscaling_selection_is_what_two_cores_carry() -> None:
@@ -127,6 +136,40 @@ def test_the_autoscaling_selection_is_what_two_cores_carry() -> None:
     assert [s.name for s in e2e.SELECTIONS.values() if s.metrics] == ["autoscaling"]
 
 
+APIMACHINERY_SERIAL = [
+    "[sig-api-machinery] Namespaces should ensure that all pods are removed when a namespace "
+    "is deleted [Conformance] [Serial]",
+    "[sig-api-machinery] Namespaces should delete fast enough (90 percent of 100 namespaces "
+    "in 150 seconds) [Serial]",
+    "[sig-api-machinery] Garbage collector should keep the rc around until all its pods are "
+    "deleted if the deleteOptions says so [Conformance] [Serial]",
+]
+
+
+def test_the_apimachinery_selection_runs_its_serial_specs() -> None:
+    """The default skip drops every Namespaces spec and the big Garbage collector ones
+    (``[Serial]`` outside the DaemonSet area); this selection keeps them, leaves out the
+    feature-gated draining spec, and no other area of ``[sig-api-machinery]``."""
+    selection = e2e.SELECTIONS["apimachinery"]
+    parallel = (
+        "[sig-api-machinery] Garbage collector should delete jobs and pods created by cronjob"
+    )
+    assert selected(parallel, focus=selection.focus, skip=selection.skip)
+    for name in APIMACHINERY_SERIAL:
+        assert not selected(name, focus=selection.focus), name
+        assert selected(name, focus=selection.focus, skip=selection.skip), name
+    for name in [
+        "[sig-api-machinery] Namespaces should always delete fast (ALL of 100 namespaces in "
+        "150 seconds) [Feature:ComprehensiveNamespaceDraining] [Serial]",
+        "[sig-api-machinery] OrderedNamespaceDeletion namespace deletion should delete pod "
+        "first [Conformance]",
+        "[sig-api-machinery] Garbage collector imagined disruptive [Disruptive] [Serial]",
+        "[sig-apps] Job should run a job to completion with CPU requests [Serial]",
+    ]:
+        assert not selected(name, focus=selection.focus, skip=selection.skip), name
+    assert e2e.DEFAULT_SELECTIONS[-1] == "apimachinery"
+
+
 def test_the_table_lists_the_areas_in_order() -> None:
     specs = [
         e2e.Spec(DAEMON_SET_CONFORMANCE[0], "Daemon set", "passed", 1.0),
@@ -136,6 +179,19 @@ def test_the_table_lists_the_areas_in_order() -> None:
     lines = e2e.table([e2e.Side("steward", specs, 2.0, "junit.xml", 1.0)]).splitlines()
     assert lines[2] == "| Job | 1 passed / 0 failed / 0 not runnable |"
     assert lines[3] == "| Daemon set | 1 passed / 1 failed / 0 not runnable |"
+    collector = "[sig-api-machinery] Garbage collector should x"
+    namespaces = "[sig-api-machinery] Namespaces should y [Serial]"
+    specs = [
+        e2e.Spec(namespaces, e2e.area_of(namespaces), "passed", 1.0),
+        e2e.Spec("[sig-node] Pods z", "other", "passed", 1.0),
+        e2e.Spec(collector, e2e.area_of(collector), "failed", 1.0),
+    ]
+    lines = e2e.table([e2e.Side("upstream", specs, 2.0, "junit.xml", 1.0)]).splitlines()
+    assert [line.split(" | ")[0] for line in lines[2:5]] == [
+        "| Garbage collector",
+        "| Namespaces",
+        "| other",
+    ]
 
 
 def test_a_failure_names_the_namespace_e2e_destroyed_for_it(tmp_path: Path) -> None:

@@ -64,6 +64,10 @@ NETWORK_AREAS = ("EndpointSlice", "Services", "Service")
 """The ``[sig-network]`` areas whose specs exercise Steward's Endpoints and EndpointSlice
 controllers (``Service endpoints latency`` is an area of its own)."""
 
+APIMACHINERY_AREAS = ("Garbage collector", "Namespaces")
+"""The ``[sig-api-machinery]`` areas whose specs exercise the garbage collector and the
+namespace controller (``[sig-api-machinery] <area> ...``)."""
+
 CONFORMANCE = (
     r"\[sig-apps\] (Job|Deployment|ReplicaSet|Daemon set) .*\[Conformance\]"
     r"|\[sig-network\] EndpointSlice .*\[Conformance\]"
@@ -124,6 +128,18 @@ in the consumer image (memory), a feature gate, or external metrics; all are
 ``[Feature:HPA]``, so this selection does not skip ``[Feature:...]``."""
 
 AUTOSCALING_SKIP = r"\[Disruptive\]|\[Flaky\]|\[FeatureGate:[^\]]+\]|\[Serial\]|\[Slow\]"
+
+APIMACHINERY = r"\[sig-api-machinery\] (Garbage collector|Namespaces) "
+"""Every spec of ``[sig-api-machinery] Garbage collector`` and ``Namespaces`` (the trailing
+space leaves out ``OrderedNamespaceDeletion`` and any longer name). Every Namespaces spec
+is ``[Serial]`` (a spec deletes namespaces by name prefix, or a hundred of them at once),
+and so are the three Garbage collector specs whose ReplicationController has as many pods
+as half the nodes' pod capacity (100 here); ginkgo runs them one at a time after the
+others, so this selection does not skip ``[Serial]``."""
+
+APIMACHINERY_SKIP = r"\[Disruptive\]|\[Flaky\]|\[Feature:[^\]]+\]|\[FeatureGate:[^\]]+\]"
+"""Left out of :data:`APIMACHINERY`: the ``[Feature:ComprehensiveNamespaceDraining]``
+spec (all of 100 namespaces gone in 150 s, a feature e2e's default runs leave out too)."""
 
 
 SERIAL_ELSEWHERE = (
@@ -196,11 +212,18 @@ SELECTIONS = {
             "a custom resource's scale, a short downscale window and a disabled scale-down",
             metrics=True,
         ),
+        Selection(
+            "apimachinery",
+            APIMACHINERY,
+            APIMACHINERY_SKIP,
+            "every spec of [sig-api-machinery] Garbage collector and Namespaces, the [Serial] "
+            "ones one at a time, but the [Feature:ComprehensiveNamespaceDraining] one",
+        ),
     )
 }
 """The named selections (``--selection``), each with its spec list."""
 
-DEFAULT_SELECTIONS = ("conformance", "network", "autoscaling")
+DEFAULT_SELECTIONS = ("conformance", "network", "autoscaling", "apimachinery")
 """What ``make e2e`` runs, one after the other (a cluster per side for each)."""
 
 PASSED, FAILED, NOT_RUNNABLE, NOT_RUN = "passed", "failed", "not runnable", "not run"
@@ -238,11 +261,14 @@ class Side:
 
 
 def area_of(name: str) -> str:
-    """The area of a spec: one of :data:`AREAS` (some are more than one word),
-    :data:`HPA_AREA` for the HPA specs, else the first word after ``[sig-apps]`` or
-    ``[sig-network]`` (:data:`NETWORK_AREAS`), else ``other``."""
+    """The area of a spec: one of :data:`AREAS` or :data:`APIMACHINERY_AREAS` (some are
+    more than one word), :data:`HPA_AREA` for the HPA specs, else the first word after
+    ``[sig-apps]`` or ``[sig-network]`` (:data:`NETWORK_AREAS`), else ``other``."""
     for area in AREAS:
         if f"[sig-apps] {area} " in name:
+            return area
+    for area in APIMACHINERY_AREAS:
+        if f"[sig-api-machinery] {area} " in name:
             return area
     if "[sig-autoscaling] [Feature:HPA] " in name:
         return HPA_AREA
@@ -565,7 +591,7 @@ def table(results: Sequence[Side]) -> str:
 
 
 def _area_order(area: str) -> tuple[int, str]:
-    known = (*AREAS, *NETWORK_AREAS, HPA_AREA)
+    known = (*AREAS, *NETWORK_AREAS, HPA_AREA, *APIMACHINERY_AREAS)
     return (known.index(area) if area in known else len(known), area)
 
 
