@@ -34,6 +34,7 @@ import pytest_asyncio
 
 from steward.cluster import LocalCluster
 from steward.controllers.namespace.controller import CONTROLLER
+from steward.controllers.namespace.deletion import OK_MESSAGES, OK_REASONS
 from steward.kube import ConflictError, KubeClient, NotFoundError
 from steward.runtime.discovery import Discovery
 from tests.conftest import local_cluster
@@ -398,6 +399,42 @@ async def discovery_failure(kube: KubeClient, ns: str, suffix: str) -> Snapshot:
         delete(kube, service)
 
 
+def ok(*failing: str) -> Snapshot:
+    """Every condition in its "ok" form but ``failing`` (filled in by the caller)."""
+    return {t: ("False", OK_REASONS[t], OK_MESSAGES[t]) for t in OK_REASONS if t not in failing}
+
+
+def expected_finalizers(suffix: str) -> Snapshot:
+    return {
+        **ok("NamespaceContentRemaining", "NamespaceFinalizersRemaining"),
+        "NamespaceContentRemaining": (
+            "True",
+            "SomeResourcesRemain",
+            f"Some resources are remaining: widgets.ns-{suffix}.steward.test has 1 resource"
+            " instances",
+        ),
+        "NamespaceFinalizersRemaining": (
+            "True",
+            "SomeFinalizersRemain",
+            "Some content in the namespace has finalizers remaining: steward.test/hold in 1"
+            " resource instances",
+        ),
+    }
+
+
+def expected_discovery(suffix: str) -> Snapshot:
+    gv = f"ns-{suffix}.steward.test/v1alpha1"
+    return {
+        **ok("NamespaceDeletionDiscoveryFailure"),
+        "NamespaceDeletionDiscoveryFailure": (
+            "True",
+            "DiscoveryFailed",
+            "Discovery failed for some groups, 1 failing: unable to retrieve the complete list"
+            f" of server APIs: {gv}: stale GroupVersion discovery: {gv}",
+        ),
+    }
+
+
 Scenario = Callable[[KubeClient, str, str], Awaitable[Snapshot]]
 SCENARIOS: dict[str, Scenario] = {
     "plain_content": plain_content,
@@ -405,3 +442,13 @@ SCENARIOS: dict[str, Scenario] = {
     "pods_first": pods_first,
     "discovery_failure": discovery_failure,
 }
+EXPECTED: dict[str, Callable[[str], Snapshot]] = {
+    # Gone as soon as it is finalized: no conditions left to read.
+    "plain_content": lambda suffix: {},
+    "custom_resource_with_finalizer": expected_finalizers,
+    # Upstream's early return while pods remain writes the conditions without counting
+    # what remains: every one "ok".
+    "pods_first": lambda suffix: ok(),
+    "discovery_failure": expected_discovery,
+}
+"""What each scenario's snapshot must be (of its suffix), on either side."""
