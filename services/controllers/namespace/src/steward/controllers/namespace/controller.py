@@ -7,7 +7,9 @@ from the API server (several controllers edit a namespace while it terminates) a
 
 1. its phase becomes ``Terminating`` unless it is already (status update; a conflict
    reads it again and retries);
-2. unless ``spec.finalizers`` still holds ``kubernetes``, nothing more is done;
+2. once ``spec.finalizers`` is empty, nothing more is done (upstream's ``finalized``:
+   with other finalizers alone the content is still deleted, and finalizing removes
+   nothing);
 3. discovery (aggregated, read afresh) gives every namespaced resource in its preferred
    version that supports ``delete``; group versions it could not discover become
    ``NamespaceDeletionDiscoveryFailure`` and the rest are deleted all the same;
