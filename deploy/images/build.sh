@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build Steward's images: steward-{informer,manager,controller-job,controller-replicaset,
 # controller-deployment,controller-endpoint,controller-endpointslice,controller-daemonset,
-# controller-horizontalpodautoscaling}:TAG (TAG: the first argument, else $STEWARD_IMAGE_TAG,
-# else dev).
+# controller-horizontalpodautoscaling,controller-garbagecollector,controller-namespace}:TAG
+# (TAG: the first argument, else $STEWARD_IMAGE_TAG, else dev).
 #
 #   deploy/images/build.sh [TAG] [BUILDER FLAGS...]      the default (`make images` runs it)
 #     Without a daemon or registry: `python -m steward.images` (tools/src/steward/images/)
@@ -72,7 +72,7 @@ fi
 
 for target in informer manager controller-job controller-replicaset controller-deployment \
   controller-endpoint controller-endpointslice controller-daemonset \
-  controller-horizontalpodautoscaling; do
+  controller-horizontalpodautoscaling controller-garbagecollector controller-namespace; do
   image="${prefix}-${target}:${tag}"
   echo "building ${image} with ${engine}" >&2
   DOCKER_BUILDKIT=1 "$engine" build \

@@ -173,6 +173,8 @@ def test_the_rest_leaves_the_core_out_and_reaches_it_at_the_control_plane(
         "steward-controller-endpointslice",
         "steward-controller-daemonset",
         "steward-controller-horizontalpodautoscaling",
+        "steward-controller-garbagecollector",
+        "steward-controller-namespace",
     }
     for d in deployments:
         container = d["spec"]["template"]["spec"]["containers"][0]

@@ -249,6 +249,8 @@ READY = {
     "steward-controller-endpointslice": 1,
     "steward-controller-daemonset": 1,
     "steward-controller-horizontalpodautoscaling": 1,
+    "steward-controller-garbagecollector": 1,
+    "steward-controller-namespace": 1,
 }
 """Ready pods of each component: the static core's mirror pods, one per component, and
 one pod of each other controller's Deployment."""

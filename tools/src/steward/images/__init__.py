@@ -16,6 +16,8 @@ docker.io/library/steward-manager:TAG              python -m steward.manager
 …/steward-controller-endpointslice:TAG             python -m steward run endpointslice
 …/steward-controller-daemonset:TAG                 python -m steward run daemonset
 …/steward-controller-horizontalpodautoscaling:TAG  python -m steward run horizontalpodautoscaling
+…/steward-controller-garbagecollector:TAG          python -m steward run garbagecollector
+…/steward-controller-namespace:TAG                 python -m steward run namespace
 registry.k8s.io/pause:3.10.2                       /pause (only with ``pause_binary``)
 =================================================  ===============================================
 
