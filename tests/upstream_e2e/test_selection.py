@@ -217,3 +217,23 @@ def test_a_failure_names_the_namespace_e2e_destroyed_for_it(tmp_path: Path) -> N
         ("failed", ["daemonsets-2297"]),
         ("passed", []),
     ]
+
+
+def test_a_failure_gets_the_controller_log_lines_naming_its_namespaces(tmp_path: Path) -> None:
+    """The supervisor writes each of Steward's controllers to ``<name>-controller.log``;
+    the lines naming a failed spec's namespaces come from those, not from the other
+    components' logs (kube-controller-manager's names every namespace too)."""
+    (tmp_path / "namespace-controller.log").write_text(
+        "namespace nsdeletetest-4592: content removed, finalized\n"
+        "namespace gc-717 has been deleted\n"
+    )
+    (tmp_path / "garbagecollector-controller.log").write_text(
+        "[v1/Pod, namespace: nsdeletetest-4592, name: p]: every owner is gone\n"
+    )
+    (tmp_path / "kube-controller-manager.log").write_text("nsdeletetest-4592\n")
+    assert e2e.steward_log_lines(tmp_path, ["nsdeletetest-4592"]) == [
+        "garbagecollector-controller: [v1/Pod, namespace: nsdeletetest-4592, name: p]: every "
+        "owner is gone",
+        "namespace-controller: namespace nsdeletetest-4592: content removed, finalized",
+    ]
+    assert e2e.steward_log_lines(tmp_path, []) == []

@@ -444,20 +444,17 @@ def _namespaces(message: str) -> set[str]:
     return set(re.findall(r"\b([a-z][a-z0-9-]*-\d{3,5})\b", message))
 
 
-def steward_log_lines(cluster: LocalCluster, names: Sequence[str], limit: int = 40) -> list[str]:
-    """Lines of Steward's controller logs that name one of the namespaces."""
+def steward_log_lines(logs: Path, names: Sequence[str], limit: int = 40) -> list[str]:
+    """Lines of Steward's controller logs in the cluster's ``logs`` directory (one
+    ``<controller>-controller.log`` each, kept across restarts) that name one of the
+    namespaces, each after its controller's name."""
     if not names:
         return []
     lines = []
-    for record in cluster.state.processes:
-        if not record.name.startswith("controller-"):
-            continue
-        try:
-            text = Path(record.log).read_text(errors="replace")
-        except FileNotFoundError:
-            continue
+    for path in sorted(logs.glob("*-controller.log")):
+        text = path.read_text(errors="replace")
         lines += [
-            f"{record.name}: {line}" for line in text.splitlines() if any(n in line for n in names)
+            f"{path.stem}: {line}" for line in text.splitlines() if any(n in line for n in names)
         ]
     return lines[-limit:]
 
@@ -553,7 +550,7 @@ def run_side(
         problems = [f"{p} (see {log})" for p in problems]
         for spec in specs:
             if spec.state == FAILED and side == "steward":
-                spec.logs = steward_log_lines(cluster, spec.namespaces)
+                spec.logs = steward_log_lines(cluster.state.directory / "logs", spec.namespaces)
         out.say(f"{side}: {_counts(specs)} in {seconds:.0f}s")
         for problem in problems:
             out.say(f"{side}: the run is broken: {problem}")
