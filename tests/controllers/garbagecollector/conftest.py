@@ -7,7 +7,9 @@ Each test gets a fresh namespace there (``gc_namespace``) and Steward's garbage 
 (``gc``), in the test's event loop against an informer of its own, as its own identity
 ``steward:controller:garbagecollector`` with only the RBAC of
 ``deploy/rbac/controller-garbagecollector.yaml``, watching every namespace (it collects
-across namespaces: owners may be cluster-scoped). Setup and checks use admin.
+across namespaces: owners may be cluster-scoped). The session's ``cluster`` (upstream's
+collector) is the other side of each scenario (``upstream_kube``, ``upstream_namespace``).
+Setup and checks use admin.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ from tests.controllers.harness import (
     eventually,
     in_loop_informer,
     scoped_namespace,
+    upstream_kube,
+    upstream_namespace,
 )
+
+__all__ = ["upstream_kube", "upstream_namespace"]
 
 IDENTITY = "controller-garbagecollector"
 
