@@ -38,6 +38,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from steward.cluster import LocalCluster
 from steward.cluster.pki import CertificateAuthority
 from steward.cluster.process import free_port, spawn, stop
+from steward.cluster.registry import controller_names
 from steward.v1 import manager_pb2, manager_pb2_grpc
 from tests.polling import wait_for
 from tests.services import serving
@@ -60,8 +61,8 @@ def service_argv(
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The command line of one Steward service: ``informer``, ``manager`` (both listen on
-    ``listen``) or a controller of :data:`CONTROLLERS` (connecting to ``informer`` and
-    ``manager``), over mutual TLS with ``cluster``'s certificates and RBAC authorization,
+    ``listen``) or a registered controller (connecting to ``informer`` and ``manager``),
+    over mutual TLS with ``cluster``'s certificates and RBAC authorization,
     as ``make up`` runs them; ``extra`` flags are appended."""
     if kind in ("informer", "manager"):
         argv = [
@@ -73,7 +74,7 @@ def service_argv(
             f"--listen={listen}",
             *cluster.state.steward_serving_args(),
         ]
-    elif kind in CONTROLLERS:
+    elif kind in controller_names():
         argv = [
             sys.executable,
             "-m",
