@@ -137,10 +137,11 @@ and the API server only); HTTP health probes, requests and limits, OTEL_* variab
 
 The ReplicaSet, Deployment, Endpoints, DaemonSet and HorizontalPodAutoscaler controllers
 take every ReplicaSet, Deployment, Service's Endpoints, DaemonSet and HPA (these have no
-spec.managedBy): apply them only where kube-controller-manager runs without its own
-(--controllers=*,-replicaset,-deployment,-endpoint,-daemonset,-horizontalpodautoscaling),
-or delete those five Deployments. The EndpointSlice controller writes only slices
-labelled with its --managed-by value; the manifests give it its own
+spec.managedBy), the garbage collector and the namespace controller every object and
+namespace: apply them only where kube-controller-manager runs without its own
+(--controllers=*,-replicaset,-deployment,-endpoint,-daemonset,-horizontalpodautoscaling,
+-garbagecollector,-namespace), or delete those seven Deployments. The EndpointSlice
+controller writes only slices labelled with its --managed-by value; the manifests give it its own
 (endpointslice-controller.steward.io), so it runs beside kube-controller-manager's
 endpointslice-controller. Without that flag it writes upstream's value, in the place of
 upstream's.

@@ -98,9 +98,10 @@ class ClusterConfig:
         """kube-controller-manager's ``--controllers``: :attr:`controllers`, except that
         with :attr:`steward` and the default ``*`` upstream's controllers that Steward runs
         itself (:data:`STEWARD_CONTROLLERS`) are switched off
-        (``*,-daemonset,-deployment,-endpoint,-endpointslice,-horizontalpodautoscaling,-job,
-        -replicaset``), with :attr:`steward_pods` too: Steward's static core needs none of
-        upstream's to boot or to recover (see :mod:`steward.static_core`)."""
+        (``*,-daemonset,-deployment,-endpoint,-endpointslice,-garbagecollector,
+        -horizontalpodautoscaling,-job,-namespace,-replicaset``), with :attr:`steward_pods`
+        too: Steward's static core needs none of upstream's to boot or to recover (see
+        :mod:`steward.static_core`)."""
         if (self.steward or self.steward_pods) and self.controllers == "*":
             return ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
         return self.controllers
