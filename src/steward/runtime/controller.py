@@ -192,6 +192,12 @@ class Context:
         """True unless a manager session exists and this instance does not hold its lease."""
         return self._controller.may_reconcile()
 
+    @property
+    def types(self) -> TypeFollower | None:
+        """For a controller over every type, what follows discovery for it (its
+        ``on_error`` hook, its ``errors``); None for the others."""
+        return self._controller.follower
+
     def enqueue(self, key: Any, after: float = 0.0) -> None:
         """Queue a key from the reconciler, at once or ``after`` seconds (upstream's
         ``queue.Add`` inside a sync: the garbage collector queues the blocking dependents

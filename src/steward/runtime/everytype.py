@@ -90,6 +90,8 @@ class TypeFollower:
         self.on_change = on_change
         self.errors = 0
         """Readings of discovery that failed."""
+        self.on_error: Callable[[], None] | None = None
+        """Called for each failed reading (a controller's metric of it)."""
         self.synced_once = asyncio.Event()
         """Set once discovery was read and the mirror retargeted the first time."""
         mirror.refused = self._refused
@@ -128,12 +130,17 @@ class TypeFollower:
                 self.on_change(added, dropped)
         return bool(added or dropped)
 
+    def _failed(self) -> None:
+        self.errors += 1
+        if self.on_error is not None:
+            self.on_error()
+
     async def _refused(self, err: MirrorError) -> bool:
         log.info("the informer refused the watch (%s); reading discovery again", err)
         try:
             return await self.sync()
         except ApiError as failure:
-            self.errors += 1
+            self._failed()
             log.warning("cannot read discovery: %s", failure)
             return True  # try again after the mirror's backoff rather than give up
 
@@ -145,7 +152,7 @@ class TypeFollower:
             try:
                 await self.sync()
             except ApiError as err:
-                self.errors += 1
+                self._failed()
                 log.warning("cannot read discovery (retrying in %.1fs): %s", delay, err)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.mirror.options.max_backoff)
@@ -154,5 +161,5 @@ class TypeFollower:
             try:
                 await self.sync()
             except ApiError as err:
-                self.errors += 1
+                self._failed()
                 log.warning("cannot read discovery: %s", err)

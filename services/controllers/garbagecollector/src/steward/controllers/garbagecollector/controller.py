@@ -46,6 +46,8 @@ import contextlib
 import logging
 from typing import Any
 
+from prometheus_client import Counter
+
 import steward
 from steward import ApiError, ConflictError, NotFoundError, Resource, Result
 from steward.controllers.garbagecollector.graph import (
@@ -72,6 +74,10 @@ DEFAULT_IGNORED = frozenset({("", "events"), ("events.k8s.io", "events")})
 """Types never collected (upstream's DefaultIgnoredResources)."""
 METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 """Accept header of a metadata-only read."""
+SYNC_ERRORS = Counter(
+    "garbagecollector_controller_resources_sync_error",
+    "Readings of discovery that failed (upstream's metric of the same name).",
+)
 CONFLICT_RETRIES = 5
 """Attempts of a finalizer removal that meets a conflict (client-go's DefaultBackoff)."""
 
@@ -101,6 +107,8 @@ class GarbageCollector:
         self.graph = Graph()
         self.discovery = Discovery(ctx.api)
         self._recorders: dict[tuple[str, str], steward.EventRecorder] = {}
+        if ctx.types is not None:
+            ctx.types.on_error = SYNC_ERRORS.inc
 
     # Graph changes (on the event loop, in order) --------------------------------------
     def graph_change(self, change: Change) -> list[Work]:
