@@ -26,10 +26,11 @@ conflict); removing owner references is a JSON merge patch of the remaining refe
 carrying the object's UID and resource version, so it never lands on a newer object.
 
 # Invalid owners
-A namespaced dependent naming an owner that lives in another namespace, and a
-cluster-scoped one naming a namespaced owner, get a Warning Event
-``OwnerRefInvalidNamespace`` ("ownerRef [...] does not exist in namespace ...") and are
-treated as upstream treats them: the reference is dangling.
+A namespaced dependent naming an owner that lives in another namespace gets a Warning Event
+``OwnerRefInvalidNamespace`` ("ownerRef [...] does not exist in namespace ...") and the
+reference is dangling (the owner is looked for in the dependent's namespace). A
+cluster-scoped dependent naming a namespaced owner is left alone, its key dropped: it can
+never resolve (upstream's namespacedOwnerOfClusterScopedObjectErr).
 
 # Keys and retries
 The queue's keys are :class:`.graph.Work` (action, UID). A failure is retried with
@@ -239,7 +240,10 @@ class GarbageCollector:
             return None
         resource = await self._resource(absent.api_version, absent.kind)
         if resource.namespaced and not node.identity.namespace:
-            self._record_invalid([InvalidOwner(node, absent)])
+            # Never resolves: upstream gives up on the key (and records nothing).
+            log.info(
+                "%s: a cluster-scoped object names a namespaced owner %s", node.identity, absent
+            )
             raise ClusterScopedDependent
         key = namespaced_absent if resource.namespaced else absent
         try:

@@ -241,7 +241,9 @@ class Graph:
         if node is None:
             return []
         work: list[Work] = []
-        if node.observed:
+        # As upstream, a node made virtual stays judged as one once observed: its
+        # dependents may name it by coordinates of their own.
+        if not node.virtual:
             if node.identity != identity:
                 # An observed node disagrees with the coordinates verified absent: keep it,
                 # and have the dependents that named those coordinates checked.
