@@ -24,7 +24,7 @@ import grpc
 from steward.cluster import LocalCluster
 from steward.security import ClientSecurity
 from steward.v1 import informer_pb2, informer_pb2_grpc, manager_pb2, manager_pb2_grpc
-from tests.deploy.harness import KUBECTL
+from tests.deploy.harness import KUBECTL, new_namespace
 
 MANAGED_BY = "steward.io/job-controller"
 """spec.managedBy of the Jobs Steward's Job controller runs (upstream's leaves them)."""
@@ -42,7 +42,8 @@ GiveUp = Callable[[], bool]
 class Run(Protocol):
     """An exercise of a controller in ``namespace``: :func:`run_job`,
     :func:`run_replicaset`, :func:`run_endpoints`, :func:`run_endpointslices`,
-    :func:`run_daemonset`, :func:`run_hpa`."""
+    :func:`run_daemonset`, :func:`run_hpa`, :func:`run_garbagecollector`,
+    :func:`run_namespace`."""
 
     def __call__(
         self, cluster: LocalCluster, namespace: str, *, give_up: GiveUp = ...
@@ -1049,3 +1050,172 @@ def _inactive_missing(cluster: LocalCluster, hpas: str, name: str, reason: str) 
         return f"conditions {status.get('conditions')}"
     refused = _refused([str(found[0].get("message"))])
     return f"refused: {refused}" if refused else ""
+
+
+def _configmap(name: str, *, owner: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    """A ConfigMap (owned by ``owner``, a ConfigMap read from the API server, if given)."""
+    metadata: dict[str, Any] = {"name": name, **meta}
+    if owner is not None:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+            }
+        ]
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {"k": "v"}}
+
+
+def run_garbagecollector(
+    cluster: LocalCluster,
+    namespace: str,
+    *,
+    deadline: float = 90.0,
+    give_up: GiveUp = _never,
+) -> str | None:
+    """Three ConfigMaps each own one: the first owner deleted (background), its dependent is
+    collected; the second deleted with propagationPolicy Orphan, its dependent stays
+    without the reference and the owner goes (its ``orphan`` finalizer removed); the third
+    lives in another namespace, so its dependent's reference is dangling: the dependent is
+    collected and gets an ``OwnerRefInvalidNamespace`` Event.
+
+    That uses every permission of the garbage collector's role: ConfigMaps (and every
+    other type) come through the informer (their list and watch), the dependents and
+    owners are read live (get), the dependents collected (delete), the orphan's reference
+    and the owner's finalizer removed (patch), the Event posted (events create).
+    """
+    uid = uuid.uuid4().hex[:6]
+    base = f"/api/v1/namespaces/{namespace}"
+    other = new_namespace(cluster, f"gc-away-{uid}")
+    made: dict[str, dict[str, Any]] = {}
+    for name, where in (
+        ("gone", base),
+        ("orphaning", base),
+        ("away", f"/api/v1/namespaces/{other}"),
+    ):
+        made[name] = cluster.api(
+            "POST", f"{where}/configmaps", _configmap(f"{name}-{uid}"), ok=(201,)
+        )
+    for name in made:
+        dependent = _configmap(f"{name}-dependent-{uid}", owner=made[name])
+        cluster.api("POST", f"{base}/configmaps", dependent, ok=(201,))
+    cluster.api("DELETE", f"{base}/configmaps/gone-{uid}")
+    orphan = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Orphan"}
+    cluster.api("DELETE", f"{base}/configmaps/orphaning-{uid}", orphan)
+    end = time.monotonic() + deadline
+    for what, path in (
+        ("the dependent of a deleted owner", f"{base}/configmaps/gone-dependent-{uid}"),
+        ("the owner deleted with Orphan", f"{base}/configmaps/orphaning-{uid}"),
+        (
+            "the dependent of an owner in another namespace",
+            f"{base}/configmaps/away-dependent-{uid}",
+        ),
+    ):
+        missing = _poll(partial(_gone, cluster, path), end, give_up)
+        if missing:
+            return f"{what} ({path}): {missing}"
+    kept = cluster.api("GET", f"{base}/configmaps/orphaning-dependent-{uid}", ok=(200, 404))
+    if kept.get("kind") != "ConfigMap" or kept["metadata"].get("ownerReferences"):
+        return f"the orphaned dependent, expected there without owners: {kept}"
+    event = partial(
+        _event_missing, cluster, base, f"away-dependent-{uid}", "OwnerRefInvalidNamespace"
+    )
+    missing = _poll(event, end, give_up)
+    if missing:
+        return f"the dependent of an owner in another namespace: {missing}"
+    return None
+
+
+HOLD = "steward.io/deploy-test-hold"
+"""A finalizer of this test's: it keeps a ConfigMap, so a namespace being deleted keeps
+content (and its deletion conditions can be seen) until the test removes it."""
+
+
+def run_namespace(
+    cluster: LocalCluster,
+    namespace: str,
+    *,
+    deadline: float = 90.0,
+    give_up: GiveUp = _never,
+) -> str | None:
+    """``namespace``, holding a ConfigMap, a Secret and a ConfigMap kept by a finalizer of
+    this test's, is deleted: the first two go, the namespace's status says what keeps it
+    (``NamespaceContentRemaining`` and ``NamespaceFinalizersRemaining`` True, naming the
+    finalizer); the finalizer removed, the namespace is finalized and gone.
+
+    That uses every permission of the namespace controller's role this cluster checks:
+    namespaces come through the informer (their list, granted with every type's, and
+    watch) and are read fresh (get), the content is deleted by collection
+    (deletecollection) and listed (list), the conditions are written (namespaces/status
+    update; the API server itself sets the phase Terminating, so only the conditions tell
+    a refused status write), the ``kubernetes`` finalizer removed (namespaces/finalize
+    update). One-by-one ``delete`` is for types without ``deletecollection``, which this
+    cluster does not serve. A refused deletion shows in the
+    ``NamespaceDeletionContentFailure`` condition, which ends the wait early.
+    """
+    base = f"/api/v1/namespaces/{namespace}"
+    cluster.api("POST", f"{base}/configmaps", _configmap("plain"), ok=(201,))
+    cluster.api("POST", f"{base}/configmaps", _configmap("held", finalizers=[HOLD]), ok=(201,))
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "secret"}}
+    cluster.api("POST", f"{base}/secrets", secret, ok=(201,))
+    cluster.api("DELETE", f"/api/v1/namespaces/{namespace}")
+    end = time.monotonic() + deadline
+
+    refused = partial(_content_refused, cluster, namespace)
+
+    def stop() -> bool:
+        return give_up() or bool(refused())
+
+    try:
+        for what, path in (("the ConfigMap", "configmaps/plain"), ("the Secret", "secrets/secret")):
+            missing = _poll(partial(_gone, cluster, f"{base}/{path}"), end, stop)
+            if missing:
+                why = refused()
+                if why:
+                    return f"namespace {namespace}: the API server refused the controller: {why}"
+                return f"namespace {namespace} being deleted: {what}: {missing}"
+        missing = _poll(partial(_held_missing, cluster, namespace), end, stop)
+        why = refused()
+        if why:
+            return f"namespace {namespace}: the API server refused the controller: {why}"
+        if missing:
+            return f"namespace {namespace} held by a finalizer: {missing}"
+    finally:
+        cluster.api(
+            "PATCH", f"{base}/configmaps/held", {"metadata": {"finalizers": None}}, ok=(200, 404)
+        )
+    missing = _poll(partial(_gone, cluster, f"/api/v1/namespaces/{namespace}"), end, give_up)
+    if missing:
+        return f"namespace {namespace} with nothing left: {missing}"
+    return None
+
+
+def _held_missing(cluster: LocalCluster, namespace: str) -> str:
+    """'' once the namespace's conditions say content remains, held by :data:`HOLD`."""
+    found = cluster.api("GET", f"/api/v1/namespaces/{namespace}")
+    conditions = {c.get("type"): c for c in (found.get("status") or {}).get("conditions") or []}
+    remaining = conditions.get("NamespaceContentRemaining") or {}
+    finalizers = conditions.get("NamespaceFinalizersRemaining") or {}
+    if (
+        remaining.get("status") != "True"
+        or finalizers.get("status") != "True"
+        or HOLD not in str(finalizers.get("message"))
+    ):
+        return f"conditions {sorted(conditions.values(), key=str)}"
+    return ""
+
+
+def _content_refused(cluster: LocalCluster, namespace: str) -> str:
+    """The message of the namespace's ``NamespaceDeletionContentFailure`` condition when it
+    tells of a refusal (403), else '' (the controller logs such a failure as the API
+    server's message, without the status code)."""
+    found = cluster.api("GET", f"/api/v1/namespaces/{namespace}", ok=(200, 404))
+    conditions = (found.get("status") or {}).get("conditions") or []
+    return _refused(
+        [
+            str(c.get("message"))
+            for c in conditions
+            if c.get("type") == "NamespaceDeletionContentFailure" and c.get("status") == "True"
+        ]
+    )

@@ -16,14 +16,21 @@ DaemonSet's pods and history (adoption of a pod and a revision, a pod per node, 
 update, revisions beyond the limit deleted, a revision name taken by another template), the
 HorizontalPodAutoscaler controller scales a Deployment up to its HPA's minReplicas and asks
 the three metrics APIs for an HPA's metrics (an answer other than 403 from each; none is
-served here); each controller dials the informer and the manager with its own projected
-token, so their list/watch and register rules are checked there. It all runs in
-``apps_cluster`` (tests/deploy/conftest.py), where upstream's ReplicaSet, Endpoints,
-DaemonSet and HorizontalPodAutoscaler controllers are off (its endpointslice-controller runs
-beside Steward's). The exercise must then fail: it did not finish, or the service was
-refused (403, or the informer's or the manager's PERMISSION_DENIED). A rule whose removal
-changes nothing fails the test, named, unless this cluster is known to make it redundant,
-which is checked, not assumed (see ``REDUNDANT_HERE``).
+served here), the garbage collector collects the dependent of a deleted owner, orphans the
+dependent of an owner deleted with propagationPolicy Orphan, and collects a dependent
+naming an owner of another namespace with its OwnerRefInvalidNamespace Event, the namespace
+controller empties a namespace being deleted, writes the conditions of what keeps it (a
+finalizer) and finalizes it; each controller dials the informer and the manager with its
+own projected token, so their list/watch and register rules are checked there. It all runs
+in ``apps_cluster`` (tests/deploy/conftest.py), where upstream's ReplicaSet, Endpoints,
+DaemonSet, HorizontalPodAutoscaler, garbage collector and namespace controllers are off
+(its endpointslice-controller runs beside Steward's). The exercise must then fail: it did
+not finish, or the service was refused (403, or the informer's or the manager's
+PERMISSION_DENIED). A rule whose removal changes nothing fails the test, named, unless this
+cluster is known to make it redundant, which is checked, not assumed (see
+``REDUNDANT_HERE``). The rules of the garbage collector's and the namespace controller's
+roles name every type, so there a rule of several verbs or resources is also removed one
+verb, and one resource, at a time (``SPLIT_RULES``).
 
 First the same exercise runs with an unmutated copy of each role, which must succeed
 without any refusal; that is what makes a failure under a mutation meaningful.
@@ -75,6 +82,7 @@ JOB, REPLICASET = "steward-controller-job", "steward-controller-replicaset"
 ENDPOINT, ENDPOINTSLICE = "steward-controller-endpoint", "steward-controller-endpointslice"
 DAEMONSET = "steward-controller-daemonset"
 HPA = "steward-controller-horizontalpodautoscaling"
+GC, NAMESPACE_CONTROLLER = "steward-controller-garbagecollector", "steward-controller-namespace"
 
 
 @dataclass
@@ -136,11 +144,18 @@ def roles_of(docs: list[Doc], service_account: str) -> list[Doc]:
     return list(roles.values())
 
 
-def identity_for(bench: Site, deployment: str, role: Doc | None, rule: int | None) -> Identity:
+Part = tuple[str, str]
+"""One verb (``("verbs", "delete")``) or resource (``("resources", "namespaces/status")``)
+of a rule."""
+
+
+def identity_for(
+    bench: Site, deployment: str, role: Doc | None, rule: int | None, part: Part | None = None
+) -> Identity:
     """A fresh ServiceAccount with copies of ``deployment``'s bindings; the copy of
-    ``role`` lacks rule number ``rule`` (no mutation when ``role`` is None). Bindings
-    that are RoleBindings go to a fresh namespace, where the manager (whose --namespace is
-    its pod's namespace) then keeps its Leases."""
+    ``role`` lacks rule number ``rule``, or only its ``part`` when given (no mutation when
+    ``role`` is None). Bindings that are RoleBindings go to a fresh namespace, where the
+    manager (whose --namespace is its pod's namespace) then keeps its Leases."""
     tag = uuid.uuid4().hex[:6]
     original_sa = service_account_of(bench.docs, deployment)
     sa = f"{original_sa}-{tag}"
@@ -163,7 +178,11 @@ def identity_for(bench: Site, deployment: str, role: Doc | None, rule: int | Non
             and rule is not None
             and original["metadata"]["name"] == role["metadata"]["name"]
         ):
-            del doc["rules"][rule]
+            if part is None:
+                del doc["rules"][rule]
+            else:
+                field, value = part
+                doc["rules"][rule][field].remove(value)
         objects.append(doc)
     for original in bindings_of(bench.docs, original_sa):
         doc = copy.deepcopy(original)
@@ -302,6 +321,18 @@ def exercise_hpa(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
     return _exercise_controller(bench, ident, HPA, "horizontalpodautoscaling", exercises.run_hpa)
 
 
+def exercise_garbagecollector(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
+    return _exercise_controller(
+        bench, ident, GC, "garbagecollector", exercises.run_garbagecollector
+    )
+
+
+def exercise_namespace(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
+    return _exercise_controller(
+        bench, ident, NAMESPACE_CONTROLLER, "namespace", exercises.run_namespace
+    )
+
+
 def _until(check: Callable[[], bool], process: Process, timeout: float = 60.0) -> str | None:
     try:
         wait_for(lambda: check() or process.forbidden(), "readiness", process, timeout)
@@ -319,6 +350,8 @@ EXERCISES: dict[str, Callable[[Bench, Identity], tuple[str | None, Process]]] = 
     ENDPOINTSLICE: exercise_endpointslice,
     DAEMONSET: exercise_daemonset,
     HPA: exercise_hpa,
+    GC: exercise_garbagecollector,
+    NAMESPACE_CONTROLLER: exercise_namespace,
 }
 
 
@@ -441,6 +474,27 @@ _DS_OWNER = {
 }
 
 
+def _every_namespaced_type_deletes_by_collection(
+    bench: Bench, ident: Identity, rule: dict[str, Any]
+) -> bool:
+    """The namespace controller's ``delete`` of every type: it deletes objects one at a
+    time only of a type that does not serve ``deletecollection`` (an aggregated API's,
+    say). This cluster serves none: every namespaced resource with ``delete`` (in each
+    group's preferred version, as the controller reads discovery) has ``deletecollection``
+    too, so no content here can need it."""
+    versions = ["/api/v1"]
+    groups = bench.cluster.api("GET", "/apis").get("groups") or []
+    versions += [f"/apis/{g['preferredVersion']['groupVersion']}" for g in groups]
+    for path in versions:
+        for res in bench.cluster.api("GET", path).get("resources") or []:
+            verbs = set(res.get("verbs") or ())
+            if "/" in res["name"] or not res.get("namespaced") or "delete" not in verbs:
+                continue
+            if "deletecollection" not in verbs:
+                return False
+    return True
+
+
 REDUNDANT_HERE: dict[tuple[str, str], Callable[[Bench, Identity, dict[str, Any]], bool]] = {
     ("steward:informer", "nonResourceURLs"): _discovery_granted_to_everyone,
     ("steward:controller:horizontalpodautoscaling", "nonResourceURLs"): (
@@ -458,17 +512,41 @@ REDUNDANT_HERE: dict[tuple[str, str], Callable[[Bench, Identity, dict[str, Any]]
     ("steward:controller:daemonset", "daemonsets/finalizers"): _owner_references_not_enforced(
         "apps/v1", "DaemonSet", _DS_OWNER
     ),
+    ("steward:controller:namespace", "* without delete"): (
+        _every_namespaced_type_deletes_by_collection
+    ),
 }
 
 
-def _rule_key(role: Doc, rule: dict[str, Any]) -> tuple[str, str]:
+SPLIT_RULES = {"steward:controller:garbagecollector", "steward:controller:namespace"}
+"""Roles whose rules name every type (``*``): one rule there carries several verbs, or
+several subresources, each for a call of its own, so a rule of several verbs or resources
+is also removed one verb, and one resource, at a time (each must be needed on its own)."""
+
+
+def _parts(role: Doc, rule: dict[str, Any]) -> list[Part | None]:
+    """The mutations of one rule: the whole rule (None), then, in :data:`SPLIT_RULES`,
+    each of its verbs and resources alone where it has several."""
+    found: list[Part | None] = [None]
+    if role["metadata"]["name"] in SPLIT_RULES:
+        for field in ("verbs", "resources"):
+            values = rule.get(field) or []
+            if len(values) > 1:
+                found += [(field, v) for v in values]
+    return found
+
+
+def _rule_key(role: Doc, rule: dict[str, Any], part: Part | None = None) -> tuple[str, str]:
     what = "nonResourceURLs" if "nonResourceURLs" in rule else ",".join(rule["resources"])
+    if part is not None:
+        what += f" without {part[1]}"
     return role["metadata"]["name"], what
 
 
-def _describe(role: Doc, index: int, rule: dict[str, Any]) -> str:
+def _describe(role: Doc, index: int, rule: dict[str, Any], part: Part | None = None) -> str:
     text = yaml.safe_dump(rule, default_flow_style=True).strip()
-    return f"{role['kind']} {role['metadata']['name']} rule {index} {text}"
+    without = "" if part is None else f" without its {part[0][:-1]} {part[1]}"
+    return f"{role['kind']} {role['metadata']['name']} rule {index}{without} {text}"
 
 
 @pytest.fixture(scope="module")
@@ -517,23 +595,25 @@ def test_every_rule_of_the_services_roles_is_needed(bench: Bench, deployment: st
     roles = roles_of(bench.docs, service_account_of(bench.docs, deployment))
     for role in roles:
         for index, rule in enumerate(role["rules"]):
-            ident = identity_for(bench, deployment, role, index)
-            started = time.monotonic()
-            try:
-                problem, process = EXERCISES[deployment](bench, ident)
-                refused = process.forbidden()
-                if problem is not None or refused:
-                    why = "refused (403 or PERMISSION_DENIED)" if refused else problem
-                    took = time.monotonic() - started
-                    needed.append(f"{_describe(role, index, rule)}: {why} [{took:.0f} s]")
-                else:
-                    explain = REDUNDANT_HERE.get(_rule_key(role, rule))
-                    if explain is not None and explain(bench, ident, rule):
-                        redundant.append(_describe(role, index, rule))
+            for part in _parts(role, rule):
+                ident = identity_for(bench, deployment, role, index, part)
+                described = _describe(role, index, rule, part)
+                started = time.monotonic()
+                try:
+                    problem, process = EXERCISES[deployment](bench, ident)
+                    refused = process.forbidden()
+                    if problem is not None or refused:
+                        why = "refused (403 or PERMISSION_DENIED)" if refused else problem
+                        took = time.monotonic() - started
+                        needed.append(f"{described}: {why} [{took:.0f} s]")
                     else:
-                        unneeded.append(_describe(role, index, rule))
-            finally:
-                remove(bench, ident)
+                        explain = REDUNDANT_HERE.get(_rule_key(role, rule, part))
+                        if explain is not None and explain(bench, ident, rule):
+                            redundant.append(described)
+                        else:
+                            unneeded.append(described)
+                finally:
+                    remove(bench, ident)
     print(f"\n{deployment}: needed: " + "".join(f"\n  {n}" for n in needed))
     print(f"{deployment}: redundant on this cluster (checked): {redundant or 'none'}")
     assert not unneeded, f"{deployment} works without these rules, so they are unneeded: {unneeded}"
