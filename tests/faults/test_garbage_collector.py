@@ -175,7 +175,10 @@ def expected(upstream_admin: KubeClient) -> Snapshot:
     try:
         build(upstream_admin, ns)
         cascade(upstream_admin, ns)
-        return wait_for(lambda: settled(upstream_admin, ns), "upstream's end state", WITHIN)
+        end: Snapshot = wait_for(
+            lambda: settled(upstream_admin, ns), "upstream's end state", WITHIN
+        )
+        return end
     finally:
         drop(upstream_admin, ns)
 
