@@ -84,7 +84,8 @@ def test_kubectl_whoami_names_the_component_in_system_monitoring(
 def test_unknown_component_has_no_kubeconfig(cluster: LocalCluster) -> None:
     known = (
         "informer, manager, controller-daemonset, controller-deployment, controller-endpoint, "
-        "controller-endpointslice, controller-horizontalpodautoscaling, controller-job, "
+        "controller-endpointslice, controller-garbagecollector, "
+        "controller-horizontalpodautoscaling, controller-job, controller-namespace, "
         "controller-replicaset"
     )
     with pytest.raises(ValueError, match=f"known: {known}"):
@@ -405,6 +406,19 @@ EXPECTED_WRITES = {
         ("autoscaling", "horizontalpodautoscalers/status", "update"),
         ("*", "*/scale", "update"),
         ("", "events", "create"),
+    },
+    # Objects of every type: owner references and finalizers removed, dependents deleted.
+    "controller-garbagecollector": {
+        ("*", "*", "patch"),
+        ("*", "*", "delete"),
+        ("", "events", "create"),
+    },
+    # A deleted namespace's content of every type, then the namespace's status and finalize.
+    "controller-namespace": {
+        ("", "namespaces/status", "update"),
+        ("", "namespaces/finalize", "update"),
+        ("*", "*", "delete"),
+        ("*", "*", "deletecollection"),
     },
 }
 
