@@ -143,8 +143,12 @@ def add_rate_limit_arguments(parser: argparse.ArgumentParser | argparse._Argumen
     )
 
 
-def bucket_from_args(args: argparse.Namespace) -> TokenBucket:
-    """The bucket of the parsed ``--kube-api-qps``/``--kube-api-burst``.
+def bucket_from_args(
+    args: argparse.Namespace, scale: tuple[float, float] = (1.0, 1.0)
+) -> TokenBucket:
+    """The bucket of the parsed ``--kube-api-qps``/``--kube-api-burst``, each multiplied
+    by ``scale`` (a controller upstream gives a client with more: see
+    ``ControllerOptions.rate_limit_scale``).
 
     Raises:
         ValueError: ``--kube-api-burst`` is below 1 while ``--kube-api-qps`` is above 0;
@@ -155,7 +159,7 @@ def bucket_from_args(args: argparse.Namespace) -> TokenBucket:
             f"--kube-api-burst must be at least 1 when --kube-api-qps is above 0, "
             f"not {args.kube_api_burst}"
         )
-    return TokenBucket(args.kube_api_qps, args.kube_api_burst)
+    return TokenBucket(args.kube_api_qps * scale[0], int(args.kube_api_burst * scale[1]))
 
 
 _Children = tuple[Any, Any, Any]

@@ -138,6 +138,11 @@ class ControllerOptions:
     """The longest retry delay (client-go's 1000 s)."""
     registry: CollectorRegistry | None = field(default=None, compare=False)
     """Prometheus registry for the controller's metrics; None for the global one."""
+    rate_limit_scale: tuple[float, float] = (1.0, 1.0)
+    """How the controller's API client scales ``--kube-api-qps`` and ``--kube-api-burst``
+    (which mean kube-controller-manager's setting): upstream gives some controllers a
+    client of their own with more (its namespace controller: 20 times the QPS, 100 times
+    the burst). Defaults to (1, 1)."""
 
 
 class Context:

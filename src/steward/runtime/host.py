@@ -153,7 +153,7 @@ async def serve(
         load_access(args.kubeconfig),
         user_agent=f"steward-{definition.name}-controller",
         workers=max(16, 2 * options.max_concurrent_reconciles),
-        rate_limiter=bucket_from_args(args),
+        rate_limiter=bucket_from_args(args, definition.options.rate_limit_scale),
     )
     metrics = start_metrics_server(args.metrics_listen, REGISTRY) if args.metrics_listen else None
     controller: Controller[Any] | None = None

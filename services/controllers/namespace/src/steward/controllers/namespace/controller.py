@@ -87,6 +87,9 @@ log = logging.getLogger(__name__)
 NAME = "namespace"
 """The controller's name with the manager (kube-controller-manager's --controllers name
 of its namespace-controller), also its work queue's name."""
+RATE_LIMIT_SCALE = (20.0, 100.0)
+"""The client's ``--kube-api-qps`` and ``--kube-api-burst`` multipliers, as upstream's
+(cmd/kube-controller-manager/app/core.go: ``QPS *= 20``, ``Burst *= 100``)."""
 WORKERS = 10
 """Namespaces synced at once (``--concurrent-namespace-syncs``)."""
 SYNC_PERIOD = 300.0
@@ -432,6 +435,10 @@ CONTROLLER = (
             max_concurrent_reconciles=WORKERS,
             resync_period=SYNC_PERIOD,
             backoff_max_seconds=MAX_BACKOFF,
+            # Upstream's namespace controller has a client of its own with 20 times
+            # kube-controller-manager's QPS and 100 times its burst ("very chatty": each
+            # sync lists and deletes every type of the namespace).
+            rate_limit_scale=RATE_LIMIT_SCALE,
         )
     )
     .beside_upstream(None)
