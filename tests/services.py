@@ -77,6 +77,39 @@ def new_namespace(kube: KubeClient, request: pytest.FixtureRequest) -> str:
             time.sleep(0.1)
 
 
+def widget_crd_body(group: str) -> dict[str, Any]:
+    """A CustomResourceDefinition of the namespaced type ``widgets.<group>`` (kind Widget,
+    version v1, any content), the custom resource the tests make."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"widgets.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {
+                "plural": "widgets",
+                "singular": "widget",
+                "kind": "Widget",
+                "listKind": "WidgetList",
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
 def security_env(security: ClientSecurity) -> dict[str, str]:
     """The ``STEWARD_*`` variables with which a controller process dials as ``security``
     does (mutual TLS files)."""

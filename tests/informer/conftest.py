@@ -30,6 +30,7 @@ from steward.v1 import informer_pb2 as pb
 from steward.v1 import informer_pb2_grpc as pb_grpc
 from tests.informer.mirror import INITIAL_EVENTS_END, Mirror
 from tests.informer.proxy import CuttableProxy
+from tests.services import widget_crd_body
 
 _T = TypeVar("_T")
 
@@ -262,29 +263,7 @@ def wait_for_cache(informer: RunningInformer, resource_type: pb.ResourceType, wr
 def create_widget_crd(api_client: client.ApiClient, group: str) -> pb.ResourceType:
     """Create the namespaced custom resource type widgets.<group> and wait until served."""
     ext = client.ApiextensionsV1Api(api_client)
-    body = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"widgets.{group}"},
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    body = widget_crd_body(group)
     ext.create_custom_resource_definition(body)  # type: ignore[arg-type]
 
     def established() -> bool:

@@ -36,6 +36,7 @@ from tests.controllers.harness import (
     upstream_kube,
     upstream_namespace,
 )
+from tests.services import widget_crd_body
 
 __all__ = ["upstream_kube", "upstream_namespace"]
 
@@ -134,29 +135,7 @@ def custom_resource_definition(kube: KubeClient) -> Iterator[tuple[str, str]]:
     kube.request(
         "POST",
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        {
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": name},
-            "spec": {
-                "group": group,
-                "scope": "Namespaced",
-                "names": {"plural": plural, "singular": "widget", "kind": "Widget"},
-                "versions": [
-                    {
-                        "name": "v1",
-                        "served": True,
-                        "storage": True,
-                        "schema": {
-                            "openAPIV3Schema": {
-                                "type": "object",
-                                "x-kubernetes-preserve-unknown-fields": True,
-                            }
-                        },
-                    }
-                ],
-            },
-        },
+        widget_crd_body(group),
     )
     try:
         yield group, plural

@@ -49,6 +49,7 @@ from tests.controllers.harness import (
     upstream_kube,
     upstream_namespace,
 )
+from tests.services import widget_crd_body
 
 __all__ = ["Starter", "eventually", "stays", "upstream_kube", "upstream_namespace"]
 
@@ -205,37 +206,6 @@ def deployment(name: str, replicas: int = 2) -> dict[str, Any]:
     }
 
 
-def crd(group: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"widgets.{group}"},
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {
-                "plural": "widgets",
-                "singular": "widget",
-                "kind": "Widget",
-                "listKind": "WidgetList",
-            },
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
 # Scenarios ------------------------------------------------------------------------------
 async def plain_content(kube: KubeClient, ns: str, suffix: str) -> Snapshot:
     """ConfigMaps, Secrets and a Deployment (with its ReplicaSet and pods on kwok's nodes):
@@ -268,7 +238,9 @@ async def custom_resource_with_finalizer(kube: KubeClient, ns: str, suffix: str)
     finalizer is removed; then the namespace goes. Other content (a ConfigMap) is gone
     meanwhile."""
     group = f"ns-{suffix}.steward.test"
-    kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd(group))
+    kube.request(
+        "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", widget_crd_body(group)
+    )
     widget = f"/apis/{group}/v1/namespaces/{ns}/widgets/held"
     try:
         await served(kube, group, "v1")
