@@ -11,8 +11,8 @@ and stopped after it, so that the API server's work under one side is not the ot
 
 * **upstream**: kube-controller-manager with every controller on;
 * **steward**: kube-controller-manager without the controllers Steward runs itself
-  (those of its registry: daemonset, deployment, endpoint, endpointslice, job,
-  replicaset), and Steward's
+  (those of its registry: daemonset, deployment, endpoint, endpointslice,
+  garbagecollector, horizontalpodautoscaling, job, namespace, replicaset), and Steward's
   informer, manager and those controllers as processes, deployed as ``make up`` runs
   them: each under its own identity (RBAC, and API Priority and Fairness: none is in
   ``system:masters``), registered with the manager (leases, write fencing), over mTLS;
@@ -66,6 +66,25 @@ window). 5 workers and a sync period of 15 s on both sides (upstream's
 per HPA sync (the HPA identity's GETs of ``deployments/scale`` timestamped in the window),
 with the syncs per second each side reached.
 
+The garbage collection workload (``gc``, :mod:`bench.garbage`) runs in a cluster of its own
+per side (kwok nodes for its pods at 200 a node), every one of Steward's controllers on
+its side, its garbage collector and namespace controller in place of upstream's (20 and 10
+workers on both sides, upstream's ``--concurrent-gc-syncs`` and
+``--concurrent-namespace-syncs`` defaults and Steward's). Three spans are measured, each
+from its first DELETE to the first poll that finds nothing left: ``--gc-deployments``
+Deployments of ``--gc-replicas`` replicas deleted with propagationPolicy Background (until
+every ReplicaSet and pod is gone), as many again with Foreground (until every Deployment
+is gone), and ``--gc-namespaces`` namespaces of ``--gc-namespace-objects`` objects (until
+every namespace is gone). Its figures are per Deployment and per namespace.
+
+The garbage collector's memory (``gc_memory``, :mod:`bench.garbage`; the
+:data:`GC_MEMORY_SETTING` setting only) is read in clusters of its own holding
+``--gc-objects`` objects of 20 types, once the collector is synced: on upstream's side
+twice, kube-controller-manager with every controller and with ``--controllers=
+garbagecollector`` alone; on Steward's, its garbage collector (the only one of Steward's
+controllers there) and its informer, apart. Neither garbage collection workload is in a
+run without ``--workloads`` (:data:`DEFAULT_WORKLOADS`).
+
 # Where the cost goes
 For each workload, over its measured span: CPU seconds of every process of the cluster
 (``/proc/<pid>/stat``), bytes each controller-side process read and wrote
@@ -96,7 +115,7 @@ from typing import Any
 
 import orjson
 
-from bench import daemonset, deployment, endpoints, hpa, job
+from bench import daemonset, deployment, endpoints, garbage, hpa, job
 from bench.informer import Api, report
 from steward.cluster import ClusterConfig, LocalCluster
 from steward.cluster.identities import (
@@ -115,8 +134,17 @@ WORKERS = 5
 ``--concurrent-deployment-syncs`` and ``--concurrent-endpoint-syncs`` defaults, and
 Steward's controllers' defaults."""
 
-WORKLOADS = ("job", "deployment", "endpoints", "daemonset", "hpa")
+WORKLOADS = ("job", "deployment", "endpoints", "daemonset", "hpa", "gc", "gc_memory")
 """Every workload, in the order they run."""
+DEFAULT_WORKLOADS: tuple[str, ...] = ("job", "deployment", "endpoints", "daemonset", "hpa")
+"""The workloads a run without ``--workloads`` runs (``make bench``): not the garbage
+collection ones, which take about 25 minutes for both sides at the defaults setting and
+their default sizes, and 100,000 objects created in each of three clusters for the
+memory, on two cores."""
+GC_SPANS = ("gc_background", "gc_foreground", "gc_namespaces")
+"""The measured spans of the ``gc`` workload, each summarized as a workload of its own."""
+SUMMARIZED = (*(w for w in WORKLOADS if w not in ("gc", "gc_memory")), *GC_SPANS)
+"""The keys of a side's results that :func:`summarize_workload` summarizes."""
 SHARED_CLUSTER = ("job", "deployment", "endpoints")
 """The workloads that share a side's first cluster (:data:`NODES` nodes); the DaemonSet
 workload gets a cluster of its own (``--daemonset-nodes`` nodes), and so does the HPA
@@ -316,14 +344,16 @@ def start_cluster(
     *,
     only: tuple[str, ...] | None = None,
     metrics: bool = False,
+    kcm_controllers: str = "*",
 ) -> LocalCluster:
     """A side's cluster. ``only``: on Steward's side, run only these of Steward's
     controllers (registry names), kube-controller-manager every other controller; on
     upstream's side it changes nothing. ``metrics``: the metrics pipeline
-    (``ClusterConfig.metrics``)."""
+    (``ClusterConfig.metrics``). ``kcm_controllers``: upstream's side's
+    kube-controller-manager ``--controllers`` (every one by default)."""
     name = "-".join(filter(None, ("steward-bench", side.name, setting.name, purpose)))
     state = Path(tempfile.mkdtemp(prefix=f"{name}-"))
-    controllers = "*"
+    controllers = "*" if side.steward else kcm_controllers
     if side.steward and only is not None:
         controllers = ",".join(["*", *(f"-{c}" for c in only)])
     return LocalCluster.up(
@@ -516,6 +546,121 @@ def run_side(
         result |= run_daemonsets(side, setting, args, out)
     if "hpa" in args.workloads:
         result |= run_hpas(side, setting, args, out)
+    if "gc" in args.workloads:
+        result |= run_gc(side, setting, args, out)
+    if "gc_memory" in args.workloads and setting.name == GC_MEMORY_SETTING:
+        result |= run_gc_memory(side, setting, args, out)
+    return result
+
+
+GC_MEMORY_SETTING = "defaults"
+"""The setting the ``gc_memory`` workload runs in (memory does not depend on the limits;
+each of its clusters holds ``--gc-objects`` objects, and a run takes minutes)."""
+
+
+def run_gc(side: Side, setting: Setting, args: argparse.Namespace, out: Progress) -> dict[str, Any]:
+    """The ``gc`` workload (:mod:`bench.garbage`): Deployments deleted in the background,
+    then in the foreground, then namespaces full of objects, in a cluster of its own."""
+    nodes = garbage.nodes_for(max(args.gc_deployments * args.gc_replicas, 1))
+    out.say(
+        f"{setting.name}: {side.name}: starting a cluster of {nodes} nodes for the garbage "
+        f"collection workload ({setting.describe()})"
+    )
+    cluster = start_cluster(side, setting, out, nodes, "gc")
+    result: dict[str, Any] = {}
+    try:
+        api = Api(cluster)
+        for policy in garbage.POLICIES:
+            out.say(
+                f"{setting.name}: {side.name}: {args.gc_deployments} Deployments x "
+                f"{args.gc_replicas} replicas, deleted with propagationPolicy {policy}"
+            )
+            timing = garbage.deletion_phase(
+                api,
+                f"bench-gc-{policy.lower()}",
+                args.gc_deployments,
+                args.gc_replicas,
+                policy,
+                args.threads,
+                args.timeout,
+                out,
+                Meter(cluster),
+            )
+            result[f"gc_{policy.lower()}"] = timing | {"nodes": nodes}
+            out.say(f"  gone in {timing['seconds']:.2f} s ({timing['gone_seconds']})")
+        out.say(
+            f"{setting.name}: {side.name}: {args.gc_namespaces} namespaces of "
+            f"{args.gc_namespace_objects} objects, deleted"
+        )
+        timing = garbage.namespace_phase(
+            api,
+            "bench-gc-ns",
+            args.gc_namespaces,
+            args.gc_namespace_objects,
+            args.gc_namespace_deployments,
+            args.threads,
+            args.timeout,
+            out,
+            Meter(cluster),
+        )
+        result["gc_namespaces"] = timing | {"nodes": nodes}
+        out.say(
+            f"  gone in {timing['seconds']:.2f} s (first {timing['first_gone_seconds']:.2f} s, "
+            f"median {timing['median_gone_seconds']:.2f} s)"
+        )
+    finally:
+        cluster.down(progress=Progress(quiet=True))
+    return result
+
+
+GC_MEMORY_PROCESSES = (KCM, "garbagecollector-controller", "informer")
+"""The processes whose resident memory the ``gc_memory`` workload reads (those a side
+has)."""
+
+
+def run_gc_memory(
+    side: Side, setting: Setting, args: argparse.Namespace, out: Progress
+) -> dict[str, Any]:
+    """The ``gc_memory`` workload (:mod:`bench.garbage`): resident memory with
+    ``--gc-objects`` objects, in a cluster of its own. Upstream's side runs it twice:
+    kube-controller-manager with every controller (``gc_memory``), and with only its
+    garbage collector (``gc_memory_alone``); Steward's side runs its garbage collector as
+    the only one of Steward's controllers, kube-controller-manager all the others."""
+    runs = [("gc_memory", "*")] + (
+        [("gc_memory_alone", "garbagecollector")] if not side.steward else []
+    )
+    result: dict[str, Any] = {}
+    for key, controllers in runs:
+        out.say(
+            f"{setting.name}: {side.name}: starting a cluster for the garbage collector's "
+            f"memory (kube-controller-manager --controllers={controllers})"
+        )
+        cluster = start_cluster(
+            side,
+            setting,
+            out,
+            2,
+            key.replace("_", "-"),
+            only=("garbagecollector",),
+            kcm_controllers=controllers,
+        )
+        try:
+            api = Api(cluster)
+            pids = {
+                r.name: r.pid for r in cluster.iter_processes() if r.name in GC_MEMORY_PROCESSES
+            }
+            out.say(f"{setting.name}: {side.name}: {args.gc_objects:,} objects of 20 types")
+            measured = garbage.memory_phase(
+                api, pids, args.gc_objects, args.threads, args.timeout, out
+            )
+            after = measured["rss_after"]
+            out.say(
+                "  resident: "
+                + ", ".join(f"{n} {b / 2**20:.1f} MiB" for n, b in sorted(after.items()))
+            )
+            result[key] = measured | {"kcm_controllers": controllers}
+        finally:
+            cluster.down(progress=Progress(quiet=True))
     return result
 
 
@@ -749,7 +894,9 @@ def units_of(workload: str, measured: dict[str, Any]) -> int:
         return int(measured["services"] * measured["pods_per_service"])
     if workload == "daemonset":
         return int(measured["daemonsets"] * measured["nodes"])
-    return int(measured["jobs" if workload == "job" else "deployments"])
+    if workload == "gc_namespaces":
+        return int(measured["namespaces"])
+    return int(measured["jobs" if workload == "job" else "deployments"])  # gc: Deployments
 
 
 def summarize_workload(side: Side, workload: str, measured: dict[str, Any]) -> dict[str, Any]:
@@ -763,6 +910,12 @@ def summarize_workload(side: Side, workload: str, measured: dict[str, Any]) -> d
         summary["daemonset_controller_requests_per_unit"] = identity_requests(
             measured, DAEMONSET_IDENTITIES[side.steward], units
         )
+    if workload in GC_SPANS:
+        for name in garbage.CONTROLLERS:
+            summary[f"{name}_requests_per_unit"] = identity_requests(
+                measured, garbage.IDENTITIES[side.steward][name], units
+            )
+        summary["kwok_cpu_per_unit"] = round(measured["cpu_seconds"].get("kwok", 0.0) / units, 5)
     if workload == "hpa":
         cpu = measured["cpu_seconds"]
         summary["hpa_controller_requests_per_unit"] = identity_requests(
@@ -816,6 +969,17 @@ def compare(results: dict[str, Any]) -> dict[str, Any]:
             u, s = up["hpa"]["summary"], st["hpa"]["summary"]
             for key in HPA_CPU_FIGURES:
                 c[f"hpa_{key.removesuffix('_per_unit')}_ratio"] = _ratio(s[key], u[key])
+        for span in GC_SPANS:
+            if span in up and span in st:
+                c[f"{span}_time_ratio"] = _ratio(st[span]["seconds"], up[span]["seconds"])
+                u, s = up[span]["summary"], st[span]["summary"]
+                for key in ("controller_cpu_per_unit", "apiserver_cpu_per_unit"):
+                    c[f"{span}_{key.removesuffix('_per_unit')}_ratio"] = _ratio(s[key], u[key])
+        if "gc_memory" in up and "gc_memory" in st:
+            steward_gc = st["gc_memory"]["rss_after"].get("garbagecollector-controller", 0)
+            for key in ("gc_memory", "gc_memory_alone"):
+                if key in up:
+                    c[f"{key}_rss_ratio"] = _ratio(steward_gc, up[key]["rss_after"].get(KCM, 0))
         as_json = sides.get("upstream_json", {})
         if "job" in as_json and "job" in up:
             c["upstream_json_apiserver_cpu_ratio"] = _ratio(
@@ -975,6 +1139,82 @@ def _hpa_rows(
     return rows
 
 
+GC_SPAN_LABELS = {
+    "gc_background": ("propagationPolicy Background: every ReplicaSet and pod gone", "Deployment"),
+    "gc_foreground": ("propagationPolicy Foreground: every Deployment gone", "Deployment"),
+    "gc_namespaces": ("every namespace gone", "namespace"),
+}
+
+
+def _gc_rows(
+    up: dict[str, Any], st: dict[str, Any], ratios: dict[str, Any]
+) -> list[tuple[str, str, str]]:
+    rows: list[tuple[str, str, str]] = []
+    for span, (label, unit) in GC_SPAN_LABELS.items():
+        if span not in up or span not in st:
+            continue
+        u, s = up[span], st[span]
+        if span == "gc_namespaces":
+            split = u["split"]
+            what = (
+                f"{u['namespaces']} namespaces x {u['objects_per_namespace']} objects "
+                f"({split['configmaps']} ConfigMaps, {split['secrets']} Secrets, "
+                f"{split['deployments']} one-pod Deployments)"
+            )
+        else:
+            what = f"{u['deployments']} Deployments x {u['replicas']} deleted"
+        r = ratios[f"{span}_time_ratio"]
+        rows.append(
+            (f"{what}: {label}", f"{u['seconds']:.2f} s", f"{s['seconds']:.2f} s (ratio {r:.2f})")
+        )
+        rows += _per_job_table(u, s, unit)
+        for name in garbage.CONTROLLERS:
+            uq, sq = (
+                u["summary"][f"{name}_requests_per_unit"],
+                s["summary"][f"{name}_requests_per_unit"],
+            )
+            rows.append(
+                (f"  of which the {name} identity's", f"{uq['total']:.2f}", f"{sq['total']:.2f}")
+            )
+    if "gc_memory" in up and "gc_memory" in st:
+        m = st["gc_memory"]
+        rows.append(
+            (
+                f"resident memory, {m['objects']:,} objects of {m['types']} types, "
+                "the collector synced",
+                "",
+                "",
+            )
+        )
+        gc_rss = m["rss_after"].get("garbagecollector-controller", 0)
+        for key, label in (
+            ("gc_memory", "kube-controller-manager, every controller"),
+            ("gc_memory_alone", "kube-controller-manager --controllers=garbagecollector"),
+        ):
+            if key not in up:
+                continue
+            kcm = up[key]
+            rows.append(
+                (
+                    f"  {label} / Steward's garbage collector",
+                    f"{kcm['rss_after'].get(KCM, 0) / 2**20:.1f} MiB "
+                    f"(+{kcm['rss_growth_per_object'].get(KCM, 0):.0f} B/object)",
+                    f"{gc_rss / 2**20:.1f} MiB "
+                    f"(+{m['rss_growth_per_object'].get('garbagecollector-controller', 0):.0f} "
+                    f"B/object; ratio {ratios[f'{key}_rss_ratio']:.2f})",
+                )
+            )
+        rows.append(
+            (
+                "  Steward's informer (apart)",
+                "",
+                f"{m['rss_after'].get('informer', 0) / 2**20:.1f} MiB "
+                f"(+{m['rss_growth_per_object'].get('informer', 0):.0f} B/object)",
+            )
+        )
+    return rows
+
+
 def _tracing_rows(tracing: dict[str, Any]) -> list[tuple[str, str, str]]:
     rounds = tracing["rounds"]
     listed = ", ".join(f"{'on' if r['traced'] else 'off'} {r['jobs_per_s']:.0f}" for r in rounds)
@@ -1021,6 +1261,14 @@ def table(results: dict[str, Any]) -> str:
                 "HPA controller only; the Deployments' controllers upstream's on both sides, "
                 "idle in the window)"
             )
+        spans = [up[span] for span in GC_SPANS if span in up]
+        if spans:
+            clusters.append(
+                f"20 garbage collector and 10 namespace workers and {spans[0]['nodes']} kwok "
+                "nodes in a cluster of the gc workload's own"
+            )
+        if "gc_memory" in up:
+            clusters.append("2 kwok nodes in each cluster of the gc_memory workload")
         lines.append(
             f"== setting '{name}': {setting.describe()}; {'; '.join(clusters)}; Steward as "
             "deployed (own identities, manager, mTLS), tracing off unless said"
@@ -1095,6 +1343,7 @@ def table(results: dict[str, Any]) -> str:
             rows += _daemonset_rows(up["daemonset"], st["daemonset"], ratios)
         if "hpa" in up and "hpa" in st:
             rows += _hpa_rows(up["hpa"], st["hpa"], ratios)
+        rows += _gc_rows(up, st, ratios)
         w0 = max(len(r[0]) for r in rows)
         w1 = max(len(r[1]) for r in rows)
         lines += [f"{a:{w0}}  {b:>{w1}}  {c}".rstrip() for a, b, c in rows]
@@ -1127,7 +1376,7 @@ def run(args: argparse.Namespace) -> int:
         per_side: dict[str, Any] = {}
         for side in sides:
             measured = run_side(side, setting, args, out)
-            for workload in WORKLOADS:
+            for workload in SUMMARIZED:
                 if workload in measured:
                     measured[workload]["summary"] = summarize_workload(
                         side, workload, measured[workload]
@@ -1156,8 +1405,10 @@ def main() -> int:
     parser.add_argument(
         "--workloads",
         type=lambda s: s.split(","),
-        default=list(WORKLOADS),
-        help=f"comma-separated workloads: {', '.join(WORKLOADS)} (default: all)",
+        default=list(DEFAULT_WORKLOADS),
+        help=f"comma-separated workloads: {', '.join(WORKLOADS)} (default: "
+        f"{', '.join(DEFAULT_WORKLOADS)}; "
+        f"gc_memory runs in the {GC_MEMORY_SETTING} setting only)",
     )
     parser.add_argument(
         "--sides",
@@ -1213,6 +1464,39 @@ def main() -> int:
         default=60.0,
         help="seconds of the HPA workload's steady state measured (default 60)",
     )
+    parser.add_argument(
+        "--gc-deployments",
+        type=int,
+        default=200,
+        help="Deployments of the gc workload, deleted in each of its two phases (default 200)",
+    )
+    parser.add_argument(
+        "--gc-replicas", type=int, default=10, help="replicas of each of them (default 10)"
+    )
+    parser.add_argument(
+        "--gc-namespaces",
+        type=int,
+        default=50,
+        help="namespaces of the gc workload's namespace phase (default 50)",
+    )
+    parser.add_argument(
+        "--gc-namespace-objects",
+        type=int,
+        default=100,
+        help="objects in each of them, Deployments, ReplicaSets and pods counted (default 100)",
+    )
+    parser.add_argument(
+        "--gc-namespace-deployments",
+        type=int,
+        default=2,
+        help="one-pod Deployments among each namespace's objects (default 2)",
+    )
+    parser.add_argument(
+        "--gc-objects",
+        type=int,
+        default=100_000,
+        help="objects of the gc_memory workload, as many of each of its 20 types (default 100000)",
+    )
     parser.add_argument("--threads", type=int, default=8, help="requesting threads (default 8)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per phase")
     parser.add_argument(
@@ -1228,6 +1512,10 @@ def main() -> int:
     bad = [w for w in args.workloads if w not in WORKLOADS]
     if bad:
         parser.error(f"unknown workload {', '.join(bad)}; known: {', '.join(WORKLOADS)}")
+    if "gc_memory" in args.workloads and GC_MEMORY_SETTING not in args.settings:
+        parser.error(
+            f"gc_memory runs in the {GC_MEMORY_SETTING} setting only: add it to --settings"
+        )
     sides = [s.name for s in (UPSTREAM, STEWARD, UPSTREAM_JSON)]
     bad = [s for s in args.sides if s not in sides]
     if bad:
