@@ -417,7 +417,14 @@ CONTROLLER = (
         from_flags=_every_from_flags,
     )
     .flags(_add_flags)
-    .with_options(steward.ControllerOptions(max_concurrent_reconciles=20))
+    .with_options(
+        steward.ControllerOptions(
+            max_concurrent_reconciles=20,
+            # Upstream's collector client has twice kube-controller-manager's QPS: "each
+            # object deletion takes two API calls" (a read, then the delete).
+            rate_limit_scale=(2.0, 1.0),
+        )
+    )
     .beside_upstream(None)
     .describe(
         "Steward's garbage collector: deletes the dependents of deleted owners "
