@@ -145,14 +145,15 @@ def host_flags(informer: str, manager: str, kubeconfig: str, namespace: str) -> 
     ]
 
 
-def serving(cluster: LocalCluster, address: str) -> bool:
-    """The gRPC health service at ``address`` says SERVING (asked as the cluster's admin)."""
+def serving(cluster: LocalCluster, address: str, service: str = "") -> bool:
+    """The gRPC health service at ``address`` says SERVING (asked as the cluster's admin)
+    for ``service`` (a service's full name; empty for the server as a whole)."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
     with cluster.client_security().sync_channel(address) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=1.0
+                health_pb2.HealthCheckRequest(service=service), timeout=1.0
             )
         except grpc.RpcError:
             return False

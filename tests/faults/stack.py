@@ -39,12 +39,14 @@ from steward.cluster import LocalCluster
 from steward.cluster.pki import CertificateAuthority
 from steward.cluster.process import free_port, spawn, stop
 from steward.cluster.registry import controller_names
-from steward.v1 import manager_pb2, manager_pb2_grpc
+from steward.v1 import informer_pb2, manager_pb2, manager_pb2_grpc
 from tests.polling import wait_for
 from tests.services import serving
 
 SETPRIV = shutil.which("setpriv")
 CONTROLLERS = ("job", "replicaset", "deployment")
+INFORMER_SERVICE = informer_pb2.DESCRIPTOR.services_by_name["InformerService"].full_name
+MANAGER_SERVICE = manager_pb2.DESCRIPTOR.services_by_name["ManagerService"].full_name
 LEASE = ("3", "2", "0.5")
 """The manager's lease duration, renew deadline and retry period in seconds: a lost
 instance is replaced within seconds."""
@@ -158,14 +160,26 @@ class Stack:
 
     cluster: LocalCluster
     logs: Path
-    informer_address: str = field(default_factory=lambda: f"127.0.0.1:{free_port()}")
-    informer_metrics: str = field(default_factory=lambda: f"127.0.0.1:{free_port()}")
-    manager_address: str = field(default_factory=lambda: f"127.0.0.1:{free_port()}")
+    informer_address: str = ""
+    informer_metrics: str = ""
+    manager_address: str = ""
     lease_namespace: str = field(default_factory=lambda: f"steward-faults-{uuid.uuid4().hex[:6]}")
     services: list[Service] = field(default_factory=list)
     informer: Service | None = None
     manager: Service | None = None
     _channel: grpc.Channel | None = None
+
+    def __post_init__(self) -> None:
+        # Three ports, each free when chosen and distinct: free_port() releases its port at
+        # once, so two calls may name the same one, and a manager that cannot bind would
+        # leave its address to the informer (whose health check says SERVING too).
+        ports: set[int] = set()
+        while len(ports) < 3:
+            ports.add(free_port())
+        informer, metrics, manager = (f"127.0.0.1:{p}" for p in sorted(ports))
+        self.informer_address = self.informer_address or informer
+        self.informer_metrics = self.informer_metrics or metrics
+        self.manager_address = self.manager_address or manager
 
     def start_informer(self, *flags: str, kubeconfig: Path | None = None) -> Service:
         argv = service_argv(
@@ -199,12 +213,17 @@ class Stack:
         return self.manager
 
     def wait_serving(self, service: Service, address: str, within: float = 60.0) -> None:
-        """Wait until ``service`` serves gRPC health at ``address``; fail with its log's
-        tail if it exits first."""
+        """Wait until ``service`` serves gRPC health at ``address``, under its own service
+        name for the informer and the manager (the manager once it leads), so that another
+        server on that port is not taken for it; fail with its log's tail if it exits
+        first."""
+        name = {id(self.informer): INFORMER_SERVICE, id(self.manager): MANAGER_SERVICE}.get(
+            id(service), ""
+        )
 
         def check() -> bool:
             assert service.alive(), f"{service.name} exited:\n{service.tail()}"
-            return serving(self.cluster, address)
+            return serving(self.cluster, address, name)
 
         wait_for(check, f"{service.name} to serve at {address}:\n{service.tail()}", within)
 
