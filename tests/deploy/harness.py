@@ -34,7 +34,7 @@ import yaml
 from steward import deploy
 from steward.cluster import ClusterError, LocalCluster
 from steward.cluster.pki import CertificateAuthority
-from steward.cluster.process import free_port
+from steward.cluster.process import free_ports
 from steward.security import ClientSecurity
 from steward.serving.security import DEFAULT_AUDIENCE
 
@@ -302,7 +302,8 @@ class Launcher:
         deployment = find(self.docs, "Deployment", deployment_name)
         c = container(deployment)
         pod = pod or Pod(name=f"{deployment_name}-{uuid.uuid4().hex[:5]}")
-        ports = {p["containerPort"]: free_port() for p in c.get("ports", [])}
+        declared = [p["containerPort"] for p in c.get("ports", [])]
+        ports = dict(zip(declared, free_ports(len(declared)), strict=True))
         home = self.workdir / pod.name
         home.mkdir(parents=True, exist_ok=True)
         sa = service_account or deployment["spec"]["template"]["spec"]["serviceAccountName"]

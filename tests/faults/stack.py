@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from steward.cluster import LocalCluster
 from steward.cluster.pki import CertificateAuthority
-from steward.cluster.process import free_port, spawn, stop
+from steward.cluster.process import free_ports, spawn, stop
 from steward.cluster.registry import controller_names
 from steward.v1 import informer_pb2, manager_pb2, manager_pb2_grpc
 from tests.polling import wait_for
@@ -170,13 +170,9 @@ class Stack:
     _channel: grpc.Channel | None = None
 
     def __post_init__(self) -> None:
-        # Three ports, each free when chosen and distinct: free_port() releases its port at
-        # once, so two calls may name the same one, and a manager that cannot bind would
-        # leave its address to the informer (whose health check says SERVING too).
-        ports: set[int] = set()
-        while len(ports) < 3:
-            ports.add(free_port())
-        informer, metrics, manager = (f"127.0.0.1:{p}" for p in sorted(ports))
+        # Three distinct ports: a manager that cannot bind its port because the informer
+        # took it would leave its address to the informer (whose health says SERVING too).
+        informer, metrics, manager = (f"127.0.0.1:{p}" for p in free_ports(3))
         self.informer_address = self.informer_address or informer
         self.informer_metrics = self.informer_metrics or metrics
         self.manager_address = self.manager_address or manager

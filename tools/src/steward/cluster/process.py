@@ -191,3 +191,15 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports, each free on 127.0.0.1 right now: :func:`free_port`
+    releases the port it found, so two calls may return the same one, and a process given
+    it twice (health and metrics) fails to bind the second."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
