@@ -106,7 +106,9 @@ class GarbageCollector:
         self.ctx = ctx
         self.api = ctx.api
         self.graph = Graph()
-        self.discovery = Discovery(ctx.api)
+        # The discovery that follows the types, shared: its readings every period keep the
+        # kinds-to-resources mapping current without reading discovery a second time.
+        self.discovery = ctx.types.discovery if ctx.types is not None else Discovery(ctx.api)
         self._recorders: dict[tuple[str, str], steward.EventRecorder] = {}
         if ctx.types is not None:
             ctx.types.on_error = SYNC_ERRORS.inc
