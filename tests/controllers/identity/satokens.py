@@ -1,0 +1,249 @@
+"""Fixtures and scenarios of the serviceaccount-token and legacy token cleaner tests.
+
+Steward's controllers run in this event loop against ``id_cluster`` (where
+kube-controller-manager runs neither), each as its own identity with only its RBAC of
+``deploy/rbac/``; the tokens controller is given ``id_cluster``'s own service account
+signing key and CA (its state directory's ``pki/sa.key`` and ``pki/ca.crt``, the files
+kube-controller-manager is given), so kube-apiserver accepts what it signs. The session's
+``cluster`` (every upstream controller on) is the reference side of the differential
+tests.
+
+Namespaces here are made directly (:func:`plain_namespace`): ``id_cluster`` has no
+serviceaccount controller, so no namespace there gets its ``default`` ServiceAccount.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+from steward.cluster import LocalCluster
+from steward.controllers.serviceaccounttoken import cleaner, tokens
+from steward.controllers.serviceaccounttoken.signing import key_id
+from steward.kube import KubeClient, NotFoundError
+from tests.controllers.harness import Starter, controllers, drop_namespace, in_loop_informer
+
+TOKEN_TYPE = "kubernetes.io/service-account-token"
+WITHIN = 60.0
+"""Seconds a side may take to reach a scenario's point (a deadline, not a measurement)."""
+
+
+# The cluster's PKI -----------------------------------------------------------------------
+def pki(plane: LocalCluster, name: str) -> Path:
+    """A file of the plane's PKI (``sa.key``, ``sa.pub``, ``ca.crt``)."""
+    return plane.directory / "pki" / name
+
+
+def token_flags(plane: LocalCluster) -> tuple[str, ...]:
+    """The tokens controller's flags as kube-controller-manager is given them."""
+    return (
+        f"--service-account-private-key-file={pki(plane, 'sa.key')}",
+        f"--root-ca-file={pki(plane, 'ca.crt')}",
+    )
+
+
+# Namespaces and controllers -------------------------------------------------------------
+def plain_namespace(kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """For a fixture to yield from: a fresh namespace (not waiting for a default
+    ServiceAccount), dropped after."""
+    base = request.node.name.lower().replace("_", "-")
+    name = "".join(c for c in base if c.isalnum() or c == "-")[:40].strip("-")
+    name = f"{name}-{uuid.uuid4().hex[:6]}"
+    kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        drop_namespace(kube, name)
+
+
+@pytest.fixture
+def sa_namespace(id_kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace of ``id_cluster``."""
+    yield from plain_namespace(id_kube, request)
+
+
+@pytest_asyncio.fixture
+async def token_controllers(id_cluster: LocalCluster) -> AsyncIterator[Starter]:
+    """A starter of Steward's serviceaccount-token controller over every namespace of
+    ``id_cluster``, as ``steward:controller:serviceaccount-token``."""
+    identity = id_cluster.component_kubeconfig("controller-serviceaccount-token")
+    async with (
+        in_loop_informer(id_cluster) as informer,
+        controllers(tokens.CONTROLLER, identity, informer, "", workers=5) as starter,
+    ):
+        yield starter
+
+
+@pytest_asyncio.fixture
+async def cleaner_controllers(id_cluster: LocalCluster) -> AsyncIterator[Starter]:
+    """A starter of Steward's legacy-service-account-token-cleaner over every namespace
+    of ``id_cluster``, as ``steward:controller:legacy-service-account-token-cleaner``."""
+    identity = id_cluster.component_kubeconfig("controller-legacy-service-account-token-cleaner")
+    async with (
+        in_loop_informer(id_cluster) as informer,
+        controllers(cleaner.CONTROLLER, identity, informer, "", workers=2) as starter,
+    ):
+        yield starter
+
+
+# Objects --------------------------------------------------------------------------------
+def service_account(name: str, secrets: tuple[str, ...] = ()) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": name},
+    }
+    if secrets:
+        body["secrets"] = [{"name": s} for s in secrets]
+    return body
+
+
+def token_secret(
+    name: str, sa: str, *, uid: str = "", labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    notes = {"kubernetes.io/service-account.name": sa}
+    if uid:
+        notes["kubernetes.io/service-account.uid"] = uid
+    meta: dict[str, Any] = {"name": name, "annotations": notes}
+    if labels:
+        meta["labels"] = labels
+    return {"apiVersion": "v1", "kind": "Secret", "type": TOKEN_TYPE, "metadata": meta}
+
+
+def create(kube: KubeClient, ns: str, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+    return kube.request("POST", f"/api/v1/namespaces/{ns}/{plural}", body)
+
+
+def get(kube: KubeClient, ns: str, plural: str, name: str) -> dict[str, Any] | None:
+    try:
+        return kube.request("GET", f"/api/v1/namespaces/{ns}/{plural}/{name}")
+    except NotFoundError:
+        return None
+
+
+def delete(kube: KubeClient, ns: str, plural: str, name: str) -> None:
+    with contextlib.suppress(NotFoundError):
+        kube.request("DELETE", f"/api/v1/namespaces/{ns}/{plural}/{name}")
+
+
+def data_of(secret: dict[str, Any] | None) -> dict[str, bytes]:
+    return {k: base64.b64decode(v) for k, v in ((secret or {}).get("data") or {}).items()}
+
+
+def populated(kube: KubeClient, ns: str, name: str) -> dict[str, Any] | None:
+    """The Secret once it holds a token, ca.crt and namespace."""
+    secret = get(kube, ns, "secrets", name)
+    return secret if {"token", "ca.crt", "namespace"} <= set(data_of(secret)) else None
+
+
+def token_review(kube: KubeClient, token: str) -> dict[str, Any]:
+    """What kube-apiserver says of a bearer token (a TokenReview's status)."""
+    review = kube.request(
+        "POST",
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}},
+    )
+    return review.get("status") or {}
+
+
+# Tokens ---------------------------------------------------------------------------------
+def _unb64(part: str) -> bytes:
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+def decode(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A compact JWS's header and claims (unverified)."""
+    header, payload, _ = token.split(".")
+    return json.loads(_unb64(header)), json.loads(_unb64(payload))
+
+
+def verify(token: str, public_key: Any) -> None:
+    """Check a compact JWS's signature with ``public_key`` (RSA: RS256; ECDSA: ES256,
+    ES384 or ES512 by its curve); raises ``cryptography.exceptions.InvalidSignature``."""
+    header, payload, signature = token.split(".")
+    signed = f"{header}.{payload}".encode("ascii")
+    raw = _unb64(signature)
+    if isinstance(public_key, rsa.RSAPublicKey):
+        public_key.verify(raw, signed, padding.PKCS1v15(), hashes.SHA256())
+        return
+    assert isinstance(public_key, ec.EllipticCurvePublicKey)
+    digest = {256: hashes.SHA256(), 384: hashes.SHA384(), 521: hashes.SHA512()}[
+        public_key.curve.key_size
+    ]
+    half = len(raw) // 2
+    der = encode_dss_signature(int.from_bytes(raw[:half], "big"), int.from_bytes(raw[half:], "big"))
+    public_key.verify(der, signed, ec.ECDSA(digest))
+
+
+def public_key_of(plane: LocalCluster) -> Any:
+    """The plane's service account public key (``pki/sa.pub``)."""
+    pem = pki(plane, "sa.pub").read_bytes()
+    return serialization.load_pem_public_key(pem)
+
+
+# Scenario --------------------------------------------------------------------------------
+async def token_lifecycle(kube: KubeClient, ns: str, plane: LocalCluster) -> dict[str, Any]:
+    """A service account, a token Secret for it and one for a service account that does
+    not exist: the first is populated (its token checked against the plane's own public
+    key and by a TokenReview), the second deleted; then the service account is deleted
+    and its token Secret with it. What each step showed, masked where the sides must
+    differ (names, UIDs, certificate bytes), for the two sides to compare."""
+    from tests.controllers.harness import eventually
+
+    sa = create(kube, ns, "serviceaccounts", service_account("robot"))
+    sa_uid = sa["metadata"]["uid"]
+    create(kube, ns, "secrets", token_secret("robot-token", "robot"))
+    create(kube, ns, "secrets", token_secret("orphan-token", "nobody"))
+    secret = await eventually(lambda: populated(kube, ns, "robot-token"), "token populated", WITHIN)
+    data = data_of(secret)
+    token = data["token"].decode()
+    verify(token, public_key_of(plane))
+    header, claims = decode(token)
+    review = token_review(kube, token)
+    assert review.get("authenticated") is True, review
+    await eventually(
+        lambda: get(kube, ns, "secrets", "orphan-token") is None, "orphan deleted", WITHIN
+    )
+    meta = secret["metadata"]
+    snapshot = {
+        "type": secret["type"],
+        "data keys": sorted(data),
+        "namespace": data["namespace"].decode().replace(ns, "NS"),
+        "ca.crt is the root CA": data["ca.crt"] == pki(plane, "ca.crt").read_bytes(),
+        "labels": meta.get("labels") or {},
+        "annotations": {
+            k: v.replace(sa_uid, "UID") for k, v in (meta.get("annotations") or {}).items()
+        },
+        "header keys": sorted(header),
+        "alg": header["alg"],
+        "kid is the public key's": header.get("kid") == key_id(public_key_of(plane)),
+        "claims": {
+            k: (v.replace(sa_uid, "UID").replace(ns, "NS") if isinstance(v, str) else v)
+            for k, v in claims.items()
+        },
+        "user": {
+            "username": review["user"]["username"].replace(ns, "NS"),
+            "groups": sorted(g.replace(ns, "NS") for g in review["user"].get("groups") or ()),
+        },
+    }
+    delete(kube, ns, "serviceaccounts", "robot")
+    await eventually(
+        lambda: get(kube, ns, "secrets", "robot-token") is None, "token deleted with its SA", WITHIN
+    )
+    return snapshot
+
+
+def today() -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime())
