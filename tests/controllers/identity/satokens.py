@@ -247,3 +247,56 @@ async def token_lifecycle(kube: KubeClient, ns: str, plane: LocalCluster) -> dic
 
 def today() -> str:
     return time.strftime("%Y-%m-%d", time.gmtime())
+
+
+TRACKING = (
+    "/api/v1/namespaces/kube-system/configmaps/kube-apiserver-legacy-service-account-token-tracking"
+)
+"""The ConfigMap where kube-apiserver says since when it tracks legacy token use."""
+
+
+def set_tracked_since(kube: KubeClient, since: str) -> str:
+    """Say token use has been tracked since ``since`` (a date); the previous date."""
+    from tests.controllers.harness import update
+
+    previous = ""
+
+    def change(configmap: dict[str, Any]) -> None:
+        nonlocal previous
+        previous = (configmap.get("data") or {}).get("since", "")
+        configmap.setdefault("data", {})["since"] = since
+
+    update(kube, TRACKING, change, "the tracking ConfigMap kept conflicting")
+    return previous
+
+
+@pytest.fixture
+def tracked_long_ago(id_kube: KubeClient) -> Iterator[None]:
+    """``id_cluster`` has tracked legacy token use since 2020-01-01 while the test runs."""
+    previous = set_tracked_since(id_kube, "2020-01-01")
+    try:
+        yield
+    finally:
+        set_tracked_since(id_kube, previous or today())
+
+
+def labels_of(kube: KubeClient, ns: str, name: str) -> dict[str, str] | None:
+    """A Secret's labels ({} without), None once it is gone."""
+    secret = get(kube, ns, "secrets", name)
+    return None if secret is None else (secret["metadata"].get("labels") or {})
+
+
+def pod_using(name: str, sa: str, secret: str) -> dict[str, Any]:
+    """A pod (never scheduled: no node fits it) that mounts ``secret``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "serviceAccountName": sa,
+            "automountServiceAccountToken": False,
+            "nodeSelector": {"steward.test/nowhere": "true"},
+            "containers": [{"name": "c", "image": "fake"}],
+            "volumes": [{"name": "token", "secret": {"secretName": secret}}],
+        },
+    }

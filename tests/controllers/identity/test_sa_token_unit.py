@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -121,7 +122,7 @@ def test_update_needed() -> None:
 
 def test_populated_fills_only_what_is_missing(rsa_key: rsa.RSAPrivateKey) -> None:
     signer = signer_of(rsa_key)
-    secret = {
+    secret: dict[str, Any] = {
         "metadata": {"name": "s", "namespace": "ns", "annotations": {"other": "kept"}},
         "data": {"namespace": _b64(b"custom")},
     }
@@ -178,3 +179,30 @@ def test_flags_parse_and_validate(rsa_key: rsa.RSAPrivateKey, tmp_path: object) 
 def test_workers_default_is_upstreams() -> None:
     assert tokens.CONTROLLER.options.max_concurrent_reconciles == 5
     assert tokens.CONTROLLER.options.max_retries == 10
+
+
+def test_hosted_without_the_key_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """As a process: no --service-account-private-key-file, exit status 2 naming it."""
+    from steward.runtime.host import run
+
+    with pytest.raises(SystemExit) as exited:
+        run(tokens.CONTROLLER, ["--informer=127.0.0.1:1"])
+    assert exited.value.code == 2
+    assert "--service-account-private-key-file" in capsys.readouterr().err
+
+
+def test_hosted_concurrency_flag_sets_the_workers(
+    rsa_key: rsa.RSAPrivateKey, tmp_path: object
+) -> None:
+    from pathlib import Path
+
+    from steward.runtime.host import parser_for
+
+    assert isinstance(tmp_path, Path)
+    key = tmp_path / "sa.key"
+    key.write_bytes(_pem(rsa_key, "pkcs8"))
+    parser = parser_for(tokens.CONTROLLER)
+    flag = f"--service-account-private-key-file={key}"
+    assert parser.parse_args([flag]).workers == 5
+    assert parser.parse_args([flag, "--concurrent-serviceaccount-token-syncs=3"]).workers == 3
+    assert parser.parse_args([flag, "--workers=4"]).workers == 4
