@@ -1,0 +1,1 @@
+"""Steward's ClusterRole aggregation controller."""
