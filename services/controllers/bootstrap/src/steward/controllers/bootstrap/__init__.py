@@ -1,0 +1,1 @@
+"""Steward's bootstrap token controllers: bootstrapsigner and tokencleaner."""
