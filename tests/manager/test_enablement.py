@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
+from steward.manager import server
 from steward.manager.enablement import Enablement, InvalidNameError, validate_name
 
 pytestmark = pytest.mark.unit
@@ -67,3 +70,25 @@ def test_bad_entries_name_the_entry(entry: str) -> None:
 @pytest.mark.parametrize("good", ["a", "job", "cron-job", "x1", "1x", "a" * 63])
 def test_good_names(good: str) -> None:
     assert validate_name(good) == good
+
+
+@pytest.mark.parametrize(
+    ("argv", "name", "enabled"),
+    [
+        ([], "bootstrapsigner", False),
+        ([], "tokencleaner", False),
+        ([], "serviceaccount", True),
+        (["--controllers=*,bootstrapsigner"], "bootstrapsigner", True),
+        (["--disabled-by-default="], "tokencleaner", True),
+    ],
+)
+def test_the_managers_defaults_are_kube_controller_managers(
+    argv: list[str], name: str, enabled: bool
+) -> None:
+    """Without flags, the manager's '*' leaves off what kube-controller-manager's leaves
+    off (a controller such as the bootstrap signer would otherwise turn on unasked)."""
+    parser = argparse.ArgumentParser()
+    server.add_arguments(parser)
+    options = server.options_from_args(parser.parse_args(["--insecure-plaintext", *argv]))
+    rules = Enablement.parse(options.controllers, options.disabled_by_default)
+    assert rules.is_enabled(name) is enabled, rules.decide(name)

@@ -403,6 +403,23 @@ async def test_default_queue_and_options(registry: CollectorRegistry) -> None:
 
 
 @pytest.mark.asyncio
+async def test_the_queue_takes_kube_controller_managers_name(registry: CollectorRegistry) -> None:
+    """``queue_name`` names the queue's metrics as KCM names its queue, while the pool's
+    own metrics keep the controller's name."""
+    recorder = Recorder()
+    options = WorkerOptions(registry=registry, queue_name="root_ca_cert_publisher")
+    pool = WorkerPool("root-ca-cert-publisher", recorder, options=options)
+    assert pool.queue.name == "root_ca_cert_publisher"
+    task = asyncio.create_task(pool.run())
+    pool.queue.add(req("a"))
+    await recorder.until(lambda: len(recorder.finished) == 1)
+    labels = {"name": "root_ca_cert_publisher"}
+    assert registry.get_sample_value("workqueue_adds_total", labels) == 1
+    assert registry.get_sample_value("workqueue_adds_total", {"name": pool.name}) is None
+    await stop(task)
+
+
+@pytest.mark.asyncio
 async def test_a_key_failing_past_max_retries_is_dropped_until_queued_again(
     registry: CollectorRegistry,
 ) -> None:

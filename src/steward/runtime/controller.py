@@ -138,6 +138,10 @@ class ControllerOptions:
     """The longest retry delay (client-go's 1000 s)."""
     registry: CollectorRegistry | None = field(default=None, compare=False)
     """Prometheus registry for the controller's metrics; None for the global one."""
+    queue_name: str = ""
+    """The work queue's name, the ``name`` label of its ``workqueue_*`` metrics: give
+    kube-controller-manager's (``root_ca_cert_publisher``), so that alerts on KCM's queues
+    keep working. Empty (the default) for the controller's name."""
     rate_limit_scale: tuple[float, float] = (1.0, 1.0)
     """How the controller's API client scales ``--kube-api-qps`` and ``--kube-api-burst``
     (which mean kube-controller-manager's setting): upstream gives some controllers a
@@ -341,6 +345,10 @@ class ControllerDefinition(Generic[R]):
     (each side keeping to its own objects); None when the two must not run together."""
     alone: tuple[str, ...] = ()
     """Flags for when upstream's controller of the same name is off."""
+    enabled_by_default: bool = True
+    """Whether ``--controllers=*`` includes it, as kube-controller-manager's controllers
+    that are off by default (``bootstrapsigner``, ``tokencleaner``) are not: those run
+    only when named."""
     description: str = ""
     every: EveryType | None = None
     """For a controller over every type (:meth:`ControllerBuilder.for_every_type`): which
@@ -675,6 +683,7 @@ class Controller(Generic[R]):
                 max_retries=self.options.max_retries,
                 backoff_base_seconds=self.options.backoff_base_seconds,
                 backoff_max_seconds=self.options.backoff_max_seconds,
+                queue_name=self.options.queue_name,
             ),
         )
 
@@ -714,6 +723,7 @@ class ControllerBuilder(Generic[R]):
         self._flags: list[Callable[[argparse.ArgumentParser], object]] = []
         self._beside: tuple[str, ...] | None = None
         self._alone: tuple[str, ...] = ()
+        self._enabled_by_default = True
         self._description = ""
         self._every: EveryType | None = None
         self._every_from_flags: Callable[[argparse.Namespace, EveryType], EveryType] | None = None
@@ -903,6 +913,12 @@ class ControllerBuilder(Generic[R]):
         self._alone = tuple(alone)
         return self
 
+    def disabled_by_default(self) -> ControllerBuilder[R]:
+        """Off unless named (``--controllers=*,name``), as upstream keeps its controller of
+        the same name (:attr:`ControllerDefinition.enabled_by_default`)."""
+        self._enabled_by_default = False
+        return self
+
     def describe(self, text: str) -> ControllerBuilder[R]:
         """What ``--help`` says the controller does."""
         self._description = text
@@ -929,6 +945,7 @@ class ControllerBuilder(Generic[R]):
             add_flags=tuple(self._flags),
             beside_upstream=self._beside,
             alone=self._alone,
+            enabled_by_default=self._enabled_by_default,
             description=self._description,
             every=self._every,
             every_from_flags=self._every_from_flags,

@@ -54,6 +54,9 @@ class WorkerOptions:
 
     ``backoff_base_seconds``, ``backoff_max_seconds``: the failed key's backoff, for the
     queue the pool makes (client-go's defaults, 5 ms doubling to 1000 s).
+
+    ``queue_name``: the name of the queue the pool makes (its ``workqueue_*`` metrics'
+    ``name`` label). Empty (the default) for the pool's own name.
     """
 
     max_concurrent_reconciles: int = 1
@@ -62,6 +65,7 @@ class WorkerOptions:
     max_retries: int | None = None
     backoff_base_seconds: float = DEFAULT_BASE_DELAY
     backoff_max_seconds: float = DEFAULT_MAX_DELAY
+    queue_name: str = ""
 
     def __post_init__(self) -> None:
         if self.max_concurrent_reconciles < 1:
@@ -131,7 +135,7 @@ class WorkerPool:
             queue
             if queue is not None
             else WorkQueue(
-                name,
+                self.options.queue_name or name,
                 registry=self.options.registry,
                 rate_limiter=default_controller_rate_limiter(
                     base_delay=self.options.backoff_base_seconds,

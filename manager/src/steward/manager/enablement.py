@@ -13,6 +13,10 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+UPSTREAM_DISABLED_BY_DEFAULT = ("bootstrapsigner", "tokencleaner", "selinux-warning-controller")
+"""kube-controller-manager's controllers that its ``*`` does not enable (their names as
+``--controllers`` takes them): the manager's default ``--disabled-by-default``."""
+
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 

@@ -30,7 +30,7 @@ import grpc
 
 from steward.kube import ApiError, ClusterAccess, KubeClient, load_access
 from steward.manager.election import LeaderElector
-from steward.manager.enablement import Enablement
+from steward.manager.enablement import UPSTREAM_DISABLED_BY_DEFAULT, Enablement
 from steward.manager.leases import LeaseStore
 from steward.manager.metrics import ManagerMetrics
 from steward.manager.registry import DEFAULT_MAX_STANDBYS, Registry, Timing
@@ -263,8 +263,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--disabled-by-default",
-        default=env("STEWARD_MANAGER_DISABLED_BY_DEFAULT", ""),
-        help="comma-separated controllers '*' does not enable (default: none)",
+        default=env("STEWARD_MANAGER_DISABLED_BY_DEFAULT", ",".join(UPSTREAM_DISABLED_BY_DEFAULT)),
+        help="comma-separated controllers '*' does not enable (default: those "
+        "kube-controller-manager's '*' does not enable, %(default)s; '' for none)",
     )
     parser.add_argument(
         "--leader-elect-lease-duration",
