@@ -33,6 +33,7 @@ MACHINE = "machine"
 """The group of the tests that change the machine."""
 
 MACHINE_MODULES = (
+    "tests/cluster/test_node_bootstrap.py",
     "tests/cluster/test_real_node_services.py",
     "tests/images/",
     "tests/pods/",

@@ -41,6 +41,8 @@ def spec(state: ClusterState, binary: Path, certs: Certificates, config: Cluster
             # Node: each kubelet (system:node:<name>) reaches only its own node's
             # objects, NodeRestriction keeps it from writing others'.
             "--authorization-mode=Node,RBAC",
+            # Bootstrap tokens (kube-system Secrets) authenticate joining kubelets.
+            "--enable-bootstrap-token-auth=true",
             "--enable-admission-plugins=NodeRestriction",
             f"--kubelet-client-certificate={certs.kubelet_client.cert}",
             f"--kubelet-client-key={certs.kubelet_client.key}",

@@ -62,6 +62,17 @@ class ClusterConfig:
     """Deploy Steward as pods on the real nodes (the ``local`` overlay; see
     :mod:`steward.cluster.pods`), with images built by :mod:`steward.images` and
     imported into the nodes; needs ``real_nodes``. Defaults to False."""
+    node_bootstrap: bool = False
+    """Real nodes join as a new node does on a kubeadm cluster, by TLS bootstrap: each
+    kubelet holds only a bootstrap token (a ``bootstrap.kubernetes.io/token`` Secret, in
+    group ``system:bootstrappers``), asks for its client certificate with a
+    CertificateSigningRequest that the cluster's approving and signing controllers
+    (Steward's when it runs them) approve and sign, and rotates it through further
+    requests. Without it (the default) each kubelet is given a client certificate."""
+    cluster_signing_duration: str = ""
+    """``--cluster-signing-duration`` of whichever signs CertificateSigningRequests
+    (upstream's or Steward's ``csrsigning``), e.g. ``3m`` for certificates that rotate
+    within minutes; empty for the default (a year)."""
     node_images: tuple[Path, ...] = ()
     """OCI image archives imported into every real node's containerd before its kubelet
     starts (the pause image is always imported)."""
@@ -99,9 +110,17 @@ class ClusterConfig:
         with :attr:`steward` and the default ``*`` upstream's controllers that Steward runs
         itself (:data:`STEWARD_CONTROLLERS`) are switched off
         (``*,-daemonset,-deployment,-endpoint,-endpointslice,-garbagecollector,
-        -horizontalpodautoscaling,-job,-namespace,-replicaset``), with :attr:`steward_pods`
+        -horizontalpodautoscaling,-job,-namespace,-replicaset,...``; also when
+        ``controllers`` names some of Steward's that ``*`` leaves off, to turn them on,
+        as ``*,bootstrapsigner``), with :attr:`steward_pods`
         too: Steward's static core needs none of upstream's to boot or to recover (see
         :mod:`steward.static_core`)."""
-        if (self.steward or self.steward_pods) and self.controllers == "*":
+        if (self.steward or self.steward_pods) and self._star_and_stewards():
             return ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
         return self.controllers
+
+    def _star_and_stewards(self) -> bool:
+        """:attr:`controllers` is ``*``, perhaps with Steward's controllers that ``*``
+        leaves off named to turn them on (``*,bootstrapsigner``): Steward runs those."""
+        entries = [e.strip() for e in self.controllers.split(",") if e.strip()]
+        return "*" in entries and all(e == "*" or e in STEWARD_CONTROLLERS for e in entries)

@@ -145,6 +145,13 @@ class LocalCluster:
             host = packages.host_ip()
         if config.steward_pods and not config.real_nodes:
             raise ClusterError("Steward's pods need a real node: give real_nodes (--real-nodes)")
+        if config.node_bootstrap and config.steward_pods:
+            raise ClusterError(
+                "real nodes cannot join by TLS bootstrap when Steward runs as pods: the "
+                "controllers that would sign their certificates run on those nodes"
+            )
+        if config.node_bootstrap and not config.real_nodes:
+            raise ClusterError("node_bootstrap is for real nodes: give real_nodes (--real-nodes)")
         wanted = (
             COMPONENTS
             + (binaries.NODE_TOOLS if config.real_nodes else ())
@@ -228,13 +235,18 @@ class LocalCluster:
         run(st, kwok.spec(st, paths["kwok"], certs, config), config, out)
         st.save()
         kwok.create_nodes(st, config.nodes, out, config.start_timeout)
+        # Nodes that join by TLS bootstrap need the certificate controllers first:
+        # Steward's, when it runs them.
+        steward_first = config.steward and config.node_bootstrap
+        if steward_first:
+            services.start(st, config, out)
         if st.real_nodes:
             real_nodes.start(st, config, paths, certs.ca, out)
         if config.metrics:
             metrics.start(st, config, paths, certs.ca, out)
         if config.steward_pods:
             pods.deploy_pods(self, out=out, timeout=max(config.start_timeout, 300.0))
-        if config.steward:
+        if config.steward and not steward_first:
             services.start(st, config, out)
 
     def set_steward_tracing(

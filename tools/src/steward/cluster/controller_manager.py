@@ -40,6 +40,11 @@ def spec(state: ClusterState, binary: Path, certs: Certificates, config: Cluster
             f"--root-ca-file={ca.cert}",
             f"--cluster-signing-cert-file={ca.cert}",
             f"--cluster-signing-key-file={ca.key}",
+            *(
+                [f"--cluster-signing-duration={config.cluster_signing_duration}"]
+                if config.cluster_signing_duration
+                else []
+            ),
             "--use-service-account-credentials=true",
             f"--kube-api-qps={config.kube_api_qps:g}",
             f"--kube-api-burst={config.kube_api_burst}",

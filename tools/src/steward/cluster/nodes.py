@@ -488,9 +488,11 @@ def kubelet_config(
     ca: Path,
     serving: tuple[Path, Path],
     tainted: bool = True,
+    rotate: bool = False,
 ) -> dict[str, Any]:
     """The KubeletConfiguration of ``node``; ``tainted``: registered with the taint
-    :data:`REAL_NODE_LABEL` (``NoSchedule``), so only pods that tolerate it run there."""
+    :data:`REAL_NODE_LABEL` (``NoSchedule``), so only pods that tolerate it run there;
+    ``rotate``: its client certificate renewed through CertificateSigningRequests."""
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -535,7 +537,7 @@ def kubelet_config(
             "imagefs.available": "1%",
         },
         "enforceNodeAllocatable": ["pods"],
-        "rotateCertificates": False,
+        "rotateCertificates": rotate,
         "serverTLSBootstrap": False,
         "shutdownGracePeriod": "0s",
         "nodeStatusReportFrequency": "10s",

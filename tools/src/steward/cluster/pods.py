@@ -168,6 +168,8 @@ def tls_secrets(docs: Iterable[Doc], ca: CertificateAuthority, workdir: Path) ->
             and all(labels.get(k) == v for k, v in s["spec"]["selector"].items())
         ]
         for secret_name in _secret_names(deployment):
+            if secret_name in KEY_SECRETS:
+                continue  # the cluster's own keys (key_secrets)
             into = workdir / secret_name
             into.mkdir(parents=True, exist_ok=True)
             if selecting:
@@ -196,6 +198,35 @@ def tls_secrets(docs: Iterable[Doc], ca: CertificateAuthority, workdir: Path) ->
                 }
             )
     return secrets
+
+
+KEY_SECRETS = {
+    "steward-cluster-signing": ("kubernetes.io/tls", {"tls.crt": "ca.crt", "tls.key": "ca.key"}),
+    "steward-service-account-key": ("Opaque", {"sa.key": "sa.key"}),
+    "steward-root-ca": ("Opaque", {"ca.crt": "ca.crt"}),
+}
+"""The Secrets of the cluster's keys that the deploy base mounts into one controller's
+pod each, as an operator makes them (deploy/README.md): name → (type, key → file of the
+cluster's PKI directory). The signing CA for the CertificateSigningRequest signer, the
+service-account signing key for the token controller, the CA bundle for the root CA
+publisher."""
+
+
+def key_secrets(docs: Iterable[Doc], pki: Path) -> list[Doc]:
+    """The Secrets of :data:`KEY_SECRETS` that the Deployments of ``docs`` mount, from
+    the cluster's PKI directory ``pki``."""
+    mounted = {n for d in docs if d.get("kind") == "Deployment" for n in _secret_names(d)}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": kind,
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "data": {key: _b64(pki / file) for key, file in files.items()},
+        }
+        for name, (kind, files) in KEY_SECRETS.items()
+        if name in mounted
+    ]
 
 
 def _b64(path: Path) -> str:
@@ -330,7 +361,10 @@ def deploy_pods(
         *static_core.user_bindings(docs),
     ]
     ca = CertificateAuthority.load(cluster.directory / "pki")
-    secrets = tls_secrets(rest, ca, cluster.directory / "pods-tls")
+    secrets = [
+        *tls_secrets(rest, ca, cluster.directory / "pods-tls"),
+        *key_secrets(rest, cluster.directory / "pki"),
+    ]
     started = time.monotonic()
     _ports_free(ports)
     install_credentials(state, ca, node.directory / "steward", control_plane=state.host)
@@ -340,15 +374,20 @@ def deploy_pods(
     namespaces = [d for d in rest if d.get("kind") == "Namespace"]
     others = [d for d in rest if d.get("kind") != "Namespace"]
     kubectl_apply(cluster.kubeconfig, namespaces)
-    _wait_service_account(cluster, out, timeout)
+    if upstream_runs(state.controllers, "serviceaccount"):
+        # Else Steward's serviceaccount controller, deployed below, makes it; Steward's
+        # own pods run under ServiceAccounts of their own.
+        _wait_service_account(cluster, out, timeout)
     kubectl_apply(cluster.kubeconfig, secrets)
     wait_static(cluster, node.name, list(static.values()), out, timeout)
     out.say(f"Steward's core is Ready {time.monotonic() - started:.1f}s after its files")
     out.say(f"deploying the other controllers ({len(others)} objects, overlay local)")
     kubectl_apply(cluster.kubeconfig, others)
     wait_available(cluster, [d for d in others if d.get("kind") == "Deployment"], out, timeout)
+    deployed = {d["metadata"]["name"] for d in docs if d.get("kind") == "Deployment"}
     for controller in steward_controllers():
-        wait_active(cluster, controller.name, timeout=timeout, out=out)
+        if f"steward-controller-{controller.name}" in deployed:
+            wait_active(cluster, controller.name, timeout=timeout, out=out)
     out.say(f"Steward runs as pods, {time.monotonic() - started:.1f}s after its files")
     return [*rest, *static.values()]
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import functools
+import secrets
 import time
 from pathlib import Path
+
+import yaml
 
 from steward.cluster import admin, binaries, nodes, pki, rbac
 from steward.cluster.certificates import client_kubeconfig
@@ -57,14 +61,19 @@ def start(
         for archive in archives:
             nodes.import_images(node, archive, out)
         user = f"system:node:{node.name}"
-        kubeconfig = client_kubeconfig(
-            state,
-            ca,
-            f"node-{node.name}",
-            user,
-            orgs=("system:nodes",),
-            path=node.directory / "kubelet.kubeconfig",
-        )
+        kubeconfig = node.directory / "kubelet.kubeconfig"
+        if config.node_bootstrap:
+            # The kubelet writes its kubeconfig itself once its first certificate is
+            # issued, and rotates that certificate (kubelet-client-current.pem).
+            credentials = [
+                f"--bootstrap-kubeconfig={bootstrap_kubeconfig(state, ca, node.directory)}",
+                f"--kubeconfig={kubeconfig}",
+            ]
+        else:
+            client_kubeconfig(
+                state, ca, f"node-{node.name}", user, orgs=("system:nodes",), path=kubeconfig
+            )
+            credentials = [f"--kubeconfig={kubeconfig}"]
         serving = ca.issue(
             f"node-{node.name}-serving",
             node.name,
@@ -80,6 +89,7 @@ def start(
                 ca=ca.pair.cert,
                 serving=(serving.cert, serving.key),
                 tainted=config.real_node_taint,
+                rotate=config.node_bootstrap,
             ),
         )
         launch(
@@ -88,7 +98,7 @@ def start(
             [
                 str(paths["kubelet"]),
                 f"--config={kubelet_config}",
-                f"--kubeconfig={kubeconfig}",
+                *credentials,
                 f"--hostname-override={node.name}",
                 f"--node-ip={state.host}",
                 f"--node-labels={nodes.REAL_NODE_LABEL}=true",
@@ -125,6 +135,92 @@ def start(
     coredns = [str(paths["coredns"]), "-conf", str(corefile)]
     ready = f"http://127.0.0.1:{p['coredns_ready']}/ready"
     run(state, Spec("coredns", coredns, Probe(ready)), config, out)
+
+
+BOOTSTRAP_GROUP = "system:bootstrappers"
+"""The group every bootstrap token authenticates in (``system:bootstrap:<token id>``)."""
+
+NODE_BOOTSTRAP_BINDINGS = (
+    ("steward:node-bootstrapper", "system:node-bootstrapper", BOOTSTRAP_GROUP),
+    (
+        "steward:node-autoapprove-bootstrap",
+        "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+        BOOTSTRAP_GROUP,
+    ),
+    (
+        "steward:node-autoapprove-certificate-rotation",
+        "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+        "system:nodes",
+    ),
+)
+"""What a cluster operator binds for TLS bootstrap, as kubeadm does: bootstrappers may
+ask for certificates and have their node client requests approved, nodes may renew
+their own (name, bootstrap ClusterRole, group)."""
+
+
+def bootstrap_kubeconfig(state: ClusterState, ca: pki.CertificateAuthority, into: Path) -> Path:
+    """A new bootstrap token (a ``bootstrap.kubernetes.io/token`` Secret in kube-system,
+    valid for an hour, for authentication only) and a kubeconfig with it, written to
+    ``into/bootstrap.kubeconfig`` (mode 0600); the bindings of
+    :data:`NODE_BOOTSTRAP_BINDINGS` are made if missing."""
+    for name, role, group in NODE_BOOTSTRAP_BINDINGS:
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}],
+        }
+        admin.create(state, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    token_id = "".join(secrets.choice(alphabet) for _ in range(6))
+    token_secret = "".join(secrets.choice(alphabet) for _ in range(16))
+    expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+    admin.create(
+        state,
+        "/api/v1/namespaces/kube-system/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "bootstrap.kubernetes.io/token",
+            "metadata": {"name": f"bootstrap-token-{token_id}", "namespace": "kube-system"},
+            "stringData": {
+                "token-id": token_id,
+                "token-secret": token_secret,
+                "expiration": expires,
+                "usage-bootstrap-authentication": "true",
+                "description": "a real node's TLS bootstrap (steward.cluster.real_nodes)",
+            },
+        },
+    )
+    path = into / "bootstrap.kubeconfig"
+    ca_data = base64.b64encode(ca.pair.cert.read_bytes()).decode()
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": state.name,
+                        "cluster": {"server": state.server, "certificate-authority-data": ca_data},
+                    }
+                ],
+                "users": [{"name": "bootstrap", "user": {"token": f"{token_id}.{token_secret}"}}],
+                "contexts": [
+                    {"name": state.name, "context": {"cluster": state.name, "user": "bootstrap"}}
+                ],
+                "current-context": state.name,
+            },
+            sort_keys=False,
+        )
+    )
+    path.chmod(0o600)
+    return path
 
 
 def _sandbox_archive(paths: dict[str, Path], out: Progress) -> Path:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 
 from steward import launcher
+from steward.manager.enablement import UPSTREAM_DISABLED_BY_DEFAULT
 
 GROUP = launcher.GROUP
 """The entry-point group controllers declare themselves in (the launcher's)."""
@@ -51,15 +52,27 @@ class RegisteredController:
     the two must not run together."""
     alone: tuple[str, ...]
     """Flags for when upstream's controller of the same name is off."""
+    enabled_by_default: bool = True
+    """Whether ``*`` turns it on (False for those upstream keeps off unless named)."""
+    flags: frozenset[str] = frozenset()
+    """Its own flags' option strings (``--root-ca-file``, ...): the local control plane
+    gives it the cluster's files for those it declares."""
 
 
 def upstream_runs(controllers: str, name: str) -> bool:
     """Whether kube-controller-manager runs controller ``name`` with ``--controllers``
-    (``-name`` wins, then ``name``, then ``*``)."""
+    (``-name`` wins, then ``name``, then ``*``, which does not turn on the controllers
+    upstream keeps off by default)."""
+    return enabled(controllers, name, name not in UPSTREAM_DISABLED_BY_DEFAULT)
+
+
+def enabled(controllers: str, name: str, by_default: bool = True) -> bool:
+    """Whether the ``--controllers`` rules ``controllers`` turn on ``name`` (``-name``
+    wins, then ``name``, then ``*`` for a controller on by default)."""
     entries = [e.strip() for e in controllers.split(",")]
     if f"-{name}" in entries:
         return False
-    return name in entries or "*" in entries
+    return name in entries or ("*" in entries and by_default)
 
 
 @dataclass(frozen=True)
@@ -125,5 +138,11 @@ def steward_controllers() -> tuple[RegisteredController, ...]:
             launch=launcher.command(ep.name),
             beside_upstream=definition.beside_upstream,
             alone=tuple(definition.alone),
+            enabled_by_default=definition.enabled_by_default,
+            flags=frozenset(
+                option
+                for action in definition.flag_parser()._actions
+                for option in action.option_strings
+            ),
         )
     return tuple(found[name] for name in sorted(found))

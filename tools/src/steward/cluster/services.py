@@ -11,7 +11,7 @@ import grpc
 from steward.cluster.config import ClusterConfig
 from steward.cluster.errors import ClusterError
 from steward.cluster.progress import Progress
-from steward.cluster.registry import steward_controllers, upstream_runs
+from steward.cluster.registry import enabled, steward_controllers, upstream_runs
 from steward.cluster.startup import failure, launch, poll
 from steward.cluster.state import ClusterState
 from steward.cluster.supervisor import ServiceSpec, ServiceStatus, read_spec, write_spec
@@ -70,6 +70,7 @@ def start(state: ClusterState, config: ClusterConfig, out: Progress) -> None:
             "manager",
             kubeconfig("manager"),
             f"--listen={st.manager_address}",
+            *manager_controllers(config.controllers),
             *st.steward_serving_args(),
         ],
     }
@@ -84,6 +85,8 @@ def start(state: ClusterState, config: ClusterConfig, out: Progress) -> None:
             continue  # two controllers would fight over each object
         if config.steward_controllers is not None and name not in config.steward_controllers:
             continue
+        if not registered.enabled_by_default and not enabled(config.controllers, name, False):
+            continue  # off unless named, as upstream's controller of that name
         argv = [
             sys.executable,
             *registered.launch,
@@ -91,6 +94,13 @@ def start(state: ClusterState, config: ClusterConfig, out: Progress) -> None:
             f"--informer={st.informer_address}",
             f"--manager={st.manager_address}",
             *st.client_args(f"controller-{name}"),
+            *cluster_files(st, registered.flags),
+            *(
+                [f"--cluster-signing-duration={config.cluster_signing_duration}"]
+                if config.cluster_signing_duration
+                and "--cluster-signing-duration" in registered.flags
+                else []
+            ),
             *limits,
             *((registered.beside_upstream or ()) if upstream else registered.alone),
             # Started again after a crash, a controller finds the lease of its dead
@@ -238,3 +248,33 @@ def _wait_active(
 
         where = f"active at the manager {address}"
         poll(state, name, where, active, timeout=timeout, out=out, interval=0.2, done="active")
+
+
+def cluster_files(state: ClusterState, flags: frozenset[str]) -> list[str]:
+    """The cluster's files for the flags a controller declares, as kube-controller-manager
+    is given them (controller_manager.py): the CA bundle (``--root-ca-file``), the
+    service-account signing key (``--service-account-private-key-file``) and the CA that
+    signs CertificateSigningRequests (``--cluster-signing-cert-file`` and
+    ``--cluster-signing-key-file``). A controller gets only those it declares, so the
+    keys reach only the controllers that sign with them."""
+    pki = state.directory / "pki"
+    files = {
+        "--root-ca-file": pki / "ca.crt",
+        "--service-account-private-key-file": pki / "sa.key",
+        "--cluster-signing-cert-file": pki / "ca.crt",
+        "--cluster-signing-key-file": pki / "ca.key",
+    }
+    return [f"{flag}={path}" for flag, path in files.items() if flag in flags]
+
+
+def manager_controllers(controllers: str) -> list[str]:
+    """The manager's ``--controllers`` for the local control plane's ``controllers``:
+    none (its default ``*``) unless they name controllers that ``*`` leaves off
+    (``*,bootstrapsigner``), which the manager must then let run."""
+    named = [
+        name
+        for registered in steward_controllers()
+        if not registered.enabled_by_default
+        and enabled(controllers, name := registered.name, False)
+    ]
+    return [f"--controllers={','.join(['*', *named])}"] if named else []
