@@ -100,6 +100,8 @@ def test_each_spec_is_counted_in_its_area() -> None:
     assert {e2e.area_of(n) for n in autoscaling} == {e2e.HPA_AREA}
     apimachinery = e2e.read_spec_list(e2e.SELECTIONS["apimachinery"].spec_list())
     assert {e2e.area_of(n) for n in apimachinery} == set(e2e.APIMACHINERY_AREAS)
+    auth = e2e.read_spec_list(e2e.SELECTIONS["auth"].spec_list())
+    assert {e2e.area_of(n) for n in auth} == set(e2e.AUTH_AREAS)
     assert (
         e2e.area_of(
             "[It] [sig-api-machinery] OrderedNamespaceDeletion namespace deletion should "
@@ -167,7 +169,28 @@ def test_the_apimachinery_selection_runs_its_serial_specs() -> None:
         "[sig-apps] Job should run a job to completion with CPU requests [Serial]",
     ]:
         assert not selected(name, focus=selection.focus, skip=selection.skip), name
-    assert e2e.DEFAULT_SELECTIONS[-1] == "apimachinery"
+    assert "apimachinery" in e2e.DEFAULT_SELECTIONS
+
+
+def test_the_auth_selection_is_the_identity_controllers_areas() -> None:
+    """ServiceAccounts and the Certificates API, conformance and not, in ``make e2e``;
+    feature-gated specs and other ``[sig-auth]`` areas stay out."""
+    selection = e2e.SELECTIONS["auth"]
+    for name in [
+        "[sig-auth] ServiceAccounts should guarantee kube-root-ca.crt exist in any namespace "
+        "[Conformance]",
+        "[sig-auth] ServiceAccounts no secret-based service account token should be auto-generated",
+        "[sig-auth] Certificates API [Privileged:ClusterAdmin] should support building a "
+        "client with a CSR",
+    ]:
+        assert selected(name, focus=selection.focus, skip=selection.skip), name
+    for name in [
+        "[sig-auth] ServiceAccounts should x [FeatureGate:SomeGate]",
+        "[sig-auth] SubjectReview should support SubjectReview API operations [Conformance]",
+        "[sig-auth] ServiceAccounts should y [Feature:SomeFeature]",
+    ]:
+        assert not selected(name, focus=selection.focus, skip=selection.skip), name
+    assert "auth" in e2e.DEFAULT_SELECTIONS
 
 
 def test_the_table_lists_the_areas_in_order() -> None:

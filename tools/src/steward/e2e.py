@@ -68,6 +68,10 @@ APIMACHINERY_AREAS = ("Garbage collector", "Namespaces")
 """The ``[sig-api-machinery]`` areas whose specs exercise the garbage collector and the
 namespace controller (``[sig-api-machinery] <area> ...``)."""
 
+AUTH_AREAS = ("ServiceAccounts", "Certificates API")
+"""The ``[sig-auth]`` areas whose specs exercise the service account, token, root CA
+publisher and CertificateSigningRequest controllers (``[sig-auth] <area> ...``)."""
+
 CONFORMANCE = (
     r"\[sig-apps\] (Job|Deployment|ReplicaSet|Daemon set) .*\[Conformance\]"
     r"|\[sig-network\] EndpointSlice .*\[Conformance\]"
@@ -141,6 +145,16 @@ APIMACHINERY_SKIP = r"\[Disruptive\]|\[Flaky\]|\[Feature:[^\]]+\]|\[FeatureGate:
 """Left out of :data:`APIMACHINERY`: the ``[Feature:ComprehensiveNamespaceDraining]``
 spec (all of 100 namespaces gone in 150 s: the stricter twin of the 90 percent spec, which
 upstream's jobs skip with every ``[Feature:...]`` and its source says is on hold)."""
+
+AUTH = r"\[sig-auth\] (ServiceAccounts|Certificates API \[Privileged:ClusterAdmin\]) "
+"""Every spec of ``[sig-auth] ServiceAccounts`` and ``Certificates API``: the default
+``ServiceAccount`` and ``kube-root-ca.crt`` of each namespace, tokens mounted into pods,
+and CertificateSigningRequests approved, signed and cleaned. (Upstream's e2e has no
+ClusterRole aggregation spec; its bootstrap ``admin``/``edit``/``view`` roles, which the
+aggregation controller fills, are what the framework binds in specs of other areas.)"""
+
+AUTH_SKIP = r"\[Disruptive\]|\[Flaky\]|\[Feature:[^\]]+\]|\[FeatureGate:[^\]]+\]"
+"""Left out of :data:`AUTH`: specs that need a feature or a feature gate."""
 
 
 SERIAL_ELSEWHERE = (
@@ -221,11 +235,18 @@ SELECTIONS = {
             "ones one at a time, but the [Feature:ComprehensiveNamespaceDraining] one (on "
             "hold upstream)",
         ),
+        Selection(
+            "auth",
+            AUTH,
+            AUTH_SKIP,
+            "every spec of [sig-auth] ServiceAccounts and Certificates API but those that "
+            "need a feature gate",
+        ),
     )
 }
 """The named selections (``--selection``), each with its spec list."""
 
-DEFAULT_SELECTIONS = ("conformance", "network", "autoscaling", "apimachinery")
+DEFAULT_SELECTIONS = ("conformance", "network", "autoscaling", "apimachinery", "auth")
 """What ``make e2e`` runs, one after the other (a cluster per side for each)."""
 
 PASSED, FAILED, NOT_RUNNABLE, NOT_RUN = "passed", "failed", "not runnable", "not run"
@@ -263,7 +284,8 @@ class Side:
 
 
 def area_of(name: str) -> str:
-    """The area of a spec: one of :data:`AREAS` or :data:`APIMACHINERY_AREAS` (some are
+    """The area of a spec: one of :data:`AREAS`, :data:`APIMACHINERY_AREAS` or
+    :data:`AUTH_AREAS` (some are
     more than one word), :data:`HPA_AREA` for the HPA specs, else the first word after
     ``[sig-apps]`` or ``[sig-network]`` (:data:`NETWORK_AREAS`), else ``other``."""
     for area in AREAS:
@@ -271,6 +293,9 @@ def area_of(name: str) -> str:
             return area
     for area in APIMACHINERY_AREAS:
         if f"[sig-api-machinery] {area} " in name:
+            return area
+    for area in AUTH_AREAS:
+        if f"[sig-auth] {area} " in name:
             return area
     if "[sig-autoscaling] [Feature:HPA] " in name:
         return HPA_AREA
@@ -590,7 +615,7 @@ def table(results: Sequence[Side]) -> str:
 
 
 def _area_order(area: str) -> tuple[int, str]:
-    known = (*AREAS, *NETWORK_AREAS, HPA_AREA, *APIMACHINERY_AREAS)
+    known = (*AREAS, *NETWORK_AREAS, HPA_AREA, *APIMACHINERY_AREAS, *AUTH_AREAS)
     return (known.index(area) if area in known else len(known), area)
 
 
