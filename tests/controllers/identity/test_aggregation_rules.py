@@ -177,3 +177,18 @@ def test_apply_body_as_upstream_sends_it() -> None:
     }
     assert "rules" not in apply_body("combined", [])
     assert FIELD_MANAGER == "clusterrole-aggregation-controller"
+
+
+def test_declared_as_upstream_runs_it() -> None:
+    """KCM's alias, its 5 workers, the shared informer's 12 h resync, its queue's name,
+    never beside upstream's; ClusterRoles read as the three paths the sync needs."""
+    from steward.controllers.clusterroleaggregation.controller import CLUSTERROLES, CONTROLLER
+
+    assert CONTROLLER.name == "clusterrole-aggregation"
+    assert CONTROLLER.options.max_concurrent_reconciles == 5
+    assert CONTROLLER.options.resync_period == 12 * 3600
+    assert CONTROLLER.options.queue_name == "ClusterRoleAggregator"
+    assert CONTROLLER.beside_upstream is None
+    assert CONTROLLER.enabled_by_default
+    sub = CONTROLLER.subscriptions()[CLUSTERROLES]
+    assert sub.fields == ("aggregationRule", "metadata.labels", "rules")

@@ -181,3 +181,37 @@ def test_rfc3339_accepted() -> None:
     assert parse_rfc3339("2026-12-07T12:00:00Z") == NOW
     assert parse_rfc3339("2026-12-07T07:00:00-05:00") == NOW
     assert parse_rfc3339("2026-12-07T12:00:00.000000001Z") == NOW + timedelta(0)
+
+
+def test_declared_as_upstream_runs_them() -> None:
+    """KCM's aliases, off unless named, one worker each, upstream's queue names, never
+    beside upstream's; what each reads of which objects."""
+    from steward import CONFIGMAPS, SECRETS
+    from steward.controllers.bootstrap import cleaner, signer
+
+    assert (signer.CONTROLLER.name, cleaner.CONTROLLER.name) == ("bootstrapsigner", "tokencleaner")
+    for definition, queue in (
+        (signer.CONTROLLER, "bootstrap_signer_queue"),
+        (cleaner.CONTROLLER, "token_cleaner"),
+    ):
+        assert not definition.enabled_by_default
+        assert definition.beside_upstream is None
+        assert definition.options.max_concurrent_reconciles == 1
+        assert definition.options.queue_name == queue
+        assert definition.options.resync_period is None
+    assert cleaner.CONTROLLER.options.namespace == "kube-system"
+    assert signer.CONTROLLER.options.namespace == ""
+    subs = signer.CONTROLLER.subscriptions()
+    assert subs[CONFIGMAPS].field_selector == (
+        "metadata.namespace=kube-public,metadata.name=cluster-info"
+    )
+    assert subs[CONFIGMAPS].whole
+    assert subs[SECRETS].field_selector == "metadata.namespace=kube-system"
+    assert set(subs[SECRETS].fields) == {
+        "type",
+        "data.token-id",
+        "data.token-secret",
+        "data.expiration",
+        "data.usage-bootstrap-signing",
+    }
+    assert set(cleaner.CONTROLLER.subscriptions()[SECRETS].fields) == {"type", "data.expiration"}

@@ -98,7 +98,11 @@ def _token_secret(change: steward.Change) -> bool:
 CONTROLLER = (
     steward.ControllerBuilder[CleanerReconciler](NAME)
     .for_(SECRETS, _token_secret, fields=FIELDS)
-    .with_options(steward.ControllerOptions(max_concurrent_reconciles=1, namespace=TOKEN_NAMESPACE))
+    .with_options(
+        steward.ControllerOptions(
+            max_concurrent_reconciles=1, namespace=TOKEN_NAMESPACE, queue_name=QUEUE
+        )
+    )
     .beside_upstream(None)
     .disabled_by_default()
     .describe(

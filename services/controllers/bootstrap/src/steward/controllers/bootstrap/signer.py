@@ -147,7 +147,7 @@ CONTROLLER = (
         field_selector=f"metadata.namespace={TOKEN_NAMESPACE}",
         fields=SECRET_FIELDS,
     )
-    .with_options(steward.ControllerOptions(max_concurrent_reconciles=1))
+    .with_options(steward.ControllerOptions(max_concurrent_reconciles=1, queue_name=QUEUE))
     .beside_upstream(None)
     .disabled_by_default()
     .describe(

@@ -119,7 +119,9 @@ CONTROLLER = (
     .for_(CLUSTERROLES, lambda change: False, fields=FIELDS)
     .watches_changes(CLUSTERROLES, AggregationReconciler.aggregated, _every_change, fields=FIELDS)
     .with_options(
-        steward.ControllerOptions(max_concurrent_reconciles=WORKERS, resync_period=RESYNC_PERIOD)
+        steward.ControllerOptions(
+            max_concurrent_reconciles=WORKERS, resync_period=RESYNC_PERIOD, queue_name=QUEUE
+        )
     )
     .beside_upstream(None)
     .describe(
