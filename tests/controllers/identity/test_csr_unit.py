@@ -577,3 +577,21 @@ def test_cleaner_expiry_is_a_deadline() -> None:
     soon = self_signed(ec_key(), "x", NOW - HOUR, NOW + 5 * MINUTE)
     verdict = cleaner.verdict(_cleaner_csr([("Approved", MINUTE)], soon), NOW)
     assert verdict == cleaner.Verdict(False, deadline=NOW + 5 * MINUTE)
+
+
+def test_certificate_keeps_a_country_of_any_length() -> None:
+    """Go writes whatever country the request has; so does the signer."""
+    with pytest.warns(UserWarning, match="length must be"):
+        country = x509.NameAttribute(NameOID.COUNTRY_NAME, "USA", _validate=False)
+    name = x509.Name([country, x509.NameAttribute(NameOID.COMMON_NAME, "x")])
+    pem = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(name)
+        .sign(ec_key(), hashes.SHA256())
+        .public_bytes(serialization.Encoding.PEM)
+    )
+    cert = csr.build_certificate(
+        authority(), parsed(pem), ["client auth"], datetime.timedelta(hours=1), NOW
+    )
+    with pytest.warns(UserWarning, match="length must be"):  # reading it back
+        assert cert.subject.rfc4514_string() == "CN=x,C=USA"

@@ -33,6 +33,7 @@ import datetime
 import ipaddress
 import re
 import secrets
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,7 +190,9 @@ def parse_request(pem: bytes) -> ParsedRequest:
         raise RequestError("PEM block type must be CERTIFICATE REQUEST")
     try:
         csr = x509.load_der_x509_csr(blocks[0][1])
-        names = list(csr.subject)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # a country not two letters long
+            names = list(csr.subject)
         sans = _requested_sans(csr)
     except ValueError as err:
         raise RequestError(f"x509: malformed certificate request: {err}") from err
@@ -473,12 +476,16 @@ def _string_type(value: str) -> _ASN1Type:
 
 def go_subject(req: ParsedRequest) -> x509.Name:
     """The subject as Go re-encodes the parsed name (see the module docs)."""
-    rdns = [
-        x509.RelativeDistinguishedName(
-            [x509.NameAttribute(oid, v, _type=_string_type(v)) for v in values]
-        )
-        for oid, values in req.subject
-    ]
+    with warnings.catch_warnings():
+        # Not validated (cryptography warns of a country not two letters long): Go writes
+        # whatever the request has.
+        warnings.simplefilter("ignore", UserWarning)
+        rdns = [
+            x509.RelativeDistinguishedName(
+                [x509.NameAttribute(oid, v, _type=_string_type(v), _validate=False) for v in values]
+            )
+            for oid, values in req.subject
+        ]
     return x509.Name(rdns)
 
 
