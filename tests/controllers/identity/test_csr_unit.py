@@ -595,3 +595,37 @@ def test_certificate_keeps_a_country_of_any_length() -> None:
     )
     with pytest.warns(UserWarning, match="length must be"):  # reading it back
         assert cert.subject.rfc4514_string() == "CN=x,C=USA"
+
+
+# The declarations -------------------------------------------------------------------------
+def test_declarations() -> None:
+    """Aliases, workers, queues, resync and what each reads, as upstream's."""
+    defs = {d.name: d for d in (approving.CONTROLLER, signing.CONTROLLER, cleaner.CONTROLLER)}
+    assert set(defs) == {"csrapproving", "csrsigning", "csrcleaner"}
+    assert {n: d.options.max_concurrent_reconciles for n, d in defs.items()} == {
+        "csrapproving": 5,
+        "csrsigning": 5,
+        "csrcleaner": 1,
+    }
+    assert {n: d.options.queue_name for n, d in defs.items()} == {
+        "csrapproving": "certificate",
+        "csrsigning": "certificate",
+        "csrcleaner": "",  # upstream has no queue: the controller's name
+    }
+    assert cleaner.CONTROLLER.options.resync_period == 3600
+    assert all(d.beside_upstream is None for d in defs.values())
+    assert all(d.primary == csr.CSRS for d in defs.values())
+    reads = cleaner.CONTROLLER.subscriptions()[csr.CSRS]
+    assert reads.metadata_only and set(reads.fields) == set(cleaner.FIELDS)
+    assert approving.CONTROLLER.subscriptions()[csr.CSRS].fields == ()
+
+
+def test_signing_flag_defaults() -> None:
+    flags = signing.CONTROLLER.flag_parser().parse_args([])
+    assert flags.cluster_signing_duration == datetime.timedelta(hours=8760)
+    assert flags.cluster_signing_cert_file == ""
+    parsed_flags = signing.CONTROLLER.flag_parser().parse_args(
+        ["--cluster-signing-duration=1h", "--cluster-signing-kubelet-client-cert-file=c"]
+    )
+    assert parsed_flags.cluster_signing_duration == datetime.timedelta(hours=1)
+    assert parsed_flags.cluster_signing_kubelet_client_cert_file == "c"

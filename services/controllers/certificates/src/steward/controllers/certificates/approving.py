@@ -46,8 +46,10 @@ from steward.controllers.certificates.csr import (
 log = logging.getLogger(__name__)
 
 NAME = "csrapproving"
-"""The controller's name with the manager (kube-controller-manager's alias), also its work
-queue's name (upstream's queue is ``certificate``, a name all its CSR controllers share)."""
+"""The controller's name with the manager (kube-controller-manager's alias)."""
+QUEUE = "certificate"
+"""The work queue's name, as kube-controller-manager's (every loop of its approver and
+signers names its queue so)."""
 WORKERS = 5
 """Workers (kube-controller-manager runs the approver with 5; it has no flag)."""
 BACKOFF = (0.2, 1000.0)
@@ -184,6 +186,7 @@ CONTROLLER = (
             max_concurrent_reconciles=WORKERS,
             backoff_base_seconds=BACKOFF[0],
             backoff_max_seconds=BACKOFF[1],
+            queue_name=QUEUE,
         )
     )
     .beside_upstream(None)

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 NAME = "csrcleaner"
 """The controller's name with the manager (kube-controller-manager's alias), also its work
-queue's name (upstream has no queue: it polls)."""
+queue's name (upstream's cleaner has no queue: it polls)."""
 POLLING_INTERVAL = 3600.0
 """Seconds between two looks at every CSR (upstream's ``pollingInterval``)."""
 APPROVED_EXPIRATION = datetime.timedelta(hours=1)
