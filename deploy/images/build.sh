@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Build Steward's images: steward-{informer,manager,controller-job,controller-replicaset,
 # controller-deployment,controller-endpoint,controller-endpointslice,controller-daemonset,
-# controller-horizontalpodautoscaling,controller-garbagecollector,controller-namespace}:TAG
+# controller-horizontalpodautoscaling,controller-garbagecollector,controller-namespace,
+# controller-serviceaccount,controller-serviceaccount-token,
+# controller-legacy-service-account-token-cleaner,controller-root-ca-cert-publisher,
+# controller-clusterrole-aggregation,controller-csrapproving,controller-csrsigning,
+# controller-csrcleaner,controller-bootstrapsigner,controller-tokencleaner}:TAG
 # (TAG: the first argument, else $STEWARD_IMAGE_TAG, else dev).
 #
 #   deploy/images/build.sh [TAG] [BUILDER FLAGS...]      the default (`make images` runs it)
@@ -72,7 +76,17 @@ fi
 
 for target in informer manager controller-job controller-replicaset controller-deployment \
   controller-endpoint controller-endpointslice controller-daemonset \
-  controller-horizontalpodautoscaling controller-garbagecollector controller-namespace; do
+  controller-horizontalpodautoscaling controller-garbagecollector controller-namespace \
+  controller-serviceaccount \
+  controller-serviceaccount-token \
+  controller-legacy-service-account-token-cleaner \
+  controller-root-ca-cert-publisher \
+  controller-clusterrole-aggregation \
+  controller-csrapproving \
+  controller-csrsigning \
+  controller-csrcleaner \
+  controller-bootstrapsigner \
+  controller-tokencleaner; do
   image="${prefix}-${target}:${tag}"
   echo "building ${image} with ${engine}" >&2
   DOCKER_BUILDKIT=1 "$engine" build \

@@ -58,9 +58,16 @@ IMAGE_ENV = {
 }
 
 
-def render(overlay: str, *, with_jaeger: bool = False) -> list[Doc]:
+def render(
+    overlay: str, *, with_jaeger: bool = False, with_bootstrap_tokens: bool = False
+) -> list[Doc]:
     """The overlay's manifests, parsed."""
-    text = deploy.render(overlay, with_jaeger=with_jaeger, kubectl=KUBECTL)
+    text = deploy.render(
+        overlay,
+        with_jaeger=with_jaeger,
+        with_bootstrap_tokens=with_bootstrap_tokens,
+        kubectl=KUBECTL,
+    )
     return [d for d in yaml.safe_load_all(text) if d]
 
 

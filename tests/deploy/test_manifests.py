@@ -15,7 +15,7 @@ import pytest
 
 from steward import deploy
 from steward.cluster import LocalCluster
-from steward.cluster.identities import STEWARD_CONTROLLERS
+from steward.cluster.registry import steward_controllers
 from tests.deploy.harness import (
     KUBECTL,
     NAMESPACE,
@@ -33,8 +33,14 @@ VARIANTS = [
     for overlay in deploy.OVERLAYS
     for jaeger in (False, True)
 ]
-CONTROLLERS = tuple(f"steward-controller-{name}" for name in STEWARD_CONTROLLERS)
-"""A Deployment per controller of the registry."""
+CONTROLLERS = tuple(
+    f"steward-controller-{c.name}" for c in steward_controllers() if c.enabled_by_default
+)
+"""A Deployment per controller of the registry that is on by default."""
+OFF_BY_DEFAULT = tuple(
+    f"steward-controller-{c.name}" for c in steward_controllers() if not c.enabled_by_default
+)
+"""The controllers off by default (upstream's too): the bootstrap-tokens component's."""
 STEWARD = ("steward-informer", "steward-manager", *CONTROLLERS)
 SERVERS = {"steward-informer": "STEWARD_INFORMER", "steward-manager": "STEWARD_MANAGER"}
 """The gRPC servers and the prefix of their environment variables."""
@@ -106,8 +112,29 @@ def test_the_base_deploys_the_roles_of_deploy_rbac_unchanged() -> None:
     assert {
         "steward:informer",
         "steward:manager",
-        *(f"steward:controller:{name}" for name in STEWARD_CONTROLLERS),
+        *(f"steward:controller:{c.name}" for c in steward_controllers()),
     } <= set(rendered)
+
+
+@pytest.mark.unit
+def test_the_bootstrap_tokens_component_adds_the_controllers_off_by_default() -> None:
+    """Without the component no Deployment runs what upstream leaves off; with it, each
+    such controller has its Deployment and the manager turns them on (its '*' would
+    not)."""
+    assert OFF_BY_DEFAULT == (
+        "steward-controller-bootstrapsigner",
+        "steward-controller-tokencleaner",
+    )
+    plain = {d["metadata"]["name"] for d in deployments(render("production"))}
+    assert not plain & set(OFF_BY_DEFAULT)
+    docs = render("production", with_bootstrap_tokens=True)
+    names = {d["metadata"]["name"] for d in deployments(docs)}
+    assert names == set(STEWARD) | set(OFF_BY_DEFAULT)
+    manager = container(find(docs, "Deployment", "steward-manager"))
+    assert "--controllers=*,bootstrapsigner,tokencleaner" in manager["args"]
+    for name in OFF_BY_DEFAULT:
+        assert find(docs, "Deployment", name)["metadata"]["namespace"] == NAMESPACE
+        assert "--standby" in container(find(docs, "Deployment", name))["args"], name
 
 
 @pytest.mark.unit

@@ -175,6 +175,14 @@ def test_the_rest_leaves_the_core_out_and_reaches_it_at_the_control_plane(
         "steward-controller-horizontalpodautoscaling",
         "steward-controller-garbagecollector",
         "steward-controller-namespace",
+        "steward-controller-serviceaccount",
+        "steward-controller-serviceaccount-token",
+        "steward-controller-legacy-service-account-token-cleaner",
+        "steward-controller-root-ca-cert-publisher",
+        "steward-controller-clusterrole-aggregation",
+        "steward-controller-csrapproving",
+        "steward-controller-csrsigning",
+        "steward-controller-csrcleaner",
     }
     for d in deployments:
         container = d["spec"]["template"]["spec"]["containers"][0]

@@ -251,6 +251,14 @@ READY = {
     "steward-controller-horizontalpodautoscaling": 1,
     "steward-controller-garbagecollector": 1,
     "steward-controller-namespace": 1,
+    "steward-controller-serviceaccount": 1,
+    "steward-controller-serviceaccount-token": 1,
+    "steward-controller-legacy-service-account-token-cleaner": 1,
+    "steward-controller-root-ca-cert-publisher": 1,
+    "steward-controller-clusterrole-aggregation": 1,
+    "steward-controller-csrapproving": 1,
+    "steward-controller-csrsigning": 1,
+    "steward-controller-csrcleaner": 1,
 }
 """Ready pods of each component: the static core's mirror pods, one per component, and
 one pod of each other controller's Deployment."""

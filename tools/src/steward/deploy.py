@@ -29,6 +29,10 @@ OVERLAYS = ("local", "production")
 JAEGER_COMPONENT = "components/jaeger"
 """The component ``--with-jaeger`` adds, relative to ``deploy/``."""
 
+BOOTSTRAP_TOKENS_COMPONENT = "components/bootstrap-tokens"
+"""The component ``--with-bootstrap-tokens`` adds, relative to ``deploy/``: the
+bootstrapsigner and tokencleaner controllers, off by default as upstream's."""
+
 
 class DeployError(Exception):
     """Rendering failed; the message says why and what to do."""
@@ -74,11 +78,13 @@ def render(
     overlay: str = "local",
     *,
     with_jaeger: bool = False,
+    with_bootstrap_tokens: bool = False,
     kubectl: str | None = None,
     root: Path | None = None,
 ) -> str:
     """The manifests of ``deploy/overlays/<overlay>`` (plus the Jaeger component when
-    ``with_jaeger``) as one multi-document YAML string, ready for ``kubectl apply -f -``.
+    ``with_jaeger``, the bootstrap-token controllers when ``with_bootstrap_tokens``) as
+    one multi-document YAML string, ready for ``kubectl apply -f -``.
 
     Raises:
         DeployError: unknown overlay, no kubectl, no ``deploy/`` directory, or kustomize
@@ -90,15 +96,24 @@ def render(
     tool = kubectl or find_kubectl()
     target = base / "overlays" / overlay
     with tempfile.TemporaryDirectory(prefix="steward-deploy-") as tmp:
-        if with_jaeger:
+        components = [
+            c
+            for c, wanted in (
+                (JAEGER_COMPONENT, with_jaeger),
+                (BOOTSTRAP_TOKENS_COMPONENT, with_bootstrap_tokens),
+            )
+            if wanted
+        ]
+        if components:
             # kustomize takes relative paths only: a throw-away kustomization naming the
-            # overlay and the component from where it lies.
+            # overlay and the components from where they lie.
             rel = Path(os.path.relpath(base, tmp))
             (Path(tmp) / "kustomization.yaml").write_text(
                 "apiVersion: kustomize.config.k8s.io/v1beta1\n"
                 "kind: Kustomization\n"
                 f"resources:\n  - {(rel / 'overlays' / overlay).as_posix()}\n"
-                f"components:\n  - {(rel / JAEGER_COMPONENT).as_posix()}\n"
+                "components:\n"
+                + "".join(f"  - {(rel / c).as_posix()}\n" for c in components)
             )
             target = Path(tmp)
         try:
@@ -215,6 +230,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "spans to it (OTEL_EXPORTER_OTLP_ENDPOINT)",
     )
     render_cmd.add_argument(
+        "--with-bootstrap-tokens",
+        action="store_true",
+        help="add the bootstrapsigner and tokencleaner controllers "
+        "(deploy/components/bootstrap-tokens), off by default as kube-controller-manager's, "
+        "and turn them on at the manager",
+    )
+    render_cmd.add_argument(
         "--control-plane",
         metavar="ADDRESS",
         help="render for a static core (see `steward deploy static-pods --help`): leave "
@@ -308,7 +330,13 @@ def main(args: argparse.Namespace) -> int:
             )
             sys.stdout.write(text)
         else:
-            sys.stdout.write(render(args.overlay, with_jaeger=args.with_jaeger))
+            sys.stdout.write(
+                render(
+                    args.overlay,
+                    with_jaeger=args.with_jaeger,
+                    with_bootstrap_tokens=args.with_bootstrap_tokens,
+                )
+            )
     except (DeployError, OSError) as err:
         print(f"steward deploy: error: {err}", file=sys.stderr)
         return 1
