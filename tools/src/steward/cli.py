@@ -133,7 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="*",
         help=(
             "kube-controller-manager --controllers, e.g. '*,-job' to leave the Job "
-            "controller to Steward (default: %(default)s)"
+            "controller to Steward; with --steward, '*' switches off upstream's "
+            "controllers that Steward runs, and '*,bootstrapsigner,tokencleaner' also "
+            "runs Steward's controllers that are off by default (default: %(default)s)"
         ),
     )
     up.add_argument(
