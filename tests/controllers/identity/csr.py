@@ -136,6 +136,10 @@ def ec_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
+def ec_p384_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP384R1())
+
+
 def rsa_key() -> rsa.RSAPrivateKey:
     return rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
@@ -147,6 +151,8 @@ def request_pem(
     *,
     dns: tuple[str, ...] = (),
     ips: tuple[str, ...] = (),
+    emails: tuple[str, ...] = (),
+    uris: tuple[str, ...] = (),
     cn_first: bool = False,
 ) -> bytes:
     """A PEM certificate request (``cn_first``: the CN before the organizations, the
@@ -160,6 +166,8 @@ def request_pem(
     )
     sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
     sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+    sans += [x509.RFC822Name(e) for e in emails]
+    sans += [x509.UniformResourceIdentifier(u) for u in uris]
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
@@ -482,6 +490,19 @@ def client_material(suffix: str) -> Material:
                 ips=("10.0.0.7", "::1"),
             ),
             "denied": request_pem(ec_key(), f"user-denied-{suffix}"),
+            "kubelet-bad-org": request_pem(
+                ec_key(), f"system:node:bad-{suffix}", ("system:masters",)
+            ),
+            # Every kind of SAN, URIs and e-mails first: Go writes DNS, e-mail, IP, URI.
+            "all-sans": request_pem(
+                ec_p384_key(),
+                f"user_sans {suffix}",
+                ("b-org", "a-org"),
+                uris=("spiffe://cluster.local/ns/x/sa/y",),
+                emails=("someone@example.com",),
+                ips=("192.0.2.1",),
+                dns=("z.example", "a.example"),
+            ),
         },
     )
 
@@ -518,6 +539,16 @@ async def approved_by_admin(
         "denied": csr_body(
             names["denied"], m.requests["denied"], APISERVER_CLIENT, ["client auth"]
         ),
+        "kubelet-bad-org": csr_body(
+            names["kubelet-bad-org"], m.requests["kubelet-bad-org"], KUBELET_CLIENT, CLIENT_USAGES
+        ),
+        "all-sans": csr_body(
+            names["all-sans"],
+            m.requests["all-sans"],
+            APISERVER_CLIENT,
+            ["key encipherment", "client auth", "digital signature"],
+            7200,
+        ),
     }
     try:
         for key, body in bodies.items():
@@ -525,7 +556,7 @@ async def approved_by_admin(
             kind = "Denied" if key == "denied" else "Approved"
             await add_condition(kube, names[key], kind)
         found = {}
-        for key in ("short", "default", "serving"):
+        for key in ("short", "default", "serving", "all-sans"):
             found[key] = snapshot(await until_issued(kube, names[key]), ca)
         # The signing duration (a year), unless the CA expires sooner: which one depends
         # on the CA's age, not on the signer; the two sides' CAs differ in age.
@@ -538,6 +569,8 @@ async def approved_by_admin(
             await until_condition(kube, names["server-usage"], "Failed"), ca
         )
         found["denied"] = snapshot(get_csr(kube, names["denied"]) or {}, ca)
+        bad = await until_condition(kube, names["kubelet-bad-org"], "Failed")
+        found["kubelet-bad-org"] = snapshot(bad, ca)
         return found
     finally:
         for name in names.values():
@@ -580,6 +613,13 @@ def expect_approved_by_admin(found: dict[str, Snapshot]) -> None:
     sans = [e for e in found["serving"]["certificate"]["extensions"] if e[0] == "2.5.29.17"]
     assert len(sans) == 1
     assert found["denied"] == {"conditions": [("Denied", "True", "ByTest", "by the test")]}
+    assert found["kubelet-bad-org"]["conditions"][1] == (
+        "Failed",
+        "True",
+        "SignerValidationFailure",
+        "subject organization is not system:nodes",
+    )
+    assert found["all-sans"]["certificate"]["lifetime_seconds"] == 7200 + 300
 
 
 EXPECTED: dict[str, Callable[[dict[str, Snapshot]], None]] = {
