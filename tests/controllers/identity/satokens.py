@@ -1,12 +1,15 @@
 """Fixtures and scenarios of the serviceaccount-token and legacy token cleaner tests.
 
-Steward's controllers run in this event loop against ``id_cluster`` (where
-kube-controller-manager runs neither), each as its own identity with only its RBAC of
-``deploy/rbac/``; the tokens controller is given ``id_cluster``'s own service account
-signing key and CA (its state directory's ``pki/sa.key`` and ``pki/ca.crt``, the files
-kube-controller-manager is given), so kube-apiserver accepts what it signs. The session's
-``cluster`` (every upstream controller on) is the reference side of the differential
-tests.
+Steward's controllers run in this event loop, each as its own identity with only its
+RBAC of ``deploy/rbac/``: the cleaner against ``id_cluster`` (without upstream's), the
+tokens controller against ``sa_cluster``, a control plane of its own: in ``id_cluster``
+kube-controller-manager still runs its tokens controller (it starts that one whatever
+``--controllers`` says, whenever it has a signing key), so only a plane whose
+kube-controller-manager has no key leaves the token Secrets to Steward's. The tokens
+controller is given the plane's own service account signing key and CA (its state
+directory's ``pki/sa.key`` and ``pki/ca.crt``, the files kube-controller-manager is given
+elsewhere), so kube-apiserver accepts what it signs. The session's ``cluster`` (every
+upstream controller on) is the reference side of the differential tests.
 
 Namespaces here are made directly (:func:`plain_namespace`): ``id_cluster`` has no
 serviceaccount controller, so no namespace there gets its ``default`` ServiceAccount.
@@ -33,7 +36,15 @@ from steward.cluster import LocalCluster
 from steward.controllers.serviceaccounttoken import cleaner, tokens
 from steward.controllers.serviceaccounttoken.signing import key_id
 from steward.kube import KubeClient, NotFoundError
-from tests.controllers.harness import Starter, controllers, drop_namespace, in_loop_informer
+from tests.conftest import local_cluster
+from tests.controllers.harness import (
+    Starter,
+    admin_kube,
+    controllers,
+    drop_namespace,
+    in_loop_informer,
+)
+from tests.controllers.identity.conftest import UPSTREAM_OFF
 
 TOKEN_TYPE = "kubernetes.io/service-account-token"
 WITHIN = 60.0
@@ -74,13 +85,41 @@ def sa_namespace(id_kube: KubeClient, request: pytest.FixtureRequest) -> Iterato
     yield from plain_namespace(id_kube, request)
 
 
+@pytest.fixture(scope="module")
+def sa_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A local control plane like ``id_cluster`` whose kube-controller-manager has no
+    ``--service-account-private-key-file`` (an empty one, after the file the local
+    cluster passes): kube-controller-manager starts its tokens controller whatever
+    ``--controllers`` says, and only without a key does it leave it out."""
+    controllers = ",".join(["*", *(f"-{name}" for name in UPSTREAM_OFF)])
+    yield from local_cluster(
+        tmp_path_factory,
+        "satokens",
+        nodes=1,
+        controllers=controllers,
+        kcm_flags=("--service-account-private-key-file=",),
+    )
+
+
+@pytest.fixture
+def sa_kube(sa_cluster: LocalCluster) -> Iterator[KubeClient]:
+    """Admin client of ``sa_cluster``."""
+    yield from admin_kube(sa_cluster, workers=8)
+
+
+@pytest.fixture
+def token_namespace(sa_kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace of ``sa_cluster``."""
+    yield from plain_namespace(sa_kube, request)
+
+
 @pytest_asyncio.fixture
-async def token_controllers(id_cluster: LocalCluster) -> AsyncIterator[Starter]:
+async def token_controllers(sa_cluster: LocalCluster) -> AsyncIterator[Starter]:
     """A starter of Steward's serviceaccount-token controller over every namespace of
-    ``id_cluster``, as ``steward:controller:serviceaccount-token``."""
-    identity = id_cluster.component_kubeconfig("controller-serviceaccount-token")
+    ``sa_cluster``, as ``steward:controller:serviceaccount-token``."""
+    identity = sa_cluster.component_kubeconfig("controller-serviceaccount-token")
     async with (
-        in_loop_informer(id_cluster) as informer,
+        in_loop_informer(sa_cluster) as informer,
         controllers(tokens.CONTROLLER, identity, informer, "", workers=5) as starter,
     ):
         yield starter
