@@ -15,10 +15,23 @@ stays on: the Job exercise names Steward's controller in ``spec.managedBy``. So 
 upstream's ``endpointslice`` controller: Steward's writes only slices labelled as its own,
 and the EndpointSlice exercise checks that it runs beside upstream's, leaving upstream's
 slices alone.
+
+Upstream's identity and certificate controllers are off too, Steward's taking their place
+in the RBAC mutation tests: ``serviceaccount``, ``root-ca-cert-publisher``,
+``clusterrole-aggregation``, ``csrapproving``, ``csrsigning``, ``csrcleaner``,
+``serviceaccount-token`` and ``legacy-service-account-token-cleaner`` (``bootstrapsigner``
+and ``tokencleaner`` are off unless named). kube-controller-manager starts its tokens
+controller whatever ``--controllers`` says whenever it has a signing key, so it is given
+none (an empty ``--service-account-private-key-file``, after the local cluster's). With
+no serviceaccount controller of upstream's, a new namespace would never get its
+``default`` ServiceAccount, which pods (and :func:`tests.deploy.harness.new_namespace`)
+wait for: :class:`DefaultAccounts` makes it, as the cluster's admin, in every namespace
+but those labelled :data:`STEWARD_ACCOUNTS`, which are left to Steward's controller.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -26,21 +39,101 @@ import pytest
 from steward.cluster import LocalCluster
 from tests.conftest import local_cluster
 from tests.deploy.harness import new_namespace
+from tests.deploy.identity_exercises import STEWARD_ACCOUNTS
 
-APPS_CONTROLLERS = (
-    "*,-replicaset,-deployment,-endpoint,-daemonset,-horizontalpodautoscaling"
-    ",-garbagecollector,-namespace"
+IDENTITY_CONTROLLERS = (
+    "serviceaccount",
+    "root-ca-cert-publisher",
+    "clusterrole-aggregation",
+    "csrapproving",
+    "csrsigning",
+    "csrcleaner",
+    "serviceaccount-token",
+    "legacy-service-account-token-cleaner",
+)
+"""Upstream's identity and certificate controllers on by default, off in ``apps_cluster``."""
+
+APPS_CONTROLLERS = ",".join(
+    [
+        "*",
+        "-replicaset",
+        "-deployment",
+        "-endpoint",
+        "-daemonset",
+        "-horizontalpodautoscaling",
+        "-garbagecollector",
+        "-namespace",
+        *(f"-{name}" for name in IDENTITY_CONTROLLERS),
+    ]
 )
 """kube-controller-manager's ``--controllers`` in ``apps_cluster`` (``endpointslice`` on,
 beside Steward's)."""
+
+NO_TOKENS_CONTROLLER = ("--service-account-private-key-file=",)
+"""kube-controller-manager's flag that leaves out its tokens controller."""
+
+
+class DefaultAccounts:
+    """Makes the ``default`` ServiceAccount, as the cluster's admin, in every active
+    namespace without one (but those labelled :data:`STEWARD_ACCOUNTS`), looking every
+    ``interval`` seconds: what upstream's serviceaccount controller would do."""
+
+    def __init__(self, cluster: LocalCluster, interval: float = 0.2) -> None:
+        self.cluster = cluster
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="default-accounts", daemon=True)
+
+    def __enter__(self) -> DefaultAccounts:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._once()
+            except Exception:  # a passing API error: look again next time
+                continue
+
+    def _once(self) -> None:
+        selector = f"{STEWARD_ACCOUNTS}!=steward"
+        namespaces = self.cluster.api("GET", f"/api/v1/namespaces?labelSelector={selector}")
+        active = {
+            n["metadata"]["name"]
+            for n in namespaces.get("items") or []
+            if (n.get("status") or {}).get("phase") == "Active"
+        }
+        accounts = self.cluster.api(
+            "GET", "/api/v1/serviceaccounts?fieldSelector=metadata.name%3Ddefault"
+        )
+        have = {a["metadata"]["namespace"] for a in accounts.get("items") or []}
+        for name in sorted(active - have):
+            body = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
+            self.cluster.api(
+                "POST", f"/api/v1/namespaces/{name}/serviceaccounts", body, ok=(201, 403, 409)
+            )
 
 
 @pytest.fixture(scope="package")
 def apps_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A local control plane (3 kwok nodes) without upstream's ReplicaSet, Deployment,
     Endpoints, DaemonSet, HorizontalPodAutoscaler, garbage collector and namespace
-    controllers."""
-    yield from local_cluster(tmp_path_factory, "deploy", controllers=APPS_CONTROLLERS)
+    controllers, nor its identity and certificate controllers (:data:`IDENTITY_CONTROLLERS`,
+    its tokens controller), the ``default`` ServiceAccounts made by
+    :class:`DefaultAccounts`."""
+    plane = local_cluster(
+        tmp_path_factory, "deploy", controllers=APPS_CONTROLLERS, kcm_flags=NO_TOKENS_CONTROLLER
+    )
+    cluster = next(plane)
+    try:
+        with DefaultAccounts(cluster):
+            yield cluster
+    finally:
+        next(plane, None)  # the plane's teardown
 
 
 @pytest.fixture

@@ -17,15 +17,28 @@ update, revisions beyond the limit deleted, a revision name taken by another tem
 HorizontalPodAutoscaler controller scales a Deployment up to its HPA's minReplicas and asks
 the three metrics APIs for an HPA's metrics (an answer other than 403 from each; none is
 served here), the garbage collector collects the dependent of a deleted owner, orphans the
-dependent of an owner deleted with propagationPolicy Orphan, and collects a dependent
-naming an owner of another namespace with its OwnerRefInvalidNamespace Event, the namespace
+dependent of an owner deleted with propagationPolicy Orphan, and collects a dependent naming
+an owner of another namespace with its OwnerRefInvalidNamespace Event, the namespace
 controller empties a namespace being deleted, writes the conditions of what keeps it (a
-finalizer) and finalizes it; each controller dials the informer and the manager with its
-own projected token, so their list/watch and register rules are checked there. It all runs
-in ``apps_cluster`` (tests/deploy/conftest.py), where upstream's ReplicaSet, Endpoints,
-DaemonSet, HorizontalPodAutoscaler, garbage collector and namespace controllers are off
-(its endpointslice-controller runs beside Steward's). The exercise must then fail: it did
-not finish, or the service was refused (403, or the informer's or the manager's
+finalizer) and finalizes it; and the identity and certificate controllers
+(``tests/deploy/identity_exercises.py``): the serviceaccount controller makes a new
+namespace's ``default`` account and makes it again once deleted, the root CA publisher
+publishes ``kube-root-ca.crt`` and writes it back once changed, the ClusterRole aggregation
+controller gives an aggregate the rules of the role it selects, the CSR approver approves a
+bootstrapping kubelet's client certificate request, the CSR signer issues an approved client
+certificate, the CSR cleaner deletes a request denied two hours ago, the tokens controller
+fills in a token Secret and deletes that of a missing account, the legacy token cleaner
+labels an unused token and deletes one invalid since long ago, the bootstrap signer signs
+cluster-info with a bootstrap token, the token cleaner deletes an expired one; each
+controller dials the informer and the manager with its own projected token, so their
+list/watch and register rules are checked there. It all runs in ``apps_cluster``
+(tests/deploy/conftest.py), where upstream's ReplicaSet, Endpoints, DaemonSet,
+HorizontalPodAutoscaler, garbage collector and namespace controllers are off, and its
+identity and certificate controllers (its endpointslice-controller runs beside Steward's).
+The manifests are rendered with the bootstrap-tokens component (its two controllers, and the
+manager's ``--controllers`` naming them); the three controllers that hold the cluster's keys
+get them from the cluster's files (``tests/deploy/cluster_keys.py``). The exercise must then
+fail: it did not finish, or the service was refused (403, or the informer's or the manager's
 PERMISSION_DENIED). A rule whose removal changes nothing fails the test, named, unless this
 cluster is known to make it redundant, which is checked, not assumed (see
 ``REDUNDANT_HERE``). The rules of the garbage collector's and the namespace controller's
@@ -53,6 +66,8 @@ import yaml
 from steward.cluster import LocalCluster
 from steward.security import ClientSecurity
 from tests.deploy import exercises
+from tests.deploy import identity_exercises as identity
+from tests.deploy.cluster_keys import KeyedLauncher
 from tests.deploy.harness import (
     KUBECTL,
     NAMESPACE,
@@ -83,6 +98,16 @@ ENDPOINT, ENDPOINTSLICE = "steward-controller-endpoint", "steward-controller-end
 DAEMONSET = "steward-controller-daemonset"
 HPA = "steward-controller-horizontalpodautoscaling"
 GC, NAMESPACE_CONTROLLER = "steward-controller-garbagecollector", "steward-controller-namespace"
+SERVICEACCOUNT = "steward-controller-serviceaccount"
+ROOT_CA = "steward-controller-root-ca-cert-publisher"
+AGGREGATION = "steward-controller-clusterrole-aggregation"
+CSRAPPROVING = "steward-controller-csrapproving"
+CSRSIGNING = "steward-controller-csrsigning"
+CSRCLEANER = "steward-controller-csrcleaner"
+SA_TOKEN = "steward-controller-serviceaccount-token"
+LEGACY_CLEANER = "steward-controller-legacy-service-account-token-cleaner"
+BOOTSTRAPSIGNER = "steward-controller-bootstrapsigner"
+TOKENCLEANER = "steward-controller-tokencleaner"
 
 
 @dataclass
@@ -218,9 +243,13 @@ def remove(bench: Site, ident: Identity) -> None:
     )
 
 
-def start(bench: Site, deployment: str, ident: Identity) -> Process:
+def start(
+    bench: Site, deployment: str, ident: Identity, extra_args: tuple[str, ...] = ()
+) -> Process:
+    """``deployment``'s container as ``ident``, with ``extra_args`` after its own."""
     pod = Pod(name=f"{deployment}-{ident.service_account[-6:]}", namespace=ident.lease_namespace)
     process = bench.launcher.prepare(deployment, ident.kubeconfig, pod, ident.service_account)
+    process.argv.extend(extra_args)
     return bench.launcher.start(process)
 
 
@@ -278,11 +307,16 @@ def exercise_manager(bench: Bench, ident: Identity) -> tuple[str | None, Process
 
 
 def _exercise_controller(
-    bench: Bench, ident: Identity, deployment: str, name: str, run: exercises.Run
+    bench: Bench,
+    ident: Identity,
+    deployment: str,
+    name: str,
+    run: exercises.Run,
+    extra_args: tuple[str, ...] = (),
 ) -> tuple[str | None, Process]:
-    """The controller of ``deployment`` becomes the manager's active ``name``, then does
-    ``run`` in a fresh namespace."""
-    controller = start(bench, deployment, ident)
+    """The controller of ``deployment`` (given ``extra_args`` too) becomes the manager's
+    active ``name``, then does ``run`` in a fresh namespace."""
+    controller = start(bench, deployment, ident, extra_args)
     try:
         problem = exercises.wait_registered(
             bench.address(bench.manager), name, security=bench.admin, give_up=controller.forbidden
@@ -333,6 +367,15 @@ def exercise_namespace(bench: Bench, ident: Identity) -> tuple[str | None, Proce
     )
 
 
+def _identity_exercise(
+    deployment: str, name: str, run: exercises.Run, extra_args: tuple[str, ...] = ()
+) -> Callable[[Bench, Identity], tuple[str | None, Process]]:
+    def exercise(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
+        return _exercise_controller(bench, ident, deployment, name, run, extra_args)
+
+    return exercise
+
+
 def _until(check: Callable[[], bool], process: Process, timeout: float = 60.0) -> str | None:
     try:
         wait_for(lambda: check() or process.forbidden(), "readiness", process, timeout)
@@ -352,6 +395,27 @@ EXERCISES: dict[str, Callable[[Bench, Identity], tuple[str | None, Process]]] = 
     HPA: exercise_hpa,
     GC: exercise_garbagecollector,
     NAMESPACE_CONTROLLER: exercise_namespace,
+    SERVICEACCOUNT: _identity_exercise(
+        SERVICEACCOUNT, "serviceaccount", identity.run_serviceaccounts
+    ),
+    ROOT_CA: _identity_exercise(ROOT_CA, "root-ca-cert-publisher", identity.run_root_ca),
+    AGGREGATION: _identity_exercise(
+        AGGREGATION, "clusterrole-aggregation", identity.run_aggregation
+    ),
+    CSRAPPROVING: _identity_exercise(CSRAPPROVING, "csrapproving", identity.run_csr_approving),
+    CSRSIGNING: _identity_exercise(CSRSIGNING, "csrsigning", identity.run_csr_signing),
+    CSRCLEANER: _identity_exercise(CSRCLEANER, "csrcleaner", identity.run_csr_cleaning),
+    SA_TOKEN: _identity_exercise(SA_TOKEN, "serviceaccount-token", identity.run_sa_tokens),
+    LEGACY_CLEANER: _identity_exercise(
+        LEGACY_CLEANER,
+        "legacy-service-account-token-cleaner",
+        identity.run_legacy_cleaning,
+        (identity.LEGACY_CLEAN_UP_PERIOD,),
+    ),
+    BOOTSTRAPSIGNER: _identity_exercise(
+        BOOTSTRAPSIGNER, "bootstrapsigner", identity.run_cluster_info_signing
+    ),
+    TOKENCLEANER: _identity_exercise(TOKENCLEANER, "tokencleaner", identity.run_token_cleaning),
 }
 
 
@@ -552,12 +616,12 @@ def _describe(role: Doc, index: int, rule: dict[str, Any], part: Part | None = N
 @pytest.fixture(scope="module")
 def bench(apps_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
     cluster = apps_cluster
-    docs = render("local")
+    docs = render("local", with_bootstrap_tokens=True)
     labels = find(docs, "Namespace", NAMESPACE)["metadata"]["labels"]
     ensure_namespace(cluster, NAMESPACE, labels)
     apply(cluster, [d for d in docs if d["kind"] in ("ClusterRole", "Role")])
     workdir = tmp_path_factory.mktemp("mutations")
-    launcher = Launcher(docs, workdir, cluster)
+    launcher = KeyedLauncher(docs, workdir, cluster)
     partial = Site(cluster, docs, launcher, workdir)
     informer = start(partial, INFORMER, identity_for(partial, INFORMER, None, None))
     manager: Process | None = None
