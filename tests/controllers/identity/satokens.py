@@ -1,11 +1,12 @@
 """Fixtures and scenarios of the serviceaccount-token and legacy token cleaner tests.
 
 Steward's controllers run in this event loop, each as its own identity with only its
-RBAC of ``deploy/rbac/``: the cleaner against ``id_cluster`` (without upstream's), the
-tokens controller against ``sa_cluster``, a control plane of its own: in ``id_cluster``
+RBAC of ``deploy/rbac/``, against ``sa_cluster``: a control plane like ``id_cluster``
+(without upstream's identity controllers) but of its own, since in ``id_cluster``
 kube-controller-manager still runs its tokens controller (it starts that one whatever
-``--controllers`` says, whenever it has a signing key), so only a plane whose
-kube-controller-manager has no key leaves the token Secrets to Steward's. The tokens
+``--controllers`` says, whenever it has a signing key): only a plane whose
+kube-controller-manager has no key leaves the token Secrets to Steward's (and the
+cleaner's Secrets unchanged by anyone else while it looks at them). The tokens
 controller is given the plane's own service account signing key and CA (its state
 directory's ``pki/sa.key`` and ``pki/ca.crt``, the files kube-controller-manager is given
 elsewhere), so kube-apiserver accepts what it signs. The session's ``cluster`` (every
@@ -79,12 +80,6 @@ def plain_namespace(kube: KubeClient, request: pytest.FixtureRequest) -> Iterato
         drop_namespace(kube, name)
 
 
-@pytest.fixture
-def sa_namespace(id_kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace of ``id_cluster``."""
-    yield from plain_namespace(id_kube, request)
-
-
 @pytest.fixture(scope="module")
 def sa_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A local control plane like ``id_cluster`` whose kube-controller-manager has no
@@ -126,12 +121,12 @@ async def token_controllers(sa_cluster: LocalCluster) -> AsyncIterator[Starter]:
 
 
 @pytest_asyncio.fixture
-async def cleaner_controllers(id_cluster: LocalCluster) -> AsyncIterator[Starter]:
+async def cleaner_controllers(sa_cluster: LocalCluster) -> AsyncIterator[Starter]:
     """A starter of Steward's legacy-service-account-token-cleaner over every namespace
-    of ``id_cluster``, as ``steward:controller:legacy-service-account-token-cleaner``."""
-    identity = id_cluster.component_kubeconfig("controller-legacy-service-account-token-cleaner")
+    of ``sa_cluster``, as ``steward:controller:legacy-service-account-token-cleaner``."""
+    identity = sa_cluster.component_kubeconfig("controller-legacy-service-account-token-cleaner")
     async with (
-        in_loop_informer(id_cluster) as informer,
+        in_loop_informer(sa_cluster) as informer,
         controllers(cleaner.CONTROLLER, identity, informer, "", workers=2) as starter,
     ):
         yield starter
@@ -310,13 +305,13 @@ def set_tracked_since(kube: KubeClient, since: str) -> str:
 
 
 @pytest.fixture
-def tracked_long_ago(id_kube: KubeClient) -> Iterator[None]:
-    """``id_cluster`` has tracked legacy token use since 2020-01-01 while the test runs."""
-    previous = set_tracked_since(id_kube, "2020-01-01")
+def tracked_long_ago(sa_kube: KubeClient) -> Iterator[None]:
+    """``sa_cluster`` has tracked legacy token use since 2020-01-01 while the test runs."""
+    previous = set_tracked_since(sa_kube, "2020-01-01")
     try:
         yield
     finally:
-        set_tracked_since(id_kube, previous or today())
+        set_tracked_since(sa_kube, previous or today())
 
 
 def labels_of(kube: KubeClient, ns: str, name: str) -> dict[str, str] | None:
