@@ -179,6 +179,7 @@ def test_flags_parse_and_validate(rsa_key: rsa.RSAPrivateKey, tmp_path: object) 
 def test_workers_default_is_upstreams() -> None:
     assert tokens.CONTROLLER.options.max_concurrent_reconciles == 5
     assert tokens.CONTROLLER.options.max_retries == 10
+    assert tokens.CONTROLLER.options.queue_name == "serviceaccount_tokens_service"
 
 
 def test_hosted_without_the_key_exits_2(capsys: pytest.CaptureFixture[str]) -> None:

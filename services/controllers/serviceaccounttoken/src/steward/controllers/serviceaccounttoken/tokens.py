@@ -4,7 +4,7 @@ their service account, as upstream's ``TokensController``
 
 # Two kinds of key, one queue
 Upstream has two queues (both named ``serviceaccount_tokens_service`` in its source);
-here one work queue, named after the controller, holds both kinds of key:
+here one work queue of that name holds both kinds of key:
 
 - a service account's (``Request(namespace, name)``, the primary), queued on each of its
   changes: once the account is gone, every token Secret naming it is deleted; while it
@@ -84,7 +84,10 @@ log = logging.getLogger(__name__)
 
 NAME = "serviceaccount-token"
 """The controller's name with the manager (kube-controller-manager's alias of its
-ServiceAccountTokenController), also its work queue's name."""
+ServiceAccountTokenController)."""
+QUEUE = "serviceaccount_tokens_service"
+"""The work queue's name (its ``workqueue_*`` metrics' ``name`` label): upstream gives
+both of its queues this name."""
 WORKERS = 5
 """Keys synced at once (``--concurrent-serviceaccount-token-syncs``)."""
 MAX_RETRIES = 10
@@ -421,7 +424,9 @@ CONTROLLER = (
     .with_index(BY_SERVICE_ACCOUNT, by_service_account)
     .flags(add_flags)
     .with_options(
-        steward.ControllerOptions(max_concurrent_reconciles=WORKERS, max_retries=MAX_RETRIES)
+        steward.ControllerOptions(
+            max_concurrent_reconciles=WORKERS, max_retries=MAX_RETRIES, queue_name=QUEUE
+        )
     )
     .beside_upstream(None)
     .describe(
