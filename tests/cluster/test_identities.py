@@ -6,6 +6,7 @@ and gets its ``traceparent`` continued by kube-apiserver, which a caller outside
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import subprocess
 import sys
@@ -83,12 +84,16 @@ def test_kubectl_whoami_names_the_component_in_system_monitoring(
 
 def test_unknown_component_has_no_kubeconfig(cluster: LocalCluster) -> None:
     known = (
-        "informer, manager, controller-daemonset, controller-deployment, controller-endpoint, "
+        "informer, manager, controller-bootstrapsigner, controller-clusterrole-aggregation, "
+        "controller-csrapproving, controller-csrcleaner, controller-csrsigning, "
+        "controller-daemonset, controller-deployment, controller-endpoint, "
         "controller-endpointslice, controller-garbagecollector, "
-        "controller-horizontalpodautoscaling, controller-job, controller-namespace, "
-        "controller-replicaset"
+        "controller-horizontalpodautoscaling, controller-job, "
+        "controller-legacy-service-account-token-cleaner, controller-namespace, "
+        "controller-replicaset, controller-root-ca-cert-publisher, controller-serviceaccount, "
+        "controller-serviceaccount-token, controller-tokencleaner"
     )
-    with pytest.raises(ValueError, match=f"known: {known}"):
+    with pytest.raises(ValueError, match=re.escape(f"known: {known}")):
         cluster.component_kubeconfig("job-controller")
 
 
@@ -420,6 +425,38 @@ EXPECTED_WRITES = {
         ("*", "*", "delete"),
         ("*", "*", "deletecollection"),
     },
+    # The default ServiceAccount of each active namespace, never updated.
+    "controller-serviceaccount": {("", "serviceaccounts", "create")},
+    # kube-root-ca.crt in each namespace, created and kept equal to the bundle.
+    "controller-root-ca-cert-publisher": {
+        ("", "configmaps", "create"),
+        ("", "configmaps", "update"),
+    },
+    # The aggregated ClusterRoles' rules, by server-side apply (escalate is not a write).
+    "controller-clusterrole-aggregation": {("rbac.authorization.k8s.io", "clusterroles", "patch")},
+    # Node client requests approved after asking whether their requester may.
+    "controller-csrapproving": {
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+        ("certificates.k8s.io", "certificatesigningrequests/approval", "update"),
+    },
+    "controller-csrsigning": {
+        ("certificates.k8s.io", "certificatesigningrequests/status", "update"),
+    },
+    "controller-csrcleaner": {("certificates.k8s.io", "certificatesigningrequests", "delete")},
+    # Legacy token Secrets filled (or deleted with their ServiceAccount), and the
+    # ServiceAccount's reference to a deleted token removed.
+    "controller-serviceaccount-token": {
+        ("", "secrets", "update"),
+        ("", "secrets", "delete"),
+        ("", "serviceaccounts", "update"),
+    },
+    "controller-legacy-service-account-token-cleaner": {
+        ("", "secrets", "patch"),
+        ("", "secrets", "delete"),
+    },
+    # cluster-info's signatures (that ConfigMap only).
+    "controller-bootstrapsigner": {("", "configmaps", "update")},
+    "controller-tokencleaner": {("", "secrets", "delete")},
 }
 
 
