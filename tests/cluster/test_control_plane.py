@@ -29,6 +29,7 @@ from steward.cluster import (
 )
 from steward.cluster.identities import STEWARD_CONTROLLERS
 from steward.cluster.progress import Progress
+from steward.cluster.registry import steward_controllers
 from steward.cluster.supervisor import RestartBackoff
 from steward.v1 import manager_pb2, manager_pb2_grpc
 from steward.v1.informer_pb2 import ListRequest, ResourceType
@@ -176,8 +177,10 @@ def test_down_leaves_no_process_alive(tmp_path: Path) -> None:
         "supervisor",
         "informer",
         "manager",
-        *(f"{name}-controller" for name in STEWARD_CONTROLLERS),
+        # Not those off by default (bootstrapsigner, tokencleaner), as upstream's.
+        *(f"{name}-controller" for name in ON_BY_DEFAULT),
     }
+    assert {"bootstrapsigner", "tokencleaner"} <= set(STEWARD_CONTROLLERS)
     job_controller = next(r for r in records if r.name == "job-controller")
     assert job_controller.argv[1:5] == ["-m", "steward", "run", "job"]
     assert all(r.alive() for r in records)
@@ -214,6 +217,10 @@ def test_component_exiting_at_startup_shows_its_log(tmp_path: Path) -> None:
     assert leftover.stdout == "", leftover.stdout
 
 
+ON_BY_DEFAULT = tuple(c.name for c in steward_controllers() if c.enabled_by_default)
+"""The controllers ``make up`` runs (not bootstrapsigner and tokencleaner, off by default)."""
+
+
 @pytest.mark.slow
 def test_steward_job_controller_completes_a_plain_job(tmp_path: Path) -> None:
     cfg = ClusterConfig(
@@ -229,6 +236,8 @@ def test_steward_job_controller_completes_a_plain_job(tmp_path: Path) -> None:
         assert running.state.controllers == WITHOUT_STEWARDS
         kcm = next(r for r in running.iter_processes() if r.name == "kube-controller-manager")
         assert f"--controllers={WITHOUT_STEWARDS}" in kcm.argv
+        # Its tokens controller, which ignores --controllers, has no key: Steward's signs.
+        assert not [a for a in kcm.argv if a.startswith("--service-account-private-key-file")]
         api = k8s_config.new_client_from_config(config_file=str(running.kubeconfig))
         batch = client.BatchV1Api(api)
         job = client.V1Job(  # no spec.managedBy: what `kubectl apply` of a plain Job makes
@@ -484,7 +493,7 @@ def test_killed_steward_services_are_restarted_and_the_workload_converges(
     )
     running = LocalCluster.up(cfg, progress=Progress(quiet=True))
     first = {r.name: r for r in running.iter_processes()}
-    services = ["informer", "manager", *(f"{name}-controller" for name in STEWARD_CONTROLLERS)]
+    services = ["informer", "manager", *(f"{name}-controller" for name in ON_BY_DEFAULT)]
     api = k8s_config.new_client_from_config(config_file=str(running.kubeconfig))
     created: list[str] = []
     done = threading.Event()
@@ -528,9 +537,7 @@ def test_killed_steward_services_are_restarted_and_the_workload_converges(
         def all_active() -> bool:
             holders = _holders(running)
             pids = {r.name: r.pid for r in running.iter_processes()}
-            return all(
-                f"-{pids[f'{c}-controller']}-" in holders.get(c, "") for c in STEWARD_CONTROLLERS
-            )
+            return all(f"-{pids[f'{c}-controller']}-" in holders.get(c, "") for c in ON_BY_DEFAULT)
 
         wait_for(all_active, "every controller active in its new process", within=60)
         batch = client.BatchV1Api(api)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
 import socket
 from concurrent import futures
@@ -82,6 +83,8 @@ JOB = RegisteredController(
 
 
 WITHOUT_STEWARDS = ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
+ON_BY_DEFAULT = tuple(c.name for c in steward_controllers() if c.enabled_by_default)
+"""The controllers the local overlay deploys (not those off by default)."""
 """kube-controller-manager's ``--controllers`` once Steward has taken over
 (``*,-daemonset,-deployment,-endpoint,-endpointslice,-horizontalpodautoscaling,-job,
 -replicaset``)."""
@@ -103,7 +106,7 @@ def test_pods_ask_for_a_real_node_and_export_to_the_cluster_jaeger() -> None:
         registry=[JOB],
     )
     deployments = [d for d in docs if d["kind"] == "Deployment"]
-    assert len(deployments) == 2 + len(STEWARD_CONTROLLERS)
+    assert len(deployments) == 2 + len(ON_BY_DEFAULT)
     for dep in deployments:
         spec = dep["spec"]["template"]["spec"]
         assert spec["nodeSelector"][nodes.REAL_NODE_LABEL] == "true"
@@ -128,6 +131,46 @@ def test_a_controller_beside_upstream_keeps_its_flags() -> None:
     assert "--no-take-unmanaged" in job_args and "--take-unmanaged" not in job_args
 
 
+def test_the_cluster_keys_go_to_their_one_controller_each(tmp_path: Path) -> None:
+    """The signing CA, the service-account key and the CA bundle are Secrets of their
+    own, from the cluster's PKI, each mounted by one Deployment; no TLS certificate is
+    issued under their names."""
+    from steward.cluster.pki import CertificateAuthority
+
+    pki = tmp_path / "pki"
+    ca = CertificateAuthority(pki)
+    (pki / "sa.key").write_text("service-account key")
+    docs = pods.manifests(
+        _rendered(), otlp_endpoint="http://x:4317", kcm_controllers="*", registry=[JOB]
+    )
+    keys = {s["metadata"]["name"]: s for s in pods.key_secrets(docs, pki)}
+    assert set(keys) == set(pods.KEY_SECRETS)
+    signing = keys["steward-cluster-signing"]
+    assert signing["type"] == "kubernetes.io/tls"
+    assert base64.b64decode(signing["data"]["tls.key"]) == ca.pair.key.read_bytes()
+    assert base64.b64decode(keys["steward-service-account-key"]["data"]["sa.key"]) == (
+        b"service-account key"
+    )
+    assert base64.b64decode(keys["steward-root-ca"]["data"]["ca.crt"]) == (
+        ca.pair.cert.read_bytes()
+    )
+    mounted_by = {
+        name: [
+            d["metadata"]["name"]
+            for d in docs
+            if d["kind"] == "Deployment" and name in pods._secret_names(d)
+        ]
+        for name in pods.KEY_SECRETS
+    }
+    assert mounted_by == {
+        "steward-cluster-signing": ["steward-controller-csrsigning"],
+        "steward-service-account-key": ["steward-controller-serviceaccount-token"],
+        "steward-root-ca": ["steward-controller-root-ca-cert-publisher"],
+    }
+    issued = {s["metadata"]["name"] for s in pods.tls_secrets(docs, ca, tmp_path / "tls")}
+    assert not issued & set(pods.KEY_SECRETS)
+
+
 def test_tls_secrets_serve_the_service_names(tmp_path: Path) -> None:
     from cryptography import x509
 
@@ -141,7 +184,7 @@ def test_tls_secrets_serve_the_service_names(tmp_path: Path) -> None:
     assert set(secrets) == {
         "steward-informer-tls",
         "steward-manager-tls",
-        *(f"steward-controller-{name}-tls" for name in STEWARD_CONTROLLERS),
+        *(f"steward-controller-{name}-tls" for name in ON_BY_DEFAULT),
     }
     assert "steward-controller-daemonset-tls" in secrets
     assert "steward-controller-horizontalpodautoscaling-tls" in secrets

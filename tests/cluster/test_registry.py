@@ -31,9 +31,11 @@ def test_every_controller_of_the_workspace_is_declared() -> None:
     assert set(packages.values()) == on_disk
     assert tuple(sorted(declared)) == STEWARD_CONTROLLERS
     for name, controller in declared.items():
-        assert (
-            controller.definition == f"steward.controllers.{packages[name]}.controller:CONTROLLER"
-        )
+        # One module per controller: controller.py, or a module of its own where a
+        # package holds several (certificates: approving, signing, cleaner).
+        module, attr = controller.definition.split(":")
+        assert attr == "CONTROLLER", controller.definition
+        assert module.startswith(f"steward.controllers.{packages[name]}."), module
         assert controller.launch == ("-m", "steward", "run", name)
         assert f"controller-{name}" in STEWARD_IDENTITIES
         assert (ROOT / "deploy" / "rbac" / f"controller-{name}.yaml").exists()

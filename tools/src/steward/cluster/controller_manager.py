@@ -7,6 +7,7 @@ from pathlib import Path
 from steward.cluster.admin import ssl_context
 from steward.cluster.certificates import Certificates
 from steward.cluster.config import ClusterConfig
+from steward.cluster.registry import upstream_runs
 from steward.cluster.startup import Probe, Spec, says_ok, secure_serving
 from steward.cluster.state import LOOPBACK, ClusterState
 
@@ -36,7 +37,14 @@ def spec(state: ClusterState, binary: Path, certs: Certificates, config: Cluster
                 kubeconfig, state.ports["controller_manager"], certs.controller_manager
             ),
             f"--controllers={config.kcm_controllers()}",
-            f"--service-account-private-key-file={certs.service_account.key}",
+            # Its tokens controller starts whenever it has the key, whatever
+            # --controllers says (upstream's "special handling"): without the key when
+            # its serviceaccount-token is off, so that only Steward's fills the Secrets.
+            *(
+                [f"--service-account-private-key-file={certs.service_account.key}"]
+                if upstream_runs(config.kcm_controllers(), "serviceaccount-token")
+                else []
+            ),
             f"--root-ca-file={ca.cert}",
             f"--cluster-signing-cert-file={ca.cert}",
             f"--cluster-signing-key-file={ca.key}",
