@@ -112,8 +112,7 @@ def render(
                 "apiVersion: kustomize.config.k8s.io/v1beta1\n"
                 "kind: Kustomization\n"
                 f"resources:\n  - {(rel / 'overlays' / overlay).as_posix()}\n"
-                "components:\n"
-                + "".join(f"  - {(rel / c).as_posix()}\n" for c in components)
+                "components:\n" + "".join(f"  - {(rel / c).as_posix()}\n" for c in components)
             )
             target = Path(tmp)
         try:
