@@ -396,15 +396,20 @@ def run_sa_tokens(
     cluster: LocalCluster, namespace: str, *, deadline: float = 30.0, give_up: GiveUp = _never
 ) -> str | None:
     """A token Secret of an existing ServiceAccount gets its token (which kube-apiserver
-    accepts as the account's), ``ca.crt`` and ``namespace``; a token Secret of a missing
-    account is deleted.
+    accepts as the account's), ``ca.crt`` and ``namespace``; deleted, its name is removed
+    from the account's ``secrets``. A token Secret of a missing account is deleted.
 
     That uses every permission of the tokens controller's role: ServiceAccounts and
     Secrets come through the informer (their list and watch), the Secret is read afresh
-    and written (secrets get, update), the account read (serviceaccounts get), the orphan
-    deleted (secrets delete)."""
+    and written (secrets get, update), the account read afresh (serviceaccounts get) and
+    its reference removed (serviceaccounts update), the orphan deleted (secrets delete)."""
     base = f"/api/v1/namespaces/{namespace}"
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}}
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "robot"},
+        "secrets": [{"name": "robot-token"}, {"name": "kept"}],
+    }
     cluster.api("POST", f"{base}/serviceaccounts", account, ok=(201,))
     cluster.api("POST", f"{base}/secrets", _token_secret("robot-token", "robot"), ok=(201,))
     cluster.api("POST", f"{base}/secrets", _token_secret("orphan-token", "missing"), ok=(201,))
@@ -414,7 +419,18 @@ def run_sa_tokens(
     if missing:
         return f"namespace {namespace}: {missing}"
     missing = _poll(partial(_gone, cluster, f"{base}/secrets/orphan-token"), end, give_up)
-    return f"the token Secret of a missing account: {missing}" if missing else None
+    if missing:
+        return f"the token Secret of a missing account: {missing}"
+    cluster.api("DELETE", f"{base}/secrets/robot-token")
+    unlisted = partial(_references_missing, cluster, f"{base}/serviceaccounts/robot", ["kept"])
+    missing = _poll(unlisted, end, give_up)
+    return f"the account of a deleted token Secret: {missing}" if missing else None
+
+
+def _references_missing(cluster: LocalCluster, path: str, want: list[str]) -> str:
+    found = cluster.api("GET", path).get("secrets") or []
+    names = [s.get("name") for s in found]
+    return "" if names == want else f"secrets {names}, expected {want}"
 
 
 def _today() -> str:
