@@ -21,8 +21,8 @@ in the RBAC mutation tests: ``serviceaccount``, ``root-ca-cert-publisher``,
 ``clusterrole-aggregation``, ``csrapproving``, ``csrsigning``, ``csrcleaner``,
 ``serviceaccount-token`` and ``legacy-service-account-token-cleaner`` (``bootstrapsigner``
 and ``tokencleaner`` are off unless named). kube-controller-manager starts its tokens
-controller whatever ``--controllers`` says whenever it has a signing key, so it is given
-none (an empty ``--service-account-private-key-file``, after the local cluster's). With
+controller whatever ``--controllers`` says whenever it has a signing key; the local
+control plane gives it none while its ``serviceaccount-token`` is off. With
 no serviceaccount controller of upstream's, a new namespace would never get its
 ``default`` ServiceAccount, which pods (and :func:`tests.deploy.harness.new_namespace`)
 wait for: :class:`DefaultAccounts` makes it, as the cluster's admin, in every namespace
@@ -68,9 +68,6 @@ APPS_CONTROLLERS = ",".join(
 )
 """kube-controller-manager's ``--controllers`` in ``apps_cluster`` (``endpointslice`` on,
 beside Steward's)."""
-
-NO_TOKENS_CONTROLLER = ("--service-account-private-key-file=",)
-"""kube-controller-manager's flag that leaves out its tokens controller."""
 
 
 class DefaultAccounts:
@@ -122,12 +119,9 @@ class DefaultAccounts:
 def apps_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A local control plane (3 kwok nodes) without upstream's ReplicaSet, Deployment,
     Endpoints, DaemonSet, HorizontalPodAutoscaler, garbage collector and namespace
-    controllers, nor its identity and certificate controllers (:data:`IDENTITY_CONTROLLERS`,
-    its tokens controller), the ``default`` ServiceAccounts made by
-    :class:`DefaultAccounts`."""
-    plane = local_cluster(
-        tmp_path_factory, "deploy", controllers=APPS_CONTROLLERS, kcm_flags=NO_TOKENS_CONTROLLER
-    )
+    controllers, nor its identity and certificate controllers (:data:`IDENTITY_CONTROLLERS`),
+    the ``default`` ServiceAccounts made by :class:`DefaultAccounts`."""
+    plane = local_cluster(tmp_path_factory, "deploy", controllers=APPS_CONTROLLERS)
     cluster = next(plane)
     try:
         with DefaultAccounts(cluster):
