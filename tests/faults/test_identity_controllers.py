@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from kubernetes import client, config, watch
 
 from steward.cluster import LocalCluster
@@ -401,7 +402,7 @@ def csr_end(kube: KubeClient, m: CsrMaterial, ca: x509.Certificate) -> list[tupl
     its conditions, how many certificates its PEM holds, whether the subject is the one
     asked for, and what the certificate says (:func:`certificate_snapshot`)."""
     found = csrs(kube, m.names)
-    ends = []
+    ends: list[tuple[Any, ...]] = []
     for name, subject in zip(m.names, m.subjects, strict=True):
         csr = found.get(name)
         if csr is None:
@@ -414,16 +415,30 @@ def csr_end(kube: KubeClient, m: CsrMaterial, ca: x509.Certificate) -> list[tupl
             ends.append((conditions(csr),))
             continue
         pem = base64.b64decode(status["certificate"])
+        certificates = x509.load_pem_x509_certificates(pem)
+        if not of_ca(certificates[0], ca):
+            ends.append((conditions(csr), "not signed by the cluster's CA"))
+            continue
         snap = certificate_snapshot(csr, ca)
         ends.append(
             (
                 conditions(csr),
-                len(x509.load_pem_x509_certificates(pem)),
+                len(certificates),
                 snap["subject_text"] == subject,
                 sorted(snap.items()),
             )
         )
     return ends
+
+
+def of_ca(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    """Whether ``ca`` signed ``cert`` (checked here: :func:`certificate_snapshot` expects
+    a certificate of the CA)."""
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
 
 
 def drop_csrs(kube: KubeClient, names: list[str]) -> None:
@@ -487,10 +502,19 @@ def test_signer_sigkill_mid_issuing(
         stack.wait_holder("csrsigning", signer)
         with watching_csrs(plane, set(m.names)) as record:
             create_csrs(admin, m)
-            approve_all(admin, first)
-            at_kill = wait_for(lambda: issued(admin, m.names), "the signer issuing", WITHIN)
+
+            # Approved one by one while the signer issues, so that it dies between them.
+            def approve_first() -> None:
+                for name in first:
+                    approve(admin, name)
+
+            approving = threading.Thread(target=approve_first)
+            approving.start()
+            wait_for(lambda: issued(admin, m.names) >= 3, "the signer issuing", WITHIN)
             signer.kill()
             killed = time.monotonic()
+            approving.join(WITHIN)
+            at_kill = issued(admin, m.names)
             approve_all(admin, rest)
             successor = stack.start_controller("csrsigning", flags=signing_flags(plane))
             stack.wait_holder("csrsigning", successor)
@@ -503,7 +527,8 @@ def test_signer_sigkill_mid_issuing(
         assert end == expected_csrs
         assert [e.split(":", 1)[0] for e in stack.exited()] == ["csrsigning-0"], stack.exited()
         print(
-            f"csrsigning SIGKILLed with {at_kill} of {len(first)} approved CSRs issued: "
+            f"csrsigning SIGKILLed with {at_kill} of {len(first)} approved CSRs issued "
+            f"(and {len(rest)} approved after): "
             f"all issued {time.monotonic() - killed:.1f}s later"
         )
     finally:
