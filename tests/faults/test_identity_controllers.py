@@ -31,7 +31,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -161,6 +160,15 @@ def settled(kube: KubeClient, names: list[str], ca: str) -> Counter[NamespaceSta
     return Counter(states.values())
 
 
+def end_state(kube: KubeClient, names: list[str], ca: str, what: str) -> Counter[NamespaceState]:
+    """:func:`settled`, awaited, and still the same a second later (a late second
+    account or a rewritten CA would show)."""
+    end: Counter[NamespaceState] = wait_for(lambda: settled(kube, names, ca), what, WITHIN)
+    time.sleep(1.0)
+    assert settled(kube, names, ca) == end, f"{what}: changed after settling"
+    return end
+
+
 def with_account(kube: KubeClient, names: list[str]) -> int:
     wanted = set(names)
     return sum(
@@ -183,15 +191,9 @@ def expected_namespaces(
     names = burst_names("id-fault-up")
     try:
         make_namespaces(upstream_admin, names)
-        end: Counter[NamespaceState] = wait_for(
-            lambda: settled(upstream_admin, names, ca_text(cluster)),
-            "upstream's accounts and CA in every namespace",
-            WITHIN,
+        return end_state(
+            upstream_admin, names, ca_text(cluster), "upstream's accounts and CA everywhere"
         )
-        # A namespace is served once: nothing more arrives afterwards.
-        time.sleep(1.0)
-        assert settled(upstream_admin, names, ca_text(cluster)) == end
-        return end
     finally:
         drop_namespaces(upstream_admin, names)
 
@@ -199,25 +201,58 @@ def expected_namespaces(
 IDENTITY = ("serviceaccount", "root-ca-cert-publisher")
 
 
-def identity_flags(plane: LocalCluster, kind: str) -> list[str]:
-    """Upstream's one worker; the publisher given the cluster's CA file, as
-    kube-controller-manager's ``--root-ca-file``."""
+def controller_flags(plane: LocalCluster, kind: str) -> list[str]:
+    """Upstream's one worker for the identity controllers; the publisher given the
+    cluster's CA file, as kube-controller-manager's ``--root-ca-file``; the signer the
+    cluster's CA and key, as kube-controller-manager's ``--cluster-signing-*-file``."""
+    if kind == "csrsigning":
+        return list(signing_flags(plane))
     flags = ["--workers=1"]
     if kind == "root-ca-cert-publisher":
         flags.append(f"--root-ca-file={plane.directory / 'pki' / 'ca.crt'}")
     return flags
 
 
-@pytest.fixture
-def identity_stack(id_fault_cluster: LocalCluster, tmp_path: Path) -> Iterator[Stack]:
-    running = Stack(id_fault_cluster, tmp_path / "logs")
+@dataclass
+class Faults:
+    """The module's services (one :class:`Stack` for all its cases, each case leaving
+    an active instance of every controller behind) and the names of the instances the
+    cases SIGKILLed: the only ones that may have exited."""
+
+    stack: Stack
+    plane: LocalCluster
+    killed: list[str] = field(default_factory=list)
+
+    def kill(self, kind: str) -> Service:
+        victim = self.stack.active(kind)
+        victim.kill()
+        self.killed.append(victim.name)
+        return victim
+
+    def replace(self, kind: str) -> None:
+        successor = self.stack.start_controller(kind, flags=controller_flags(self.plane, kind))
+        self.stack.wait_holder(kind, successor)
+
+    def check_exits(self) -> None:
+        exited = sorted(e.split(":", 1)[0] for e in self.stack.exited())
+        assert exited == sorted(self.killed), self.stack.exited()
+
+
+@pytest.fixture(scope="module")
+def faults(
+    id_fault_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Faults]:
+    running = Stack(id_fault_cluster, tmp_path_factory.mktemp("id-faults-logs"))
     try:
         running.start_informer()
         running.start_manager()
-        for kind in IDENTITY:
-            first = running.start_controller(kind, flags=identity_flags(id_fault_cluster, kind))
-            running.wait_holder(kind, first)
-        yield running
+        kinds = (*IDENTITY, "csrsigning")
+        first = [
+            running.start_controller(k, flags=controller_flags(id_fault_cluster, k)) for k in kinds
+        ]
+        for kind, service in zip(kinds, first, strict=True):
+            running.wait_holder(kind, service)
+        yield Faults(running, id_fault_cluster)
     finally:
         running.stop()
 
@@ -228,34 +263,30 @@ def burst_until_served(kube: KubeClient, names: list[str]) -> tuple[list[str], i
     first, rest = names[: NAMESPACES * 2 // 3], names[NAMESPACES * 2 // 3 :]
     make_namespaces(kube, first)
     count = wait_for(lambda: with_account(kube, first), "the burst being served", WITHIN)
+    assert count < len(first), "the burst was served before the fault could strike"
     return rest, count
 
 
 def test_identity_controllers_sigkill_mid_burst(
-    identity_stack: Stack,
+    faults: Faults,
     admin: KubeClient,
     id_fault_cluster: LocalCluster,
     expected_namespaces: Counter[NamespaceState],
 ) -> None:
-    stack = identity_stack
     names = burst_names("id-fault-kill")
     try:
         rest, served_at_kill = burst_until_served(admin, names)
         for kind in IDENTITY:
-            stack.active(kind).kill()
+            faults.kill(kind)
         killed = time.monotonic()
         make_namespaces(admin, rest)
         for kind in IDENTITY:
-            successor = stack.start_controller(kind, flags=identity_flags(id_fault_cluster, kind))
-            stack.wait_holder(kind, successor)
-        end = wait_for(
-            lambda: settled(admin, names, ca_text(id_fault_cluster)),
-            "accounts and CA in every namespace after the SIGKILL",
-            WITHIN,
+            faults.replace(kind)
+        end = end_state(
+            admin, names, ca_text(id_fault_cluster), "accounts and CA everywhere after the SIGKILL"
         )
         assert end == expected_namespaces
-        exited = sorted(e.split(":", 1)[0] for e in stack.exited())
-        assert exited == ["root-ca-cert-publisher-0", "serviceaccount-0"], stack.exited()
+        faults.check_exits()
         print(
             f"serviceaccount, root-ca-cert-publisher SIGKILLed with {served_at_kill} of "
             f"{len(names) - len(rest)} namespaces served: settled "
@@ -266,12 +297,12 @@ def test_identity_controllers_sigkill_mid_burst(
 
 
 def test_informer_restart_mid_burst(
-    identity_stack: Stack,
+    faults: Faults,
     admin: KubeClient,
     id_fault_cluster: LocalCluster,
     expected_namespaces: Counter[NamespaceState],
 ) -> None:
-    stack = identity_stack
+    stack = faults.stack
     names = burst_names("id-fault-inf")
     try:
         rest, served_at_kill = burst_until_served(admin, names)
@@ -281,14 +312,15 @@ def test_informer_restart_mid_burst(
         make_namespaces(admin, rest)
         stack.informer.start()
         stack.wait_serving(stack.informer, stack.informer_address)
-        end = wait_for(
-            lambda: settled(admin, names, ca_text(id_fault_cluster)),
-            "accounts and CA in every namespace after the informer's restart",
-            WITHIN,
+        end = end_state(
+            admin,
+            names,
+            ca_text(id_fault_cluster),
+            "accounts and CA everywhere after the informer's restart",
         )
         assert end == expected_namespaces
         # The controllers kept running through the informer's restart.
-        assert not stack.exited(), stack.exited()
+        faults.check_exits()
         print(
             f"informer restarted with {served_at_kill} of {len(names) - len(rest)} "
             f"namespaces served: settled {time.monotonic() - killed:.1f}s later"
@@ -486,20 +518,15 @@ def expected_csrs(upstream_admin: KubeClient, cluster: LocalCluster) -> list[tup
 
 
 def test_signer_sigkill_mid_issuing(
+    faults: Faults,
     id_fault_cluster: LocalCluster,
     admin: KubeClient,
     expected_csrs: list[tuple[Any, ...]],
-    tmp_path: Path,
 ) -> None:
     plane = id_fault_cluster
-    stack = Stack(plane, tmp_path / "logs")
     m = csr_material("id-fault")
     first, rest = m.names[: CSRS * 2 // 3], m.names[CSRS * 2 // 3 :]
     try:
-        stack.start_informer()
-        stack.start_manager()
-        signer: Service = stack.start_controller("csrsigning", flags=signing_flags(plane))
-        stack.wait_holder("csrsigning", signer)
         with watching_csrs(plane, set(m.names)) as record:
             create_csrs(admin, m)
 
@@ -511,13 +538,12 @@ def test_signer_sigkill_mid_issuing(
             approving = threading.Thread(target=approve_first)
             approving.start()
             wait_for(lambda: issued(admin, m.names) >= 3, "the signer issuing", WITHIN)
-            signer.kill()
+            faults.kill("csrsigning")
             killed = time.monotonic()
             approving.join(WITHIN)
             at_kill = issued(admin, m.names)
             approve_all(admin, rest)
-            successor = stack.start_controller("csrsigning", flags=signing_flags(plane))
-            stack.wait_holder("csrsigning", successor)
+            faults.replace("csrsigning")
             end = wait_for(
                 lambda: csr_end(admin, m, ca_certificate(plane)),
                 "every CSR issued or Failed after the SIGKILL",
@@ -525,12 +551,11 @@ def test_signer_sigkill_mid_issuing(
             )
             check_record(record, m.names)
         assert end == expected_csrs
-        assert [e.split(":", 1)[0] for e in stack.exited()] == ["csrsigning-0"], stack.exited()
+        faults.check_exits()
         print(
             f"csrsigning SIGKILLed with {at_kill} of {len(first)} approved CSRs issued "
             f"(and {len(rest)} approved after): "
             f"all issued {time.monotonic() - killed:.1f}s later"
         )
     finally:
-        stack.stop()
         drop_csrs(admin, m.names)
