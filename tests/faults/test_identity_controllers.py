@@ -1,7 +1,8 @@
 """The identity and certificate controllers SIGKILLed, and the informer restarted, in the
 middle of their work.
 
-Steward's informer, manager and controllers run as processes (``stack.py``) against a
+Steward's informer, manager and controllers run as processes (``stack.py``, one stack for
+the module, each case leaving an active instance of every controller behind) against a
 control plane of this module's own whose kube-controller-manager runs neither its
 serviceaccount, root-ca-cert-publisher, csrapproving nor csrsigning controller.
 
