@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
@@ -391,7 +392,7 @@ def certificate_snapshot(csr: dict[str, Any], ca: x509.Certificate) -> Snapshot:
 def _verifies(cert: x509.Certificate, ca: x509.Certificate) -> bool:
     try:
         cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, x509.InvalidSignature):  # type: ignore[attr-defined]
+    except (ValueError, TypeError, InvalidSignature):
         return False
     return True
 
