@@ -50,6 +50,7 @@ HEAVIEST_FIRST = (
     "tests/deploy",
     "tests/tracing",
     "tests/controllers/job",
+    "tests/controllers/identity",
     "tests/bench",
     "tests/e2e",
 )
