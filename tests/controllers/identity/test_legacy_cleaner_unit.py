@@ -15,10 +15,10 @@ from steward.controllers.serviceaccounttoken.legacy import (
     LAST_USED_LABEL,
     Action,
     evaluate,
-    go_duration,
     pod_secret_names,
     tracked_long_enough,
 )
+from steward.runtime.times import go_duration
 
 pytestmark = pytest.mark.unit
 
@@ -156,7 +156,7 @@ def test_go_duration(text: str, seconds: float) -> None:
 
 @pytest.mark.parametrize("text", ["", "5", "1d", "h", "1h 2m"])
 def test_go_duration_refuses(text: str) -> None:
-    with pytest.raises(ValueError, match="invalid duration"):
+    with pytest.raises(ValueError, match="invalid duration"):  # argparse's too
         go_duration(text)
 
 

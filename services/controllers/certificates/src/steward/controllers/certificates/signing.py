@@ -31,7 +31,6 @@ import base64
 import datetime
 import logging
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +60,7 @@ from steward.controllers.certificates.csr import (
     load_authority,
     parse_request,
 )
+from steward.runtime.times import go_duration
 
 log = logging.getLogger(__name__)
 
@@ -95,40 +95,6 @@ class ConfigError(ValueError):
 
 
 # Flags ----------------------------------------------------------------------------------------
-_DURATION_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|µs|μs|ms|s|m|h)")
-_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-
-
-def go_duration(text: str) -> datetime.timedelta:
-    """A Go duration (``8760h``, ``1h30m``, ``90s``), as ``time.ParseDuration`` reads it.
-
-    Raises:
-        argparse.ArgumentTypeError: not a duration.
-    """
-    rest = text.strip()
-    sign = -1.0 if rest.startswith("-") else 1.0
-    rest = rest.lstrip("+-")
-    if rest == "0":
-        return datetime.timedelta(0)
-    seconds, pos = 0.0, 0
-    while pos < len(rest):
-        match = _DURATION_PART.match(rest, pos)
-        if match is None or match.group(1) in ("", "."):
-            raise argparse.ArgumentTypeError(f"time: invalid duration {text!r}")
-        seconds += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    if not rest:
-        raise argparse.ArgumentTypeError(f"time: invalid duration {text!r}")
-    return datetime.timedelta(seconds=sign * seconds)
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:

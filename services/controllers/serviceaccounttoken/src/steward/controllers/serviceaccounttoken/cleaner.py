@@ -62,10 +62,10 @@ from steward.controllers.serviceaccounttoken.legacy import (
     TRACKING_KEY,
     Action,
     evaluate,
-    go_duration,
     pod_secret_names,
     tracked_long_enough,
 )
+from steward.runtime.times import go_duration
 
 log = logging.getLogger(__name__)
 

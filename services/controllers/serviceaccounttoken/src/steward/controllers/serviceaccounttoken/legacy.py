@@ -20,7 +20,6 @@ does. With ``period`` the clean-up period (``--legacy-service-account-token-clea
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -189,41 +188,3 @@ POD_FIELDS = (
     "spec.volumes",
 )
 """What the cleaner reads of a pod: what :func:`pod_secret_names` looks at."""
-
-
-_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-
-
-def go_duration(text: str) -> timedelta:
-    """A duration as Go's ``time.ParseDuration`` reads it (``8760h0m0s``, ``1h30m``,
-    ``1.5s``, ``0``; a sign allowed).
-
-    Raises:
-        ValueError: not such a duration.
-    """
-    rest = text.strip()
-    sign = -1.0 if rest.startswith("-") else 1.0
-    rest = rest.lstrip("+-") if rest[:1] in "+-" else rest
-    if rest == "0":
-        return timedelta(0)
-    if not rest:
-        raise ValueError(f"invalid duration {text!r}")
-    seconds = 0.0
-    pos = 0
-    while pos < len(rest):
-        match = _DURATION.match(rest, pos)
-        if match is None:
-            raise ValueError(f"invalid duration {text!r}")
-        seconds += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    return timedelta(seconds=sign * seconds)
