@@ -247,6 +247,26 @@ def owners(target: pb.WatchTarget) -> tuple[list[tuple[str, str]], bool] | None:
     return kinds, target.owner_filter.orphans
 
 
+async def test_the_primary_type_takes_the_informers_selectors() -> None:
+    """A controller of one object declares it by name: the informer is asked for that
+    object only, not every object of the type."""
+    definition = (
+        steward.ControllerBuilder("one-configmap")
+        .for_(
+            CONFIGMAPS,
+            field_selector="metadata.namespace=kube-public,metadata.name=cluster-info",
+            label_selector="tier=x",
+        )
+        .complete(reconcile)
+    )
+    assert definition.subscriptions() == {
+        CONFIGMAPS: TypeSubscription(
+            label_selector="tier=x",
+            field_selector="metadata.namespace=kube-public,metadata.name=cluster-info",
+        )
+    }
+
+
 async def test_the_builders_sources_merge_into_one_target_per_type(
     channel: grpc.aio.Channel,
 ) -> None:

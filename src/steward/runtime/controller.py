@@ -764,6 +764,8 @@ class ControllerBuilder(Generic[R]):
         *predicates: Predicate,
         fields: Sequence[str] | None = None,
         metadata_only: bool = False,
+        label_selector: str = "",
+        field_selector: str = "",
     ) -> ControllerBuilder[R]:
         """The primary type: each change queues the object's own key. Its ``kind`` is
         needed for :meth:`owns`, :meth:`adopts`, Events and children.
@@ -771,11 +773,19 @@ class ControllerBuilder(Generic[R]):
         Every source takes ``fields`` (the paths its reconciler reads of each object, a
         projection) and ``metadata_only``; the default is the whole object. The informer
         then sends only those paths, and withholds changes that touch none of them
-        (steward.runtime.subscriptions; reading another path raises ProjectionError)."""
+        (steward.runtime.subscriptions; reading another path raises ProjectionError).
+        ``label_selector`` and ``field_selector`` (the informer's: ``metadata.name``,
+        ``metadata.namespace``) narrow the primary type to the objects they select, as
+        for :meth:`watches` (a controller of one ConfigMap receives no other)."""
         if self._primary is not None:
             raise ValueError(f"controller {self.name!r} already has a primary type")
         self._primary = rtype
-        sub = subscription(fields=fields, metadata_only=metadata_only)
+        sub = subscription(
+            fields=fields,
+            metadata_only=metadata_only,
+            label_selector=label_selector,
+            field_selector=field_selector,
+        )
         self._sources.append(_SourceSpec(rtype, "object", predicates, subscription=sub))
         return self
 

@@ -32,7 +32,6 @@ from typing import Any
 
 import steward
 from steward import CONFIGMAPS, SECRETS, ConflictError, NotFoundError, Request, Result
-from steward.controllers.bootstrap.selected import for_selected
 from steward.controllers.bootstrap.tokens import (
     CONFIGMAP_NAME,
     CONFIGMAP_NAMESPACE,
@@ -134,11 +133,11 @@ def _not_deleted(change: steward.Change) -> bool:
 
 
 CONTROLLER = (
-    for_selected(
-        steward.ControllerBuilder[SignerReconciler](NAME),
+    steward.ControllerBuilder[SignerReconciler](NAME)
+    .for_(
         CONFIGMAPS,
         _not_deleted,
-        field_selector=(f"metadata.namespace={CONFIGMAP_NAMESPACE},metadata.name={CONFIGMAP_NAME}"),
+        field_selector=f"metadata.namespace={CONFIGMAP_NAMESPACE},metadata.name={CONFIGMAP_NAME}",
     )
     .watches(
         SECRETS,
