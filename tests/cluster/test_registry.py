@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from steward.cluster import ClusterConfig, registry
+from steward.cluster import ClusterConfig, registry, services
 from steward.cluster.identities import STEWARD_CONTROLLERS, STEWARD_IDENTITIES
+from steward.cluster.state import ClusterState
 
 pytestmark = pytest.mark.unit
 
@@ -84,6 +85,44 @@ def test_upstreams_controllers_of_those_names_are_switched_off() -> None:
     # upstream's controllers has to stay on for Steward to boot or recover.
     pods = ClusterConfig(steward_pods=True).kcm_controllers()
     assert pods == config.kcm_controllers()
+
+
+def test_controllers_off_by_default_run_only_when_named() -> None:
+    """As kube-controller-manager's '*': bootstrapsigner and tokencleaner are not run by
+    '*' on either side; named, Steward runs them (upstream's stays off, the manager is
+    told) and every other Steward controller still replaces upstream's."""
+    assert not registry.upstream_runs("*", "bootstrapsigner")
+    assert registry.upstream_runs("*,bootstrapsigner", "bootstrapsigner")
+    assert registry.upstream_runs("*", "serviceaccount")
+    off = {c.name for c in registry.steward_controllers() if not c.enabled_by_default}
+    assert off == {"bootstrapsigner", "tokencleaner"}
+    assert services.manager_controllers("*") == []
+    assert services.manager_controllers("*,tokencleaner") == ["--controllers=*,tokencleaner"]
+    named = ClusterConfig(steward=True, controllers="*,bootstrapsigner")
+    assert named.kcm_controllers() == ClusterConfig(steward=True).kcm_controllers()
+    # Anything else stays kube-controller-manager's own choice, as before.
+    assert ClusterConfig(steward=True, controllers="*,-job").kcm_controllers() == "*,-job"
+
+
+def test_the_cluster_keys_go_only_to_controllers_that_declare_their_flags(
+    tmp_path: Path,
+) -> None:
+    state = ClusterState(name="x", directory=tmp_path, ports={})
+    flags = {c.name: c.flags for c in registry.steward_controllers()}
+    pki = tmp_path / "pki"
+    assert services.cluster_files(state, flags["csrsigning"]) == [
+        f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+        f"--cluster-signing-key-file={pki / 'ca.key'}",
+    ]
+    assert services.cluster_files(state, flags["serviceaccount-token"]) == [
+        f"--root-ca-file={pki / 'ca.crt'}",
+        f"--service-account-private-key-file={pki / 'sa.key'}",
+    ]
+    assert services.cluster_files(state, flags["root-ca-cert-publisher"]) == [
+        f"--root-ca-file={pki / 'ca.crt'}"
+    ]
+    for name in ("job", "csrapproving", "serviceaccount", "namespace"):
+        assert services.cluster_files(state, flags[name]) == [], name
 
 
 def test_a_declaration_that_does_not_load_is_an_error_naming_it(
