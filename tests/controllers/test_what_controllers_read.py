@@ -92,13 +92,11 @@ async def test_a_jobs_pods_reach_the_job_controller_only(
                 return (job.get("status") or {}).get("succeeded") == 3
 
             await eventually(complete, "the Job to complete")
-            # The Job controller saw its pods created, run and finished (and the
-            # tracking finalizers it removed): changes every pod went through.
+            # The Job controller saw each of its pods (the positive control). How many
+            # changes of each is not fixed: under load the informer coalesces a pod's
+            # changes for a subscriber that lags, down to the latest state.
             await eventually(
-                lambda: (
-                    len({c.obj.name for c in pod_changes[JOB.name]}) == 3
-                    and len(pod_changes[JOB.name]) >= 9
-                ),
+                lambda: len({c.obj.name for c in pod_changes[JOB.name]}) == 3,
                 "the Job controller to see its pods' changes",
             )
             after = withheld()

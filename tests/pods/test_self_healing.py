@@ -55,6 +55,7 @@ from steward.cluster import ClusterConfig, LocalCluster
 from steward.cluster.progress import Progress
 from steward.cluster.registry import controller_names, steward_controllers
 from steward.kube import KubeClient, NotFoundError, load_access
+from steward.manager.enablement import UPSTREAM_DISABLED_BY_DEFAULT
 from tests.conftest import require_real_nodes
 from tests.faults.stack import restart_component
 from tests.faults.workload import Workload
@@ -137,7 +138,9 @@ def all_cases() -> list[Case]:
             app == "steward-controller-replicaset",
             _delete_component(app),
         )
-        for app in chaos.components(list(controller_names()))
+        for app in chaos.components(
+            [n for n in controller_names() if n not in UPSTREAM_DISABLED_BY_DEFAULT]
+        )
     ]
     return [
         *per_component,
@@ -217,7 +220,8 @@ class Sides:
         env = Chaos(name, cluster, admin, [], [], {})
         self.current = env  # torn down by close() whatever follows
         if steward_side:
-            env.controllers = [c.name for c in steward_controllers()]
+            # Those off by default (bootstrapsigner, tokencleaner) are not deployed.
+            env.controllers = [c.name for c in steward_controllers() if c.enabled_by_default]
             env.apps = chaos.components(env.controllers)
             # ``up`` waits for the controllers it hands over; the baseline is taken once
             # every registered one is active, so that no pod still starting is left out.

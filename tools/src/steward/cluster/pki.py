@@ -19,6 +19,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 _VALIDITY = datetime.timedelta(days=365)
+"""A leaf certificate's validity (kubeadm's)."""
+_CA_VALIDITY = datetime.timedelta(days=3650)
+"""A CA's validity (kubeadm's): a certificate the cluster's signer issues for its
+default year is then never cut short by the CA's own end."""
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
@@ -64,7 +68,7 @@ class CertificateAuthority:
             .public_key(self._key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + _VALIDITY)
+            .not_valid_after(now + _CA_VALIDITY)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
