@@ -21,6 +21,7 @@ from cryptography.x509.name import _ASN1Type
 from cryptography.x509.oid import ExtendedKeyUsageOID, ExtensionOID, NameOID
 
 from steward.controllers.certificates import approving, cleaner, csr, signing
+from steward.runtime.times import go_duration
 from tests.controllers.identity.csr import ec_key, request_pem, rsa_key, self_signed
 
 pytestmark = pytest.mark.unit
@@ -467,13 +468,13 @@ def test_signer_files_errors(flags: dict[str, str], message: str) -> None:
     [("8760h", 8760 * 3600), ("1h30m", 5400), ("90s", 90), ("1.5h", 5400), ("0", 0)],
 )
 def test_go_duration(text: str, seconds: float) -> None:
-    assert signing.go_duration(text).total_seconds() == seconds
+    assert go_duration(text).total_seconds() == seconds
 
 
 @pytest.mark.parametrize("text", ["", "10", "h", "1d", "abc"])
 def test_go_duration_invalid(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
-        signing.go_duration(text)
+        go_duration(text)
 
 
 def _write_ca(directory: Path, ca: csr.Authority) -> tuple[Path, Path]:
