@@ -5,13 +5,19 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Sequence
 
 import grpc
 
 from steward.cluster.config import ClusterConfig
 from steward.cluster.errors import ClusterError
 from steward.cluster.progress import Progress
-from steward.cluster.registry import enabled, steward_controllers, upstream_runs
+from steward.cluster.registry import (
+    RegisteredController,
+    enabled,
+    steward_controllers,
+    upstream_runs,
+)
 from steward.cluster.startup import failure, launch, poll
 from steward.cluster.state import ClusterState
 from steward.cluster.supervisor import ServiceSpec, ServiceStatus, read_spec, write_spec
@@ -34,6 +40,7 @@ def start(state: ClusterState, config: ClusterConfig, out: Progress) -> None:
     as admin."""
     st = state
     timeout = config.start_timeout
+    registry = steward_controllers()  # imports every controller: once
     launch(
         st,
         SUPERVISOR,
@@ -70,7 +77,7 @@ def start(state: ClusterState, config: ClusterConfig, out: Progress) -> None:
             "manager",
             kubeconfig("manager"),
             f"--listen={st.manager_address}",
-            *manager_controllers(config.controllers),
+            *manager_controllers(config.controllers, registry),
             *st.steward_serving_args(),
         ],
     }
@@ -78,7 +85,7 @@ def start(state: ClusterState, config: ClusterConfig, out: Progress) -> None:
         _supervise(st, name, argv, timeout, traced=config.steward_tracing)
         _wait_serving(st, name, timeout, out)
     started: list[str] = []
-    for registered in steward_controllers():
+    for registered in registry:
         name = registered.name
         upstream = upstream_runs(st.controllers, name)
         if upstream and registered.beside_upstream is None:
@@ -267,13 +274,15 @@ def cluster_files(state: ClusterState, flags: frozenset[str]) -> list[str]:
     return [f"{flag}={path}" for flag, path in files.items() if flag in flags]
 
 
-def manager_controllers(controllers: str) -> list[str]:
+def manager_controllers(
+    controllers: str, registry: Sequence[RegisteredController] | None = None
+) -> list[str]:
     """The manager's ``--controllers`` for the local control plane's ``controllers``:
     none (its default ``*``) unless they name controllers that ``*`` leaves off
     (``*,bootstrapsigner``), which the manager must then let run."""
     named = [
         name
-        for registered in steward_controllers()
+        for registered in (registry if registry is not None else steward_controllers())
         if not registered.enabled_by_default
         and enabled(controllers, name := registered.name, False)
     ]
