@@ -12,13 +12,14 @@ import ctypes
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from steward.cluster.ports import reserve
 
 _PR_SET_PDEATHSIG = 1
 
@@ -186,20 +187,12 @@ def tail(path: Path | str, lines: int = 25) -> str:
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (for tests and benchmarks)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port free on 127.0.0.1 right now (for tests and benchmarks), outside the
+    kernel's ephemeral range (:mod:`steward.cluster.ports`)."""
+    return reserve(1)[0]
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports, each free on 127.0.0.1 right now: :func:`free_port`
-    releases the port it found, so two calls may return the same one, and a process given
-    it twice (health and metrics) fails to bind the second."""
-    ports: list[int] = []
-    while len(ports) < count:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
+    """``count`` distinct TCP ports, each free on 127.0.0.1 right now (see
+    :func:`free_port`)."""
+    return reserve(count)

@@ -11,6 +11,7 @@ from pathlib import Path
 from steward.cluster.errors import NotUpError, PortInUseError
 from steward.cluster.identities import STEWARD_IDENTITIES
 from steward.cluster.nodes import RealNode
+from steward.cluster.ports import reserve
 from steward.cluster.process import ProcessRecord
 from steward.cluster.supervisor import ServiceStatus, read_status
 from steward.security import ClientSecurity
@@ -247,24 +248,14 @@ def port_free(port: int, host: str = LOOPBACK, *, reuse: bool = False) -> bool:
 
 
 def pick_ports(fixed: dict[str, int]) -> dict[str, int]:
-    """Free loopback ports for every role; ``fixed`` ones are checked, not picked."""
+    """Free loopback ports for every role (from :func:`steward.cluster.ports.reserve`);
+    ``fixed`` ones are checked, not picked."""
     for role, port in fixed.items():
         if not port_free(port):
             raise PortInUseError(
                 f"port {port} on {LOOPBACK} (wanted for {role}) is already in use; "
                 "choose another or leave it unset to pick a free one"
             )
-    held: list[socket.socket] = []
-    ports = dict(fixed)
-    try:
-        for role in PORTS:
-            if role in ports:
-                continue
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((LOOPBACK, 0))
-            held.append(sock)
-            ports[role] = sock.getsockname()[1]
-    finally:
-        for sock in held:
-            sock.close()
-    return ports
+    roles = [role for role in PORTS if role not in fixed]
+    picked = reserve(len(roles), avoid=set(fixed.values()))
+    return {**fixed, **dict(zip(roles, picked, strict=True))}
