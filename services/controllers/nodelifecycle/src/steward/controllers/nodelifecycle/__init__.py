@@ -1,0 +1,1 @@
+"""Steward's node lifecycle controller: node health from status and Leases, the not-ready/unreachable taints, zone disruption states and pods marked not ready, as upstream's node-lifecycle-controller."""
