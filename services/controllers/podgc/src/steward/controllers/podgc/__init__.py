@@ -1,1 +1,2 @@
-"""Steward's pod garbage collector: terminated pods over the threshold, orphaned, unscheduled terminating and out-of-service pods deleted, as upstream's pod-garbage-collector-controller."""
+"""Steward's pod garbage collector (upstream's pod-garbage-collector-controller,
+``podgc``)."""

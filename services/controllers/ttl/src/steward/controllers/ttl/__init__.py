@@ -1,1 +1,2 @@
-"""Steward's TTL controller: the node.alpha.kubernetes.io/ttl annotation by cluster size, as upstream's ttl-controller."""
+"""Steward's TTL controller: the ``node.alpha.kubernetes.io/ttl`` annotation on every
+node, from the cluster's size (upstream's ttl-controller)."""
