@@ -1,1 +1,2 @@
-"""Steward's node lifecycle controller: node health from status and Leases, the not-ready/unreachable taints, zone disruption states and pods marked not ready, as upstream's node-lifecycle-controller."""
+"""Steward's node lifecycle controller (upstream's node-lifecycle-controller): see
+:mod:`steward.controllers.nodelifecycle.controller`."""
