@@ -17,9 +17,11 @@ kinds of key, each a job of upstream's goroutines:
 - :data:`MONITOR`, the health pass over every node, queued again
   ``--node-monitor-period`` after each pass (``monitorNodeHealth``);
 - :data:`NO_EXECUTE`, the pass over the zones' rate-limited taint queues
-  (``doNoExecuteTaintingPass``), queued when a node joins a queue or a zone's rate
-  changes, and again when the next node is due (every 100 ms at most, upstream's period;
-  not at all while no node waits or every waiting zone's rate is 0).
+  (``doNoExecuteTaintingPass``), queued at the end of a health pass that leaves nodes
+  waiting, and again when the next node is due (every 100 ms at most, upstream's period;
+  not at all while no node waits or every waiting zone's rate is 0). Upstream's runs
+  every 100 ms beside the health pass, so a node may be tainted in a pass whose end
+  finds every zone down; here the zones' rates are always set first.
 
 One periodic key rather than one per node: the pass needs every node at once (the zones'
 states come from all of them, and the fully-disrupted-everywhere rule looks at every zone
@@ -373,10 +375,7 @@ class NodeLifecycle:
         wanted = tt.NOT_READY_NO_EXECUTE if status == "False" else tt.UNREACHABLE_NO_EXECUTE
         if not tt.exists(taints, wanted):
             queue.remove(name)
-        queued = queue.add(name, node["metadata"].get("uid", ""))
-        if queued:
-            self.ctx.enqueue(NO_EXECUTE)
-        return queued
+        return queue.add(name, node["metadata"].get("uid", ""))
 
     def _queue_of(self, node: dict[str, Any]) -> TaintQueue:
         zone = zn.zone_key(node["metadata"].get("labels"))
@@ -553,6 +552,10 @@ class NodeLifecycle:
 
         await asyncio.gather(*(one(node) for node in nodes))
         await self._handle_disruption(ready_by_zone, nodes)
+        # The queues are taken once the zones' rates are set for this pass: a node that
+        # went not Ready in a pass that finds every zone down is never tainted.
+        if any(len(q) for q in self.queues.values()):
+            self.ctx.enqueue(NO_EXECUTE)
 
     async def _update_node(
         self, node: dict[str, Any], ready_by_zone: dict[str, list[str | None]]
@@ -741,8 +744,6 @@ class NodeLifecycle:
             log.info("zone %r: now %s", zone, state)
         for zone, qps in plan.rates.items():
             self._queue_for_zone(zone).swap_limiter(qps)
-        if plan.rates:
-            self.ctx.enqueue(NO_EXECUTE)
         self.zone_states = plan.states
 
     def _queue_for_zone(self, zone: str) -> TaintQueue:
