@@ -5,6 +5,7 @@ and the declaration."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -71,7 +72,7 @@ def node(ready: str | None = "True", taints: tuple[str, ...] = ()) -> dict[str, 
     }
 
 
-def names(pods: list[dict[str, Any]]) -> list[str]:
+def names(pods: Sequence[Mapping[str, Any]]) -> list[str]:
     return [p["metadata"]["name"] for p in pods]
 
 
@@ -225,7 +226,8 @@ def test_the_transition_time_is_kept_when_the_status_is_the_same() -> None:
 # Flags and declaration -------------------------------------------------------------------
 def parse(*args: str) -> argparse.Namespace:
     parser = CONTROLLER.flag_parser(argparse.ArgumentParser(exit_on_error=False))
-    return parser.parse_args(list(args))
+    parsed: argparse.Namespace = parser.parse_args(list(args))
+    return parsed
 
 
 def test_flags_default_to_upstreams_values() -> None:
