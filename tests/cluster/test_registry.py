@@ -125,6 +125,19 @@ def test_the_cluster_keys_go_only_to_controllers_that_declare_their_flags(
         assert services.cluster_files(state, flags[name]) == [], name
 
 
+def test_kcm_flags_reach_the_steward_controllers_that_declare_them() -> None:
+    # Breaks if a cluster's kube-controller-manager settings (e2e's pod GC threshold) are
+    # not given to Steward's controller of the same flag, or leak to others.
+    flags = {c.name: c.flags for c in registry.steward_controllers()}
+    kcm = ("--root-ca-file=/x", "--v=4", "--service-account-private-key-file=/k")
+    assert services.shared_flags(kcm, flags["job"]) == []
+    assert services.shared_flags(kcm, flags["root-ca-cert-publisher"]) == ["--root-ca-file=/x"]
+    assert services.shared_flags(kcm, flags["serviceaccount-token"]) == [
+        "--root-ca-file=/x",
+        "--service-account-private-key-file=/k",
+    ]
+
+
 def test_a_declaration_that_does_not_load_is_an_error_naming_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -72,7 +72,7 @@ from steward.cluster.identities import STEWARD_IDENTITIES
 from steward.cluster.process import ProcessRecord, free_port, stop
 from steward.cluster.progress import Progress
 from steward.cluster.services import SUPERVISOR, SUPERVISOR_STOP_GRACE
-from steward.cluster.startup import run
+from steward.cluster.startup import launch, run
 from steward.cluster.state import LOOPBACK, ClusterState, pick_ports
 from steward.cluster.supervisor import ServiceStatus
 from steward.security import ClientSecurity
@@ -314,6 +314,35 @@ class LocalCluster:
         """Every component's process; a restarted service's current one."""
         self.state.refresh_services()
         yield from self.state.processes
+
+    # Real nodes' kubelets: a node that dies and comes back. ------------------------------
+    def _kubelet(self, node: str) -> ProcessRecord:
+        name = f"kubelet-{node}"
+        found = [p for p in self.state.processes if p.name == name]
+        if not found:
+            known = ", ".join(n.name for n in self.state.real_nodes) or "none"
+            raise ClusterError(f"no real node {node!r} in this cluster (real nodes: {known})")
+        return found[-1]
+
+    def stop_kubelet(self, node: str) -> None:
+        """Stop real node ``node``'s kubelet (SIGTERM, SIGKILL after 10 s), as a kubelet
+        that died: its containers keep running in containerd, and the node's status and
+        Lease are no longer renewed."""
+        stop([self._kubelet(node)])
+
+    def start_kubelet(self, node: str, *, die_with_parent: bool = True) -> None:
+        """Start real node ``node``'s stopped kubelet again with its own command line; it
+        finds its pods' containers in containerd and reports the node again.
+
+        Raises:
+            ClusterError: ``node`` is not a real node, or its kubelet still runs.
+        """
+        record = self._kubelet(node)
+        if record.alive():
+            raise ClusterError(f"the kubelet of {node} is running (pid {record.pid})")
+        self.state.processes.remove(record)
+        config = ClusterConfig(name=self.state.name, die_with_parent=die_with_parent)
+        launch(self.state, record.name, record.argv, config)
 
 
 def _supervised(service: ServiceStatus) -> dict[str, Any]:

@@ -13,6 +13,14 @@ from steward.cluster.state import LOOPBACK, ClusterState
 
 NAME = "kube-controller-manager"
 
+CLUSTER_FLAGS = ("--node-monitor-grace-period=5m",)
+"""The local control plane's settings of controllers, before :attr:`ClusterConfig.kcm_flags`
+(a later flag wins); Steward's controllers that declare one get it too
+(:func:`steward.cluster.services.shared_flags`). kwok renews the simulated nodes' Leases;
+on a loaded two-core machine a renewal can be late by more than the default 50 s, and the
+node lifecycle controller would then mark every node and pod not ready (kwok never readies
+a running pod again). Simulated nodes do not fail."""
+
 
 def probe(state: ClusterState) -> Probe:
     """Healthy once ``/healthz`` says ``ok``."""
@@ -62,11 +70,7 @@ def spec(state: ClusterState, binary: Path, certs: Certificates, config: Cluster
                 else []
             ),
             "--leader-elect=false",
-            # kwok renews the simulated nodes' Leases; on a loaded two-core machine a
-            # renewal can be late by more than the default 50 s, and the node
-            # lifecycle controller would then mark every node and pod not ready (kwok
-            # never readies a running pod again). Simulated nodes do not fail.
-            "--node-monitor-grace-period=5m",
+            *CLUSTER_FLAGS,
             *config.kcm_flags,
             "--v=1",
         ],

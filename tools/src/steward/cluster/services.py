@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import grpc
 
 from steward.cluster.config import ClusterConfig
+from steward.cluster.controller_manager import CLUSTER_FLAGS
 from steward.cluster.errors import ClusterError
 from steward.cluster.progress import Progress
 from steward.cluster.registry import (
@@ -109,6 +110,7 @@ def start(state: ClusterState, config: ClusterConfig, out: Progress) -> None:
                 else []
             ),
             *limits,
+            *shared_flags((*CLUSTER_FLAGS, *config.kcm_flags), registered.flags),
             *((registered.beside_upstream or ()) if upstream else registered.alone),
             # Started again after a crash, a controller finds the lease of its dead
             # process still running (up to 15 s): it waits for it as a standby instead
@@ -272,6 +274,14 @@ def cluster_files(state: ClusterState, flags: frozenset[str]) -> list[str]:
         "--cluster-signing-key-file": pki / "ca.key",
     }
     return [f"{flag}={path}" for flag, path in files.items() if flag in flags]
+
+
+def shared_flags(kcm_flags: Sequence[str], flags: frozenset[str]) -> list[str]:
+    """The flags of kube-controller-manager's ``kcm_flags`` that a Steward controller
+    declares too (``flags``, its option strings): a cluster configured with
+    ``--terminated-pod-gc-threshold=100`` gets that threshold from upstream's pod GC and
+    from Steward's alike. Flags are matched by name, so give their values after ``=``."""
+    return [flag for flag in kcm_flags if flag.split("=", 1)[0] in flags]
 
 
 def manager_controllers(
