@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from steward.controllers.ttl.controller import CONTROLLER
+from steward import NODES, Change, ChangeKind, MirrorObject, Request
+from steward.controllers.ttl.controller import CONTROLLER, TTLReconciler
 from steward.controllers.ttl.sizing import (
     ANNOTATION,
     BOUNDARIES,
@@ -14,6 +15,7 @@ from steward.controllers.ttl.sizing import (
     annotation_patch,
     current_ttl,
 )
+from steward.v1 import informer_pb2
 
 pytestmark = pytest.mark.unit
 
@@ -120,3 +122,52 @@ def test_the_declaration() -> None:
     assert list(subs) == ["nodes"]
     assert subs["nodes"].metadata_only and subs["nodes"].fields == ()
     assert CONTROLLER.observers, "the node count is kept by an observer"
+
+
+class StubMirror:
+    def __init__(self) -> None:
+        self.nodes: list[MirrorObject] = []
+
+    def objects(self, rtype: object) -> list[MirrorObject]:
+        return list(self.nodes)
+
+
+class StubContext:
+    """What TTLReconciler takes of its context: the mirror, a client, enqueue."""
+
+    def __init__(self) -> None:
+        self.mirror = StubMirror()
+        self.queued: list[Request] = []
+
+    def client(self, rtype: object) -> None:
+        return None
+
+    def enqueue(self, key: Request, after: float = 0.0) -> None:
+        self.queued.append(key)
+
+
+def change(kind: ChangeKind, name: str) -> Change:
+    obj = MirrorObject(NODES, informer_pb2.ObjectMeta(name=name), b"{}")
+    return Change(kind, obj, None, None)
+
+
+def test_the_observer_counts_each_node_once_and_queues_all_on_a_step() -> None:
+    ctx = StubContext()
+    reconciler = TTLReconciler(ctx)  # type: ignore[arg-type]
+    for i in range(100):
+        obj = change(ChangeKind.ADDED, f"n{i}")
+        ctx.mirror.nodes.append(obj.obj)
+        reconciler.observe(obj)
+    # An update, an ADDED again, a deletion of a node never counted: no count.
+    reconciler.observe(change(ChangeKind.MODIFIED, "n1"))
+    reconciler.observe(change(ChangeKind.ADDED, "n1"))
+    reconciler.observe(change(ChangeKind.DELETED, "stranger"))
+    assert (reconciler.sizing.count, reconciler.sizing.ttl_seconds, ctx.queued) == (100, 0, [])
+    reconciler.observe(change(ChangeKind.ADDED, "n100"))
+    assert reconciler.sizing.ttl_seconds == 15
+    assert sorted(ctx.queued) == sorted(Request("", f"n{i}") for i in range(100))
+    for i in range(11):
+        reconciler.observe(change(ChangeKind.DELETED, f"n{i}"))
+    assert (reconciler.sizing.count, reconciler.sizing.ttl_seconds) == (90, 15)
+    reconciler.observe(change(ChangeKind.DELETED, "n11"))
+    assert (reconciler.sizing.count, reconciler.sizing.ttl_seconds) == (89, 0)

@@ -57,14 +57,19 @@ class TTLReconciler:
         self.mirror = ctx.mirror
         self.nodes = ctx.client(NODES)
         self.sizing = Sizing()
+        self.seen: set[str] = set()
+        """The nodes counted (a deletion of a node never counted counts for nothing)."""
 
     def observe(self, change: steward.Change) -> None:
         """Count the node in or out; queue every node when the desired TTL changed."""
+        name = change.obj.name
         if change.obj.type != NODES:
             return
-        if change.kind is steward.ChangeKind.ADDED:
+        if change.kind is steward.ChangeKind.ADDED and name not in self.seen:
+            self.seen.add(name)
             changed = self.sizing.added()
-        elif change.kind is steward.ChangeKind.DELETED:
+        elif change.kind is steward.ChangeKind.DELETED and name in self.seen:
+            self.seen.discard(name)
             changed = self.sizing.deleted()
         else:
             return
