@@ -151,10 +151,11 @@ READS: dict[Resource, TypeSubscription] = {
 }
 """The types whose evaluators read more than names."""
 
-CORE_TYPES = {(r.group, r.plural): r for r in (PODS, SERVICES, CLAIMS, RESOURCEQUOTAS)}
-CORE_TYPES.update(
-    {key: Resource("", "v1", key[1]) for key in CORE if key not in CORE_TYPES},
-)
+_KNOWN = {(r.group, r.plural): r for r in (PODS, SERVICES, CLAIMS, RESOURCEQUOTAS)}
+CORE_TYPES: dict[tuple[str, str], Resource] = {
+    key: _KNOWN.get(key) or Resource(key[0], "v1", key[1]) for key in CORE
+}
+"""The types of upstream's core evaluators, counted whatever discovery says."""
 
 
 def _sync_period(text: str) -> float:
