@@ -66,6 +66,19 @@ window). 5 workers and a sync period of 15 s on both sides (upstream's
 per HPA sync (the HPA identity's GETs of ``deployments/scale`` timestamped in the window),
 with the syncs per second each side reached.
 
+The resource quota workload (``quota``, :mod:`bench.quota`) runs in a cluster of its own per
+side (kwok nodes for the burst's peak of pods at 250 a node): ``--quota-namespaces``
+namespaces (100) of ``--quota-pods`` bare pods (100, bound to kwok nodes) and a
+ResourceQuota each (pods, requests.cpu, requests.memory, count/configmaps); once every
+quota's usage is right (the *settle* time, not metered), a burst deletes half of every
+namespace's pods (``gracePeriodSeconds`` 0) and creates as many, and the span runs from its
+first request to the first poll at which every quota's ``status.used`` equals what its
+namespace holds. Upstream's side runs kube-controller-manager's resource quota controller;
+Steward's runs Steward's informer, manager and resource quota controller and no other of
+its controllers, kube-controller-manager all the others. 5 workers on both sides
+(upstream's ``--concurrent-resource-quota-syncs`` default and Steward's). Its figures are
+per pod churned (deleted or created).
+
 The garbage collection workload (``gc``, :mod:`bench.garbage`) runs in a cluster of its own
 per side (kwok nodes for its pods at 200 a node), every one of Steward's controllers on
 its side, its garbage collector and namespace controller in place of upstream's (20 and 10
@@ -115,7 +128,7 @@ from typing import Any
 
 import orjson
 
-from bench import daemonset, deployment, endpoints, garbage, hpa, job
+from bench import daemonset, deployment, endpoints, garbage, hpa, job, quota
 from bench.informer import Api, report
 from steward.cluster import ClusterConfig, LocalCluster
 from steward.cluster.identities import (
@@ -134,7 +147,7 @@ WORKERS = 5
 ``--concurrent-deployment-syncs`` and ``--concurrent-endpoint-syncs`` defaults, and
 Steward's controllers' defaults."""
 
-WORKLOADS = ("job", "deployment", "endpoints", "daemonset", "hpa", "gc", "gc_memory")
+WORKLOADS = ("job", "deployment", "endpoints", "daemonset", "hpa", "quota", "gc", "gc_memory")
 """Every workload, in the order they run."""
 DEFAULT_WORKLOADS: tuple[str, ...] = ("job", "deployment", "endpoints", "daemonset", "hpa")
 """The workloads a run without ``--workloads`` runs (``make bench``): not the garbage
@@ -546,6 +559,8 @@ def run_side(
         result |= run_daemonsets(side, setting, args, out)
     if "hpa" in args.workloads:
         result |= run_hpas(side, setting, args, out)
+    if "quota" in args.workloads:
+        result |= run_quota(side, setting, args, out)
     if "gc" in args.workloads:
         result |= run_gc(side, setting, args, out)
     if "gc_memory" in args.workloads and setting.name == GC_MEMORY_SETTING:
@@ -698,6 +713,44 @@ def run_hpas(
             f"{hpa.SYNC_PERIOD:g} s would be {measured['full_rate_syncs_per_s']:.1f}/s)"
         )
         return {"hpa": measured | {"nodes": nodes}}
+    finally:
+        cluster.down(progress=Progress(quiet=True))
+
+
+def run_quota(
+    side: Side, setting: Setting, args: argparse.Namespace, out: Progress
+) -> dict[str, Any]:
+    """The resource quota workload (:mod:`bench.quota`) in a cluster of its own; on
+    Steward's side, Steward's resource quota controller is the only one of Steward's."""
+    nodes = quota.nodes_for(args.quota_namespaces, args.quota_pods)
+    out.say(
+        f"{setting.name}: {side.name}: starting a cluster of {nodes} nodes for the resource "
+        f"quota workload ({setting.describe()})"
+    )
+    cluster = start_cluster(side, setting, out, nodes, "quota", only=(quota.CONTROLLER,))
+    try:
+        api = Api(cluster)
+        out.say(
+            f"{setting.name}: {side.name}: {args.quota_namespaces} namespaces x "
+            f"{args.quota_pods} pods and a quota each, then half the pods churned"
+        )
+        measured = quota.run_phase(
+            api,
+            args.quota_namespaces,
+            args.quota_pods,
+            nodes,
+            side.steward,
+            args.threads,
+            args.timeout,
+            out,
+            Meter(cluster, clock_bounded=True),
+        )
+        out.say(
+            f"  every quota right {measured['seconds']:.2f} s after the burst's first request "
+            f"({measured['trailing_seconds']:.2f} s after its last); "
+            f"{measured['status_writes']} status writes"
+        )
+        return {"quota": measured}
     finally:
         cluster.down(progress=Progress(quiet=True))
 
@@ -876,6 +929,20 @@ side (kube-controller-manager on both sides, Steward's processes on its own), th
 own processes alone (upstream: kube-controller-manager), kube-apiserver, metrics-server."""
 
 
+QUOTA_FIGURES = ("seconds", "trailing_seconds", "settle_seconds")
+"""The resource quota workload's times, compared Steward / upstream (lower is better): the
+burst's span, its part after the last request, and the settle time."""
+
+QUOTA_CPU_FIGURES = (
+    "controller_cpu_per_unit",
+    "own_cpu_total_per_unit",
+    "apiserver_cpu_per_unit",
+)
+"""The resource quota workload's CPU seconds per pod churned, compared Steward / upstream:
+the controller side (kube-controller-manager on both sides, Steward's processes on its
+own), the side's own processes alone (upstream: kube-controller-manager), kube-apiserver."""
+
+
 def identity_requests(measured: dict[str, Any], user: str, units: int) -> dict[str, float]:
     """One identity's API requests per unit, by verb and resource, and their total."""
     mine: Counter[str] = Counter()
@@ -887,9 +954,11 @@ def identity_requests(measured: dict[str, Any], user: str, units: int) -> dict[s
 
 def units_of(workload: str, measured: dict[str, Any]) -> int:
     """What a workload's figures are per: a Job, a Deployment, a pod, a DaemonSet pod, an
-    HPA sync."""
+    HPA sync, a pod churned."""
     if workload == "hpa":
         return int(measured["syncs"])
+    if workload == "quota":
+        return int(measured["pods_churned"])
     if workload == "endpoints":
         return int(measured["services"] * measured["pods_per_service"])
     if workload == "daemonset":
@@ -925,6 +994,12 @@ def summarize_workload(side: Side, workload: str, measured: dict[str, Any]) -> d
         for name in ("metrics-server", "metrics-adapter", "kwok"):
             key = f"{name.replace('-', '_')}_cpu_per_unit"
             summary[key] = round(cpu.get(name, 0.0) / units, 5)
+    if workload == "quota":
+        summary["quota_controller_requests_per_unit"] = identity_requests(
+            measured, quota.IDENTITIES[side.steward], units
+        )
+        summary["own_cpu_total_per_unit"] = round(sum(summary["own_cpu_per_unit"].values()), 5)
+        summary["kwok_cpu_per_unit"] = round(measured["cpu_seconds"].get("kwok", 0.0) / units, 5)
     return summary
 
 
@@ -969,6 +1044,14 @@ def compare(results: dict[str, Any]) -> dict[str, Any]:
             u, s = up["hpa"]["summary"], st["hpa"]["summary"]
             for key in HPA_CPU_FIGURES:
                 c[f"hpa_{key.removesuffix('_per_unit')}_ratio"] = _ratio(s[key], u[key])
+        if "quota" in up and "quota" in st:
+            for key in QUOTA_FIGURES:
+                c[f"quota_{key.removesuffix('_seconds')}_ratio"] = _ratio(
+                    st["quota"][key], up["quota"][key]
+                )
+            u, s = up["quota"]["summary"], st["quota"]["summary"]
+            for key in QUOTA_CPU_FIGURES:
+                c[f"quota_{key.removesuffix('_per_unit')}_ratio"] = _ratio(s[key], u[key])
         for span in GC_SPANS:
             if span in up and span in st:
                 c[f"{span}_time_ratio"] = _ratio(st[span]["seconds"], up[span]["seconds"])
@@ -1139,6 +1222,75 @@ def _hpa_rows(
     return rows
 
 
+def _quota_rows(
+    up: dict[str, Any], st: dict[str, Any], ratios: dict[str, Any]
+) -> list[tuple[str, str, str]]:
+    what = f"{up['namespaces']} quotas over {up['namespaces']} x {up['pods_per_namespace']} pods"
+    rows = []
+    for key, label in (
+        ("settle_seconds", "quotas created → every status.used right"),
+        ("seconds", f"burst of {up['pods_churned']:,} pods churned → every status.used right"),
+        ("trailing_seconds", "  of which after the burst's last request"),
+    ):
+        r = ratios[f"quota_{key.removesuffix('_seconds')}_ratio"]
+        rows.append(
+            (
+                f"{what}: {label}" if not label.startswith(" ") else label,
+                f"{up[key]:.2f} s",
+                f"{st[key]:.2f} s (ratio {r:.2f})",
+            )
+        )
+    rows.append(
+        (
+            "  the burst's requests (both sides alike)",
+            f"{up['burst_requests_seconds']:.2f} s",
+            f"{st['burst_requests_seconds']:.2f} s",
+        )
+    )
+    u, s = up["summary"], st["summary"]
+    cpu_label, cpu_up, cpu_st = (per_pod := _per_job_table(up, st, "pod churned"))[0]
+    rows.append(
+        (
+            f"{cpu_label} (kube-controller-manager on both sides)",
+            cpu_up,
+            f"{cpu_st} (ratio {ratios['quota_controller_cpu_ratio']:.2f})",
+        )
+    )
+    rows += per_pod[1:]
+    rows += [
+        (
+            "Steward's processes alone / all of upstream's kube-controller-manager",
+            f"{u['own_cpu_total_per_unit'] * 1000:.2f} ms",
+            f"{s['own_cpu_total_per_unit'] * 1000:.2f} ms "
+            f"(ratio {ratios['quota_own_cpu_total_ratio']:.2f})",
+        ),
+        (
+            "kwok CPU s per pod churned (simulated nodes)",
+            f"{u['kwok_cpu_per_unit'] * 1000:.2f} ms",
+            f"{s['kwok_cpu_per_unit'] * 1000:.2f} ms",
+        ),
+    ]
+    uq, sq = u["quota_controller_requests_per_unit"], s["quota_controller_requests_per_unit"]
+    rows.append(
+        (
+            "API requests per pod churned of the resource quota controller's identity",
+            f"{uq['total']:.3f}",
+            f"{sq['total']:.3f}",
+        )
+    )
+    for key in dict.fromkeys([*uq, *sq]):
+        if key != "total":
+            rows.append((f"  {key}", f"{uq.get(key, 0.0):.3f}", f"{sq.get(key, 0.0):.3f}"))
+    rows.append(
+        (
+            "  quota status writes in the span (all)",
+            f"{up['status_writes']}",
+            f"{st['status_writes']}",
+        )
+    )
+    return rows
+
+
 GC_SPAN_LABELS = {
     "gc_background": ("propagationPolicy Background: every ReplicaSet and pod gone", "Deployment"),
     "gc_foreground": ("propagationPolicy Foreground: every Deployment gone", "Deployment"),
@@ -1261,6 +1413,14 @@ def table(results: dict[str, Any]) -> str:
                 "HPA controller only; the Deployments' controllers upstream's on both sides, "
                 "idle in the window)"
             )
+        if "quota" in up:
+            q = up["quota"]
+            clusters.append(
+                f"{q['workers']} resource quota workers (kube-controller-manager's "
+                "--concurrent-resource-quota-syncs, Steward's --workers), full resync every "
+                f"{q['sync_period_seconds']:g} s, {q['nodes']} kwok nodes in a cluster of the "
+                "quota workload's own (Steward's side: its resource quota controller only)"
+            )
         spans = [up[span] for span in GC_SPANS if span in up]
         if spans:
             clusters.append(
@@ -1343,6 +1503,8 @@ def table(results: dict[str, Any]) -> str:
             rows += _daemonset_rows(up["daemonset"], st["daemonset"], ratios)
         if "hpa" in up and "hpa" in st:
             rows += _hpa_rows(up["hpa"], st["hpa"], ratios)
+        if "quota" in up and "quota" in st:
+            rows += _quota_rows(up["quota"], st["quota"], ratios)
         rows += _gc_rows(up, st, ratios)
         w0 = max(len(r[0]) for r in rows)
         w1 = max(len(r[1]) for r in rows)
@@ -1465,6 +1627,18 @@ def main() -> int:
         help="seconds of the HPA workload's steady state measured (default 60)",
     )
     parser.add_argument(
+        "--quota-namespaces",
+        type=int,
+        default=100,
+        help="namespaces of the resource quota workload, a quota each (default 100)",
+    )
+    parser.add_argument(
+        "--quota-pods",
+        type=int,
+        default=100,
+        help="pods of each of them, half churned in the burst (default 100)",
+    )
+    parser.add_argument(
         "--gc-deployments",
         type=int,
         default=200,
@@ -1523,6 +1697,8 @@ def main() -> int:
             f"unknown side {', '.join(bad)}; known: {', '.join(sides)} (the cost of tracing "
             "is measured in Steward's cluster: --tracing-rounds)"
         )
+    if args.quota_namespaces < 1 or args.quota_pods < 2:
+        parser.error("the quota workload needs a namespace or more and 2 pods or more in each")
     if args.tracing_rounds < 0:
         parser.error(f"--tracing-rounds must not be negative, not {args.tracing_rounds}")
     return run(args)
