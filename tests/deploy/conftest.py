@@ -27,6 +27,11 @@ no serviceaccount controller of upstream's, a new namespace would never get its
 ``default`` ServiceAccount, which pods (and :func:`tests.deploy.harness.new_namespace`)
 wait for: :class:`DefaultAccounts` makes it, as the cluster's admin, in every namespace
 but those labelled :data:`STEWARD_ACCOUNTS`, which are left to Steward's controller.
+
+So are upstream's node, pod and quota controllers (:data:`NODE_CONTROLLERS`), Steward's
+taking their place in the RBAC mutation tests (tests/deploy/node_exercises.py). Nothing
+else here needs them: kwok keeps its nodes Ready and untainted, and no other test makes
+a ResourceQuota or waits for a pod to be collected.
 """
 
 from __future__ import annotations
@@ -53,6 +58,9 @@ IDENTITY_CONTROLLERS = (
 )
 """Upstream's identity and certificate controllers on by default, off in ``apps_cluster``."""
 
+NODE_CONTROLLERS = ("nodelifecycle", "taint-eviction-controller", "podgc", "ttl", "resourcequota")
+"""Upstream's node, pod and quota controllers, off in ``apps_cluster``."""
+
 APPS_CONTROLLERS = ",".join(
     [
         "*",
@@ -64,6 +72,7 @@ APPS_CONTROLLERS = ",".join(
         "-garbagecollector",
         "-namespace",
         *(f"-{name}" for name in IDENTITY_CONTROLLERS),
+        *(f"-{name}" for name in NODE_CONTROLLERS),
     ]
 )
 """kube-controller-manager's ``--controllers`` in ``apps_cluster`` (``endpointslice`` on,
@@ -119,8 +128,9 @@ class DefaultAccounts:
 def apps_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A local control plane (3 kwok nodes) without upstream's ReplicaSet, Deployment,
     Endpoints, DaemonSet, HorizontalPodAutoscaler, garbage collector and namespace
-    controllers, nor its identity and certificate controllers (:data:`IDENTITY_CONTROLLERS`),
-    the ``default`` ServiceAccounts made by :class:`DefaultAccounts`."""
+    controllers, nor its identity and certificate controllers (:data:`IDENTITY_CONTROLLERS`)
+    and node, pod and quota controllers (:data:`NODE_CONTROLLERS`), the ``default``
+    ServiceAccounts made by :class:`DefaultAccounts`."""
     plane = local_cluster(tmp_path_factory, "deploy", controllers=APPS_CONTROLLERS)
     cluster = next(plane)
     try:

@@ -29,23 +29,34 @@ bootstrapping kubelet's client certificate request, the CSR signer issues an app
 certificate, the CSR cleaner deletes a request denied two hours ago, the tokens controller
 fills in a token Secret and deletes that of a missing account, the legacy token cleaner
 labels an unused token and deletes one invalid since long ago, the bootstrap signer signs
-cluster-info with a bootstrap token, the token cleaner deletes an expired one; each
+cluster-info with a bootstrap token, the token cleaner deletes an expired one; and the
+node, pod and quota controllers (``tests/deploy/node_exercises.py``, each with flags
+that make it quick): the node lifecycle controller finds a node silent past its grace
+period (after a write of the node it was not told of, so it reads the node afresh),
+sets its conditions Unknown, gives it the unreachable taints and marks its pod not ready
+with an Event, the taint eviction controller deletes a pod from a node with a NoExecute
+taint it does not tolerate (DisruptionTarget condition and Event first), the pod garbage
+collector deletes the pod of a node that does not exist (marked Failed first) and the
+older of two terminated pods over a threshold of one, the TTL controller annotates a new
+node, the resource quota controller counts a pod and a ConfigMap (``count/configmaps``)
+of a new quota and gives the pod back once deleted; each
 controller dials the informer and the manager with its own projected token, so their
 list/watch and register rules are checked there. It all runs in ``apps_cluster``
 (tests/deploy/conftest.py), where upstream's ReplicaSet, Endpoints, DaemonSet,
 HorizontalPodAutoscaler, garbage collector and namespace controllers are off, and its
-identity and certificate controllers (its endpointslice-controller runs beside Steward's).
+identity and certificate controllers, and its node lifecycle, taint eviction, pod GC, TTL
+and resource quota controllers (its endpointslice-controller runs beside Steward's).
 The manifests are rendered with the bootstrap-tokens component (its two controllers, and the
 manager's ``--controllers`` naming them); the three controllers that hold the cluster's keys
 get them from the cluster's files (``tests/deploy/cluster_keys.py``). The exercise must then
 fail: it did not finish, or the service was refused (403, or the informer's or the manager's
 PERMISSION_DENIED). A rule whose removal changes nothing fails the test, named, unless this
 cluster is known to make it redundant, which is checked, not assumed (see
-``REDUNDANT_HERE``). The rules of the garbage collector's and the namespace controller's
-roles name every type, and those of the identity and certificate controllers hold the
-informer's list and watch beside the writes of the same type, so there a rule of several
-verbs or resources is removed one verb, and one resource, at a time, in place of the whole
-(``SPLIT_RULES``).
+``REDUNDANT_HERE``). The rules of the garbage collector's, the namespace controller's and
+the resource quota controller's roles name every type, and those of the identity,
+certificate, node and pod controllers hold the informer's list and watch beside the
+writes of the same type, so there a rule of several verbs or resources is removed one
+verb, and one resource, at a time, in place of the whole (``SPLIT_RULES``).
 
 First the same exercise runs with an unmutated copy of each role, which must succeed
 without any refusal; that is what makes a failure under a mutation meaningful.
@@ -69,6 +80,7 @@ from steward.cluster import LocalCluster
 from steward.security import ClientSecurity
 from tests.deploy import exercises
 from tests.deploy import identity_exercises as identity
+from tests.deploy import node_exercises as node
 from tests.deploy.cluster_keys import KeyedLauncher
 from tests.deploy.harness import (
     KUBECTL,
@@ -110,6 +122,11 @@ SA_TOKEN = "steward-controller-serviceaccount-token"
 LEGACY_CLEANER = "steward-controller-legacy-service-account-token-cleaner"
 BOOTSTRAPSIGNER = "steward-controller-bootstrapsigner"
 TOKENCLEANER = "steward-controller-tokencleaner"
+NODELIFECYCLE = "steward-controller-nodelifecycle"
+TAINT_EVICTION = "steward-controller-taint-eviction-controller"
+PODGC = "steward-controller-podgc"
+TTL = "steward-controller-ttl"
+RESOURCEQUOTA = "steward-controller-resourcequota"
 
 
 @dataclass
@@ -418,6 +435,17 @@ EXERCISES: dict[str, Callable[[Bench, Identity], tuple[str | None, Process]]] = 
         BOOTSTRAPSIGNER, "bootstrapsigner", identity.run_cluster_info_signing
     ),
     TOKENCLEANER: _identity_exercise(TOKENCLEANER, "tokencleaner", identity.run_token_cleaning),
+    NODELIFECYCLE: _identity_exercise(
+        NODELIFECYCLE, "nodelifecycle", node.run_nodelifecycle, node.NODELIFECYCLE_ARGS
+    ),
+    TAINT_EVICTION: _identity_exercise(
+        TAINT_EVICTION, "taint-eviction-controller", node.run_taint_eviction
+    ),
+    PODGC: _identity_exercise(PODGC, "podgc", node.run_podgc, node.PODGC_ARGS),
+    TTL: _identity_exercise(TTL, "ttl", node.run_ttl),
+    RESOURCEQUOTA: _identity_exercise(
+        RESOURCEQUOTA, "resourcequota", node.run_resourcequota, node.RESOURCEQUOTA_ARGS
+    ),
 }
 
 
@@ -597,10 +625,16 @@ SPLIT_RULES = {
     "steward:controller:legacy-service-account-token-cleaner",
     "steward:controller:bootstrapsigner",
     "steward:controller:tokencleaner",
+    "steward:controller:nodelifecycle",
+    "steward:controller:taint-eviction-controller",
+    "steward:controller:podgc",
+    "steward:controller:ttl",
+    "steward:controller:resourcequota",
 }
 """Roles whose rules carry several verbs (or resources), each for a call of its own: those
-that name every type (``*``), and the identity and certificate controllers', whose rules
-hold the informer's list and watch beside the controller's own writes of the same type. A
+that name every type (``*``), and the identity, certificate, node and pod controllers',
+whose rules hold the informer's list and watch beside the controller's own writes (or
+reads) of the same type. A
 rule of several verbs or resources there is removed one verb, and one resource, at a time
 (each must be needed on its own)."""
 
