@@ -5,7 +5,9 @@
 # controller-serviceaccount,controller-serviceaccount-token,
 # controller-legacy-service-account-token-cleaner,controller-root-ca-cert-publisher,
 # controller-clusterrole-aggregation,controller-csrapproving,controller-csrsigning,
-# controller-csrcleaner,controller-bootstrapsigner,controller-tokencleaner}:TAG
+# controller-csrcleaner,controller-bootstrapsigner,controller-tokencleaner,
+# controller-nodelifecycle,controller-taint-eviction-controller,controller-podgc,
+# controller-ttl,controller-resourcequota}:TAG
 # (TAG: the first argument, else $STEWARD_IMAGE_TAG, else dev).
 #
 #   deploy/images/build.sh [TAG] [BUILDER FLAGS...]      the default (`make images` runs it)
@@ -85,6 +87,11 @@ for target in informer manager controller-job controller-replicaset controller-d
   controller-csrapproving \
   controller-csrsigning \
   controller-csrcleaner \
+  controller-nodelifecycle \
+  controller-taint-eviction-controller \
+  controller-podgc \
+  controller-ttl \
+  controller-resourcequota \
   controller-bootstrapsigner \
   controller-tokencleaner; do
   image="${prefix}-${target}:${tag}"

@@ -90,8 +90,10 @@ def test_unknown_component_has_no_kubeconfig(cluster: LocalCluster) -> None:
         "controller-endpointslice, controller-garbagecollector, "
         "controller-horizontalpodautoscaling, controller-job, "
         "controller-legacy-service-account-token-cleaner, controller-namespace, "
-        "controller-replicaset, controller-root-ca-cert-publisher, controller-serviceaccount, "
-        "controller-serviceaccount-token, controller-tokencleaner"
+        "controller-nodelifecycle, controller-podgc, controller-replicaset, "
+        "controller-resourcequota, controller-root-ca-cert-publisher, controller-serviceaccount, "
+        "controller-serviceaccount-token, controller-taint-eviction-controller, "
+        "controller-tokencleaner, controller-ttl"
     )
     with pytest.raises(ValueError, match=re.escape(f"known: {known}")):
         cluster.component_kubeconfig("job-controller")
@@ -454,6 +456,26 @@ EXPECTED_WRITES = {
         ("", "secrets", "patch"),
         ("", "secrets", "delete"),
     },
+    # Nodes' taints and labels, their conditions set Unknown, their pods marked not
+    # ready; its Events.
+    "controller-nodelifecycle": {
+        ("", "nodes", "patch"),
+        ("", "nodes/status", "patch"),
+        ("", "pods/status", "patch"),
+        ("", "events", "create"),
+    },
+    # Pods deleted from tainted nodes, the DisruptionTarget condition first; its Events.
+    "controller-taint-eviction-controller": {
+        ("", "pods", "delete"),
+        ("", "pods/status", "patch"),
+        ("", "events", "create"),
+    },
+    # Collected pods marked Failed where not finished, then force-deleted.
+    "controller-podgc": {("", "pods", "delete"), ("", "pods/status", "patch")},
+    # Each node's node.alpha.kubernetes.io/ttl annotation, patched.
+    "controller-ttl": {("", "nodes", "patch")},
+    # Each quota's status (hard and used), nothing else.
+    "controller-resourcequota": {("", "resourcequotas/status", "update")},
     # cluster-info's signatures (that ConfigMap only).
     "controller-bootstrapsigner": {("", "configmaps", "update")},
     "controller-tokencleaner": {("", "secrets", "delete")},

@@ -17,7 +17,7 @@ import yaml
 
 from steward import deploy, static_core
 from steward.cluster import LocalCluster
-from tests.deploy.harness import Doc, render
+from tests.deploy.harness import Doc, render, wait_default_service_account
 
 CP = "10.0.0.10"
 CONTROLLERS = ("controller-replicaset", "controller-deployment")
@@ -183,6 +183,11 @@ def test_the_rest_leaves_the_core_out_and_reaches_it_at_the_control_plane(
         "steward-controller-csrapproving",
         "steward-controller-csrsigning",
         "steward-controller-csrcleaner",
+        "steward-controller-nodelifecycle",
+        "steward-controller-taint-eviction-controller",
+        "steward-controller-podgc",
+        "steward-controller-ttl",
+        "steward-controller-resourcequota",
     }
     for d in deployments:
         container = d["spec"]["template"]["spec"]["containers"][0]
@@ -278,7 +283,10 @@ def test_the_cli_writes_the_static_pods_and_refuses_a_bad_address(tmp_path: Path
 @pytest.mark.integration
 def test_static_pods_pass_a_server_side_dry_run_as_mirror_pods(cluster: LocalCluster) -> None:
     """kube-apiserver takes each static pod in kube-system (where no Pod Security level is
-    enforced) as the kubelet creates its mirror pod."""
+    enforced) as the kubelet creates its mirror pod. The API server refuses any pod, dry
+    runs too, until kube-system has its default ServiceAccount, which a session cluster
+    just started may not have yet."""
+    wait_default_service_account(cluster, "kube-system")
     for pod in static_core.static_pods(render("production")).values():
         body: dict[str, Any] = {**pod, "metadata": {**pod["metadata"], "name": "dry"}}
         body["spec"] = {**pod["spec"], "nodeName": "nowhere"}

@@ -259,6 +259,11 @@ READY = {
     "steward-controller-csrapproving": 1,
     "steward-controller-csrsigning": 1,
     "steward-controller-csrcleaner": 1,
+    "steward-controller-nodelifecycle": 1,
+    "steward-controller-taint-eviction-controller": 1,
+    "steward-controller-podgc": 1,
+    "steward-controller-ttl": 1,
+    "steward-controller-resourcequota": 1,
 }
 """Ready pods of each component: the static core's mirror pods, one per component, and
 one pod of each other controller's Deployment."""
