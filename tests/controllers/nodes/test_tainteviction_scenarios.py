@@ -1,0 +1,121 @@
+"""Steward's taint eviction controller on ``nodes_cluster`` (no upstream taint eviction
+there): pods on a node of the test's own, run by kwok, and the node's taints changed by
+the test; what was deleted is read from a watch of the namespace's pods (see
+:mod:`tests.controllers.nodes.eviction`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from steward.kube import KubeClient
+from tests.controllers.harness import Running, eventually, stays
+from tests.controllers.nodes.eviction import (
+    EVICT,
+    WITHIN,
+    cancelling,
+    disruption,
+    evictor,
+    make_pods,
+    marking,
+    messages,
+    no_execute,
+    own_node,
+    pod_watch,
+    present,
+    set_taints,
+    tolerate,
+)
+
+__all__ = ["evictor"]
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+CONDITION = {
+    "type": "DisruptionTarget",
+    "status": "True",
+    "reason": "DeletionByTaintManager",
+    "message": "Taint manager: deleting due to NoExecute taint",
+    "observedGeneration": 1,
+}
+
+
+def condition_of(condition: dict[str, object] | None) -> dict[str, object] | None:
+    return None if condition is None else {k: condition.get(k) for k in CONDITION}
+
+
+async def test_untolerating_pods_go_at_once_and_tolerating_ones_after_their_seconds(
+    evictor: Running, nodes_kube: KubeClient, nodes_namespace: str
+) -> None:
+    kube, ns = nodes_kube, nodes_namespace
+    at_once = ("untolerated", "other-value", "no-schedule-only")
+    with own_node(kube) as node, pod_watch(kube, ns) as watch:
+        make_pods(
+            kube,
+            ns,
+            node,
+            {
+                "untolerated": [],
+                "other-value": [tolerate("no")],
+                "no-schedule-only": [tolerate(effect="NoSchedule")],
+                "for-a-while": [tolerate(seconds=5)],
+                "forever": [tolerate("yes")],
+            },
+        )
+        set_taints(kube, node, no_execute("yes"))
+        await eventually(
+            lambda: all(watch.gone(name) for name in at_once), "untolerating pods deleted", WITHIN
+        )
+        for name in at_once:
+            assert condition_of(disruption(watch.marked(name))) == CONDITION, name
+        # Counted from when the controller saw the taint: about a second has gone by.
+        await stays(lambda: present(kube, ns, "for-a-while"), "pod tolerating 5 s kept", 2.5)
+        await eventually(lambda: watch.gone("for-a-while"), "pod tolerating 5 s deleted", WITHIN)
+        assert condition_of(disruption(watch.marked("for-a-while"))) == CONDITION
+        assert present(kube, ns, "forever")
+        assert not watch.gone("forever")
+        expected = sorted(marking(name) for name in (*at_once, "for-a-while"))
+        await eventually(lambda: messages(kube, ns) == expected, "Marking Events", WITHIN)
+
+
+async def test_a_taint_removed_before_the_deadline_cancels_the_eviction(
+    evictor: Running, nodes_kube: KubeClient, nodes_namespace: str
+) -> None:
+    kube, ns = nodes_kube, nodes_namespace
+    with own_node(kube) as node, pod_watch(kube, ns) as watch:
+        make_pods(kube, ns, node, {"signal": [], "for-a-while": [tolerate(seconds=4)]})
+        set_taints(kube, node, no_execute())
+        # "signal" tolerates nothing: once it is gone, the controller has seen the taint.
+        await eventually(lambda: watch.gone("signal"), "untolerating pod deleted", WITHIN)
+        set_taints(kube, node)
+        await eventually(
+            lambda: cancelling("for-a-while") in messages(kube, ns), "Cancelling Event", WITHIN
+        )
+        await stays(lambda: present(kube, ns, "for-a-while"), "pod kept past its 4 s", 5.0)
+        assert messages(kube, ns) == sorted([marking("signal"), cancelling("for-a-while")])
+
+
+async def test_a_no_schedule_taint_evicts_nothing(
+    evictor: Running, nodes_kube: KubeClient, nodes_namespace: str
+) -> None:
+    kube, ns = nodes_kube, nodes_namespace
+    with own_node(kube) as node, pod_watch(kube, ns) as watch:
+        make_pods(kube, ns, node, {"untolerated": []})
+        set_taints(kube, node, {"key": EVICT, "value": "yes", "effect": "NoSchedule"})
+        await stays(lambda: present(kube, ns, "untolerated"), "pod kept", 2.0)
+        assert messages(kube, ns) == []
+        # The same taint as NoExecute: the pod goes (the controller was there all along).
+        set_taints(kube, node, no_execute())
+        await eventually(lambda: watch.gone("untolerated"), "pod deleted", WITHIN)
+
+
+async def test_a_pod_bound_to_a_tainted_node_goes(
+    evictor: Running, nodes_kube: KubeClient, nodes_namespace: str
+) -> None:
+    kube, ns = nodes_kube, nodes_namespace
+    with own_node(kube) as node, pod_watch(kube, ns) as watch:
+        set_taints(kube, node, no_execute())
+        make_pods(kube, ns, node, {"tolerating": [tolerate()], "late": []})
+        await eventually(lambda: watch.gone("late"), "pod deleted", WITHIN)
+        assert condition_of(disruption(watch.marked("late"))) == CONDITION
+        assert present(kube, ns, "tolerating")
+        await eventually(lambda: messages(kube, ns) == [marking("late")], "Marking Event", WITHIN)
