@@ -1,6 +1,6 @@
-"""Steward's resourcequota controller alone on ``quota_cluster``: what admission does
-before and after the controller writes a status, and object counts of a custom resource
-(a type the controller starts watching when a quota names it)."""
+"""Steward's resourcequota controller alone on ``quota_cluster``: admission enforcing the
+status it writes, and object counts of a custom resource (a type the controller starts
+watching when a quota names it)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import uuid
 import pytest
 
 from steward.kube import ApiStatusError, KubeClient
-from tests.controllers.harness import ControllerHost
 from tests.controllers.quota.quotas import (
     create,
     delete,
@@ -29,27 +28,26 @@ pytestmark = pytest.mark.integration
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
-def test_admission_refuses_until_status_is_written(
-    quota_host: ControllerHost, quota_kube: KubeClient, quota_namespace: str
-) -> None:
-    """A quota without status makes the API server refuse what it counts ("status unknown
-    for quota"); once Steward's controller writes the status, creates pass and are
-    counted.
+def test_admission_enforces_the_written_status(quota_kube: KubeClient, steward_ns: str) -> None:
+    """Admission counts against the status Steward's controller writes: at the limit a
+    create is refused ("exceeded quota"), and once a deletion is replenished it passes
+    again. (Admission ignores a quota without status.hard: it matches none of its names.)
 
-    Catches: the controller not writing status.hard/status.used for a new quota, or
-    writing them in a shape admission does not accept."""
-    kube, ns = quota_kube, quota_namespace
-    kube.request("POST", path(ns, "resourcequotas"), quota("secrets", {"secrets": "5"}))
-    secret = {"metadata": {"name": "s"}, "stringData": {"k": "v"}}
-    with pytest.raises(ApiStatusError, match="status unknown for quota"):
-        kube.request("POST", path(ns, "secrets"), secret)
-    quota_host.start(ns)
-    try:
-        wait_used("steward", kube, ns, "secrets", {"secrets": "0"})
-        create(kube, path(ns, "secrets"), secret)
-        wait_used("steward", kube, ns, "secrets", {"secrets": "1"})
-    finally:
-        quota_host.stop_controller()
+    Catches: no status written, a status admission cannot use (hard or used missing a
+    name, a malformed amount), or a deletion never replenished (creates refused for good)."""
+    kube, ns = quota_kube, steward_ns
+    kube.request("POST", path(ns, "resourcequotas"), quota("secrets", {"secrets": "2"}))
+    wait_used("steward", kube, ns, "secrets", {"secrets": "0"})
+    for name in ("a", "b"):
+        create(kube, path(ns, "secrets"), {"metadata": {"name": name}, "stringData": {"k": "v"}})
+    third = {"metadata": {"name": "c"}, "stringData": {"k": "v"}}
+    with pytest.raises(ApiStatusError, match="exceeded quota: secrets"):
+        kube.request("POST", path(ns, "secrets"), third)
+    wait_used("steward", kube, ns, "secrets", {"secrets": "2"})
+    delete(kube, path(ns, "secrets", "a"))
+    wait_used("steward", kube, ns, "secrets", {"secrets": "1"})
+    create(kube, path(ns, "secrets"), third)
+    wait_used("steward", kube, ns, "secrets", {"secrets": "2"})
 
 
 def test_custom_resource_count(quota_kube: KubeClient, steward_ns: str) -> None:
