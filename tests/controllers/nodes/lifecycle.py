@@ -25,7 +25,7 @@ import pytest_asyncio
 from steward.cluster import LocalCluster
 from steward.controllers.nodelifecycle.controller import CONTROLLER
 from steward.kube import ConflictError, KubeClient, NotFoundError
-from tests.controllers.harness import Starter, controllers, in_loop_informer
+from tests.controllers.harness import Starter, controllers, in_loop_informer, scoped_namespace
 
 GRACE = 8.0
 """Seconds of ``--node-monitor-grace-period`` (and the startup grace) in the tests."""
@@ -69,6 +69,13 @@ async def lifecycle(nodes_cluster: LocalCluster) -> AsyncIterator[Starter]:
         ) as starter,
     ):
         yield starter
+
+
+@pytest.fixture
+def pods_namespace(nodes_kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace of ``nodes_cluster`` once pods may be made in it (its default
+    ServiceAccount there), dropped afterwards."""
+    yield from scoped_namespace(nodes_kube, request)
 
 
 @pytest.fixture

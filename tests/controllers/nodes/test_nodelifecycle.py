@@ -24,13 +24,14 @@ from tests.controllers.nodes.lifecycle import (
     managed_taints,
     node_of,
     pod_ready,
+    pods_namespace,
     ready_condition,
     renew,
     set_conditions,
     test_nodes,
 )
 
-__all__ = ["kubelet", "lifecycle", "test_nodes"]
+__all__ = ["kubelet", "lifecycle", "pods_namespace", "test_nodes"]
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -41,7 +42,7 @@ EXCLUDE = "node.kubernetes.io/exclude-disruption"
 
 async def test_dead_node_goes_unknown_tainted_and_comes_back(
     nodes_kube: KubeClient,
-    nodes_namespace: str,
+    pods_namespace: str,
     lifecycle: Starter,
     kubelet: FakeKubelet,
     test_nodes: list[tuple[KubeClient, str]],
@@ -51,18 +52,17 @@ async def test_dead_node_goes_unknown_tainted_and_comes_back(
     NoExecute, the pod not ready with Events; Lease and status again → taints gone."""
     kube = nodes_kube
     name = make_node(kube, test_nodes, "nl-dead", conditions=[ready_condition()])
-    pod = make_ready_pod(kube, nodes_namespace, name)
+    pod = make_ready_pod(kube, pods_namespace, name)
     kubelet.alive.add(name)
     lifecycle.start()
 
-    await stays(
-        lambda: (
-            conditions_of(node_of(kube, name))["Ready"]["status"] == "True"
-            and not managed_taints(node_of(kube, name))
-        ),
-        "the node Ready and untainted while its Lease is renewed",
-        GRACE + 3,
-    )
+    def healthy() -> bool:
+        node = node_of(kube, name)
+        return conditions_of(node)["Ready"]["status"] == "True" and not managed_taints(node)
+
+    # The API server's admission taints a new node not-ready:NoSchedule; a Ready one loses it.
+    await eventually(healthy, "the admission's not-ready taint removed", WITHIN)
+    await stays(healthy, "the node Ready and untainted while its Lease is renewed", GRACE + 3)
     kubelet.alive.discard(name)
 
     def dead() -> dict[str, object] | None:
@@ -92,10 +92,10 @@ async def test_dead_node_goes_unknown_tainted_and_comes_back(
     assert {"key": "steward.test/lifecycle", "effect": "NoSchedule"} in node["spec"]["taints"]
 
     await eventually(
-        lambda: pod_ready(kube, nodes_namespace, pod) == "False", "the pod not ready", WITHIN
+        lambda: pod_ready(kube, pods_namespace, pod) == "False", "the pod not ready", WITHIN
     )
     await eventually(
-        lambda: ("NodeNotReady", "Warning") in event_reasons(kube, nodes_namespace, "Pod", pod),
+        lambda: ("NodeNotReady", "Warning") in event_reasons(kube, pods_namespace, "Pod", pod),
         "the pod's NodeNotReady Event",
         WITHIN,
     )
