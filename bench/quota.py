@@ -36,15 +36,16 @@ namespace, half as many new pods as it holds created, requesting :data:`SECOND` 
 every quota's right usage after the burst differs from its usage before), then as many of
 its first pods deleted with ``gracePeriodSeconds`` 0 (the API server removes each at once,
 so no pod lingers in a grace period, still counted); ``--threads`` namespaces at a time,
-so that one namespace's deletions run beside others' creations. The span runs from the burst's first request to the
-first poll (every :data:`POLL_SECONDS`, one list of every ResourceQuota), once the burst's
-last request has returned, at which every quota's ``pods``, ``requests.cpu`` and
-``requests.memory`` equal what its namespace holds; ``trailing`` is the part of it after
-the last request. What a namespace holds is known from the requests that succeeded; after
-the span a list of every pod of the namespaces computes it as the controller does (pods
-not Failed or Succeeded, their containers' requests summed: the pods have one container
-and no init containers or overhead) and the phase fails unless the two agree and every
-quota still matches.
+so that one namespace's deletions run beside others' creations. The span runs from the
+burst's first request to the first poll (every :data:`POLL_SECONDS`, one list of every
+ResourceQuota), once the burst's last request has returned, at which every quota's
+``pods``, ``requests.cpu`` and ``requests.memory`` equal what its namespace holds;
+``trailing`` is the part of it after the last request. What a namespace holds is known
+from the requests that succeeded; after the span a list of every pod of the namespaces
+computes it as the controller does (pods not Failed or Succeeded nor past a deletion's
+grace period, their containers' requests summed: the pods have one container and no init
+containers or overhead), and the phase fails unless the two agree and every quota still
+matches.
 
 # Why a namespace's creations come before its deletions
 Upstream's design has a race that a namespace's creations beside its deletions would hit
@@ -69,6 +70,7 @@ changed a status.
 from __future__ import annotations
 
 import concurrent.futures
+import datetime
 import time
 from collections.abc import Iterable, Iterator
 from fractions import Fraction
@@ -193,23 +195,27 @@ def usage_of(pods: int, first: int) -> Usage:
     }
 
 
-def counted(pod: dict[str, Any]) -> bool:
-    """Whether the pods evaluator counts a pod: not Failed or Succeeded, and not past a
-    deletion's grace period (upstream's ``QuotaV1Pod``, pkg/quota/v1/evaluator/core/pods.go;
-    the workload's pods are deleted with 0, so a pod still listed has none)."""
-    phase = (pod.get("status") or {}).get("phase", "")
-    return phase not in ("Failed", "Succeeded") and not (
-        pod["metadata"].get("deletionTimestamp")
-        and (pod["metadata"].get("deletionGracePeriodSeconds") or 0) == 0
-    )
+def counted(pod: dict[str, Any], now: float) -> bool:
+    """Whether the pods evaluator counts a pod at ``now`` (``time.time()``): not Failed or
+    Succeeded, and not past the end of a deletion's grace period (upstream's
+    ``QuotaV1Pod``, pkg/quota/v1/evaluator/core/pods.go)."""
+    if (pod.get("status") or {}).get("phase", "") in ("Failed", "Succeeded"):
+        return False
+    meta = pod["metadata"]
+    stamp, grace = meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds")
+    if stamp is None or grace is None:
+        return True
+    deleted = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    return not now > deleted + grace
 
 
-def truth(pods: Iterable[dict[str, Any]]) -> dict[str, Usage]:
-    """Each namespace's usage as the pods evaluator computes it from its pods: counted pods
-    (:func:`counted`), their containers' requests summed."""
+def truth(pods: Iterable[dict[str, Any]], now: float | None = None) -> dict[str, Usage]:
+    """Each namespace's usage as the pods evaluator computes it from its pods at ``now``
+    (default: now): counted pods (:func:`counted`), their containers' requests summed."""
+    when = time.time() if now is None else now
     found: dict[str, Usage] = {}
     for pod in pods:
-        if not counted(pod):
+        if not counted(pod, when):
             continue
         ns = pod["metadata"]["namespace"]
         usage = found.setdefault(ns, {name: Fraction(0) for name in CHECKED})
