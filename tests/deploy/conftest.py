@@ -29,14 +29,20 @@ wait for: :class:`DefaultAccounts` makes it, as the cluster's admin, in every na
 but those labelled :data:`STEWARD_ACCOUNTS`, which are left to Steward's controller.
 
 So are upstream's node, pod and quota controllers (:data:`NODE_CONTROLLERS`), Steward's
-taking their place in the RBAC mutation tests (tests/deploy/node_exercises.py). Nothing
-else here needs them: kwok keeps its nodes Ready and untainted, and no other test makes
-a ResourceQuota or waits for a pod to be collected.
+taking their place in the RBAC mutation tests (tests/deploy/node_exercises.py). Of what
+they do, the other tests here need one thing: kube-apiserver gives every new node the
+``node.kubernetes.io/not-ready:NoSchedule`` taint (its TaintNodesByCondition admission),
+which upstream's node lifecycle controller removes once the node is Ready; without it no
+pod would be scheduled onto kwok's nodes, and the DaemonSet exercise would find no node to
+run on. :func:`untaint_ready_nodes` removes it once, as the cluster's admin, when the
+cluster is up (kwok keeps its nodes Ready; nothing puts the taint back). No other test
+makes a ResourceQuota or waits for a pod to be collected.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -124,16 +130,55 @@ class DefaultAccounts:
             )
 
 
+NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+
+
+def untaint_ready_nodes(cluster: LocalCluster, deadline: float = 30.0) -> None:
+    """Remove :data:`NOT_READY` from every node once its Ready condition is True (waiting
+    for that at most ``deadline`` seconds): what upstream's node lifecycle controller
+    does for a node that became Ready."""
+    end = time.monotonic() + deadline
+    while True:
+        tainted = []
+        for node in cluster.api("GET", "/api/v1/nodes").get("items") or []:
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (node.get("status") or {}).get("conditions") or ()
+            )
+            taints = (node.get("spec") or {}).get("taints") or []
+            kept = [
+                t for t in taints if {"key": t.get("key"), "effect": t.get("effect")} != NOT_READY
+            ]
+            if len(kept) == len(taints):
+                continue
+            tainted.append(node["metadata"]["name"])
+            if ready:
+                patch = {
+                    "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                    "spec": {"taints": kept or None},
+                }
+                cluster.api(
+                    "PATCH", f"/api/v1/nodes/{node['metadata']['name']}", patch, ok=(200, 409)
+                )
+        if not tainted:
+            return
+        if time.monotonic() > end:
+            raise AssertionError(f"nodes still tainted {NOT_READY['key']}: {tainted}")
+        time.sleep(0.2)
+
+
 @pytest.fixture(scope="package")
 def apps_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A local control plane (3 kwok nodes) without upstream's ReplicaSet, Deployment,
     Endpoints, DaemonSet, HorizontalPodAutoscaler, garbage collector and namespace
     controllers, nor its identity and certificate controllers (:data:`IDENTITY_CONTROLLERS`)
     and node, pod and quota controllers (:data:`NODE_CONTROLLERS`), the ``default``
-    ServiceAccounts made by :class:`DefaultAccounts`."""
+    ServiceAccounts made by :class:`DefaultAccounts`, its nodes rid of the not-ready
+    taint (:func:`untaint_ready_nodes`)."""
     plane = local_cluster(tmp_path_factory, "deploy", controllers=APPS_CONTROLLERS)
     cluster = next(plane)
     try:
+        untaint_ready_nodes(cluster)
         with DefaultAccounts(cluster):
             yield cluster
     finally:

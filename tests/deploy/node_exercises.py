@@ -14,6 +14,7 @@ controller needs to do its work within seconds are given beside its exercise
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.parse
 import uuid
@@ -123,6 +124,43 @@ def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 # nodelifecycle --------------------------------------------------------------------------
+class OtherLeases:
+    """Renews the Lease of every node but ``node`` every ``interval`` seconds while it
+    runs: kwok renews its nodes' Leases every ten seconds or so, later when the machine
+    is busy, and under :data:`NODELIFECYCLE_ARGS` the controller would find them silent
+    too (and mark their pods not ready, which kwok never undoes)."""
+
+    def __init__(self, cluster: LocalCluster, node: str, interval: float = 0.5) -> None:
+        self.cluster = cluster
+        self.node = node
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="other-leases", daemon=True)
+
+    def __enter__(self) -> OtherLeases:
+        self._once()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._once()
+            except Exception:  # a passing API error: renew again next time
+                continue
+
+    def _once(self) -> None:
+        for lease in self.cluster.api("GET", LEASES).get("items") or ():
+            name = lease["metadata"]["name"]
+            if name != self.node:
+                renewed = {"spec": {"renewTime": _micro_stamp()}}
+                self.cluster.api("PATCH", f"{LEASES}/{name}", renewed, ok=(200, 404))
+
+
 def run_nodelifecycle(
     cluster: LocalCluster, namespace: str, *, deadline: float = 30.0, give_up: GiveUp = _never
 ) -> str | None:
@@ -140,53 +178,53 @@ def run_nodelifecycle(
     changes the node's capacity, which the controller does not read: the informer does
     not pass such a change on, so the controller's status patch, conditional on the
     version it holds, meets a conflict and the node is read afresh (nodes get), as it
-    would after any write of the node it did not see."""
+    would after any write of the node it did not see. The other nodes' Leases are renewed
+    meanwhile (:class:`OtherLeases`), so that this node alone falls silent."""
     node = _make_node(cluster, "dead")
     pod = f"bound-{uuid.uuid4().hex[:6]}"
-    pod_path = f"/api/v1/namespaces/{namespace}/pods/{pod}"
     try:
-        lease = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": node},
-            "spec": {
-                "holderIdentity": node,
-                "leaseDurationSeconds": 40,
-                "renewTime": _micro_stamp(),
-            },
-        }
-        cluster.api("POST", LEASES, lease, ok=(201,))
-        ready = {
-            "type": "Ready",
-            "status": "True",
-            "reason": "KubeletReady",
-            "message": "the deploy test's",
-            "lastHeartbeatTime": _stamp(),
-            "lastTransitionTime": _stamp(),
-        }
-        cluster.api("PATCH", f"{NODES}/{node}/status", {"status": {"conditions": [ready]}})
-        cluster.api(
-            "POST",
-            f"/api/v1/namespaces/{namespace}/pods",
-            _pod(pod, node=node, tolerations=[{"operator": "Exists"}]),
-            ok=(201,),
-        )
-        condition = {"type": "Ready", "status": "True", "lastTransitionTime": _stamp()}
-        _set_pod_status(cluster, pod_path, {"phase": "Running", "conditions": [condition]})
-        end = time.monotonic() + deadline
-        seen = partial(_event_missing, cluster, "default", node, "RegisteredNode")
-        missing = _poll(seen, end, give_up)
-        if missing:
-            return f"node {node}: {missing}"
-        capacity = {"capacity": {"pods": "10"}, "allocatable": {"pods": "10"}}
-        cluster.api("PATCH", f"{NODES}/{node}/status", {"status": capacity})
-        missing = _poll(partial(_dead_missing, cluster, node), end, give_up)
-        if missing:
-            return f"node {node}, silent: {missing}"
-        missing = _poll(partial(_not_ready_missing, cluster, namespace, pod), end, give_up)
-        return f"pod {pod} on the dead node {node}: {missing}" if missing else None
+        with OtherLeases(cluster, node):
+            return _silent_node(cluster, namespace, node, pod, time.monotonic() + deadline, give_up)
     finally:
         _remove_node(cluster, node, [(namespace, pod)])
+
+
+def _silent_node(
+    cluster: LocalCluster, namespace: str, node: str, pod: str, end: float, give_up: GiveUp
+) -> str | None:
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": node},
+        "spec": {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": _micro_stamp()},
+    }
+    cluster.api("POST", LEASES, lease, ok=(201,))
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "KubeletReady",
+        "message": "the deploy test's",
+        "lastHeartbeatTime": _stamp(),
+        "lastTransitionTime": _stamp(),
+    }
+    cluster.api("PATCH", f"{NODES}/{node}/status", {"status": {"conditions": [ready]}})
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    bound = _pod(pod, node=node, tolerations=[{"operator": "Exists"}])
+    cluster.api("POST", pods, bound, ok=(201,))
+    condition = {"type": "Ready", "status": "True", "lastTransitionTime": _stamp()}
+    _set_pod_status(cluster, f"{pods}/{pod}", {"phase": "Running", "conditions": [condition]})
+    seen = partial(_event_missing, cluster, "default", node, "RegisteredNode")
+    missing = _poll(seen, end, give_up)
+    if missing:
+        return f"node {node}: {missing}"
+    # A change the controller does not read, so is not told of (see above).
+    capacity = {"capacity": {"pods": "10"}, "allocatable": {"pods": "10"}}
+    cluster.api("PATCH", f"{NODES}/{node}/status", {"status": capacity})
+    missing = _poll(partial(_dead_missing, cluster, node), end, give_up)
+    if missing:
+        return f"node {node}, silent: {missing}"
+    missing = _poll(partial(_not_ready_missing, cluster, namespace, pod), end, give_up)
+    return f"pod {pod} on the dead node {node}: {missing}" if missing else None
 
 
 def _dead_missing(cluster: LocalCluster, node: str) -> str:
