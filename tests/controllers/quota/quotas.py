@@ -424,9 +424,16 @@ def scenario(side: Side) -> list[dict[str, Any]]:
     delete(kube, path(ns, "services", "np"))
     delete(kube, path(ns, "persistentvolumeclaims", "gold"))
     delete(kube, path(ns, "configmaps", "one"))
-    objects = kube.request("GET", path(ns, "resourcequotas", "objects"))
-    hard = {k: v for k, v in objects["spec"]["hard"].items() if k != "secrets"}
-    objects["spec"]["hard"] = {**hard, "count/secrets": "10"}
-    kube.request("PUT", path(ns, "resourcequotas", "objects"), objects)
+    for _ in range(10):  # the quota's status is written meanwhile (controller, admission)
+        objects = kube.request("GET", path(ns, "resourcequotas", "objects"))
+        hard = {k: v for k, v in objects["spec"]["hard"].items() if k != "secrets"}
+        objects["spec"]["hard"] = {**hard, "count/secrets": "10"}
+        try:
+            kube.request("PUT", path(ns, "resourcequotas", "objects"), objects)
+            break
+        except ConflictError:
+            continue
+    else:
+        raise AssertionError(f"{side.name}: cannot change the hard of quota objects")
     second = snapshot(side, EXPECTED_SECOND)
     return [first, second]
