@@ -40,6 +40,7 @@ NoExecute rate (the rate limiting itself is the unit tests')."""
 OWN_TAINT = {"key": "steward.test/lifecycle", "effect": "NoSchedule"}
 """Every test node's own taint: nothing is scheduled there."""
 LEASE_NS = "kube-node-lease"
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 WITHIN = 40.0
 """Seconds a node may take to reach a state (a deadline, not a measurement)."""
 MANAGED_KEYS = ("node.kubernetes.io/",)
@@ -55,20 +56,36 @@ def sec_now() -> str:
 
 
 @pytest_asyncio.fixture
-async def lifecycle(nodes_cluster: LocalCluster) -> AsyncIterator[Starter]:
+async def lifecycle(nodes_cluster: LocalCluster, nodes_kube: KubeClient) -> AsyncIterator[Starter]:
     """A starter of Steward's nodelifecycle on ``nodes_cluster`` (every namespace,
-    :data:`FLAGS`), as its own identity; whatever was started is stopped at the end."""
-    async with (
-        in_loop_informer(nodes_cluster) as informer,
-        controllers(
-            CONTROLLER,
-            nodes_cluster.component_kubeconfig("controller-nodelifecycle"),
-            informer,
-            workers=8,
-            flags=FLAGS,
-        ) as starter,
-    ):
-        yield starter
+    :data:`FLAGS`), as its own identity; whatever was started is stopped at the end.
+
+    kwok renews its nodes' Leases about every ten seconds, longer than the tests' grace
+    period: while the controller may run, the kwok nodes' Leases are renewed every second
+    here too, so that they stay Ready (and their pods, which kwok never readies again,
+    are left alone)."""
+    keeper = FakeKubelet(nodes_kube)
+    keeper.alive.update(
+        n["metadata"]["name"]
+        for n in nodes_kube.request("GET", "/api/v1/nodes")["items"]
+        if (n["metadata"].get("annotations") or {}).get(KWOK_ANNOTATION) == "fake"
+    )
+    assert keeper.alive, "no kwok node in the cluster"
+    keeper.start()
+    try:
+        async with (
+            in_loop_informer(nodes_cluster) as informer,
+            controllers(
+                CONTROLLER,
+                nodes_cluster.component_kubeconfig("controller-nodelifecycle"),
+                informer,
+                workers=8,
+                flags=FLAGS,
+            ) as starter,
+        ):
+            yield starter
+    finally:
+        await keeper.stop()
 
 
 @pytest.fixture

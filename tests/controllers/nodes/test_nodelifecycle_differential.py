@@ -27,7 +27,9 @@ from tests.controllers.nodes.lifecycle import (
 
 __all__ = ["lifecycle", "test_nodes", "upstream_kube"]
 
-pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.asyncio]
+"""Slow: upstream's side waits out its default 60 s startup grace period (the session's
+kube-controller-manager keeps it)."""
 
 UPSTREAM_WITHIN = 120.0
 """Seconds upstream may take: its 60 s startup grace, a 5 s pass and the taint queue."""
