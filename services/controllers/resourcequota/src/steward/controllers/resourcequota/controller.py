@@ -398,7 +398,7 @@ class QuotaReconciler:
         if dirty:
             new_status = {"hard": dict(spec.get("hard") or {}), "used": written(used)}
             await self.quotas.update_status(quota, new_status)
-            log.info("resource quota %s/%s: used %s", namespace, name, new_status["used"])
+            log.debug("resource quota %s/%s: used %s", namespace, name, new_status["used"])
         if unknown:
             return Result(requeue_after=DISCOVERY_RETRY)
         return Result()
