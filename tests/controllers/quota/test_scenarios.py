@@ -1,15 +1,27 @@
 """Steward's resourcequota controller alone on ``quota_cluster``: admission enforcing the
-status it writes, and object counts of a custom resource (a type the controller starts
-watching when a quota names it)."""
+status it writes, object counts of a custom resource (a type the controller starts
+watching when a quota names it), and the mirror following what quotas count."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
 
+from steward import SECRETS
+from steward.cluster import LocalCluster
+from steward.controllers.resourcequota import controller as controller_module
+from steward.controllers.resourcequota.controller import (
+    CONTROLLER,
+    PODS,
+    RESOURCEQUOTAS,
+    SERVICES,
+)
 from steward.kube import ApiStatusError, KubeClient
+from tests.controllers.harness import controllers, eventually, in_loop_informer
 from tests.controllers.quota.quotas import (
+    IDENTITY,
     create,
     delete,
     path,
@@ -82,3 +94,40 @@ def test_custom_resource_count(quota_kube: KubeClient, steward_ns: str) -> None:
         wait_used("steward", kube, ns, "widgets", {name: "1"})
     finally:
         delete(kube, f"{CRDS}/widgets.{group}")
+
+
+@pytest.mark.asyncio
+async def test_watches_only_counted_types(
+    quota_cluster: LocalCluster,
+    quota_kube: KubeClient,
+    quota_namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The mirror holds ResourceQuotas alone until a quota counts something; then the
+    counted types join it (secrets by name only), and leave it once no quota counts them.
+
+    Catches: types mirrored that no quota counts (every pod or Secret of the cluster
+    held for nothing), Secret bodies mirrored, or a type kept after its last quota."""
+    monkeypatch.setattr(controller_module, "PRUNE_PERIOD", 0.0)
+    kube, ns = quota_kube, quota_namespace
+    kubeconfig = quota_cluster.component_kubeconfig(IDENTITY)
+    async with (
+        in_loop_informer(quota_cluster) as informer,
+        controllers(CONTROLLER, kubeconfig, informer, ns) as starter,
+    ):
+        mirror = starter.start().controller.mirror
+        await eventually(mirror.has_synced, "the mirror's first snapshot")
+        assert mirror.watched_types() == [RESOURCEQUOTAS]
+        body = quota("q", {"pods": "5", "secrets": "5"})
+        await asyncio.to_thread(kube.request, "POST", path(ns, "resourcequotas"), body)
+        await asyncio.to_thread(wait_used, "steward", kube, ns, "q", {"pods": "0", "secrets": "0"})
+        assert set(mirror.watched_types()) == {RESOURCEQUOTAS, PODS, SECRETS}
+        assert mirror.subscription(SECRETS).fields == ("metadata.name",)
+        await asyncio.to_thread(delete, kube, path(ns, "resourcequotas", "q"))
+        other = quota("other", {"services": "1"})
+        await asyncio.to_thread(kube.request, "POST", path(ns, "resourcequotas"), other)
+        await asyncio.to_thread(wait_used, "steward", kube, ns, "other", {"services": "0"})
+        await eventually(
+            lambda: set(mirror.watched_types()) == {RESOURCEQUOTAS, SERVICES},
+            "pods and secrets dropped",
+        )
