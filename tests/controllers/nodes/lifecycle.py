@@ -240,16 +240,19 @@ def managed_taints(node: dict[str, Any]) -> set[tuple[str, str]]:
     }
 
 
-def make_ready_pod(kube: KubeClient, ns: str, node: str) -> str:
-    """A pod bound to ``node`` whose status says Running and Ready (as a kubelet would)."""
+def make_ready_pod(kube: KubeClient, ns: str, node: str | None) -> str:
+    """A pod whose status says Running and Ready (as a kubelet would), bound to
+    ``node``; with None, unbound and left to a scheduler that does not exist (see
+    :func:`bind`)."""
     name = f"pod-{uuid.uuid4().hex[:6]}"
+    placement = {"nodeName": node} if node else {"schedulerName": "steward-test-nobody"}
     kube.request(
         "POST",
         f"/api/v1/namespaces/{ns}/pods",
         {
             "metadata": {"name": name},
             "spec": {
-                "nodeName": node,
+                **placement,
                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
                 "tolerations": [{"operator": "Exists"}],
             },
@@ -271,6 +274,20 @@ def make_ready_pod(kube: KubeClient, ns: str, node: str) -> str:
         except ConflictError:
             continue
     raise AssertionError(f"pod {name}: status not set")
+
+
+def bind(kube: KubeClient, ns: str, pod: str, node: str) -> None:
+    """Bind the pod to the node, as a scheduler does (the binding subresource)."""
+    kube.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/pods/{pod}/binding",
+        {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        },
+    )
 
 
 def pod_ready(kube: KubeClient, ns: str, name: str) -> str | None:

@@ -8,6 +8,7 @@ every zone is down, no node is tainted NoExecute."""
 from __future__ import annotations
 
 import pytest
+from prometheus_client import REGISTRY
 
 from steward.kube import KubeClient
 from tests.controllers.harness import Starter, eventually, stays, update
@@ -15,6 +16,7 @@ from tests.controllers.nodes.lifecycle import (
     GRACE,
     WITHIN,
     FakeKubelet,
+    bind,
     conditions_of,
     event_reasons,
     kubelet,
@@ -105,6 +107,16 @@ async def test_dead_node_goes_unknown_tainted_and_comes_back(
             <= event_reasons(kube, "default", "Node", name)
         ),
         "the node's RegisteredNode and NodeNotReady Events",
+        WITHIN,
+    )
+
+    # A pod bound to the node now is marked at once (not at a pass: its Ready condition
+    # did not change).
+    late = make_ready_pod(kube, pods_namespace, None)
+    bind(kube, pods_namespace, late, name)
+    await eventually(
+        lambda: pod_ready(kube, pods_namespace, late) == "False",
+        "the pod bound later not ready",
         WITHIN,
     )
 
@@ -218,6 +230,11 @@ async def test_every_zone_down_taints_no_execute_nowhere(
             "no NoExecute taint in full disruption",
             4.0,
         )
+        # The zone's gauges (kwok's nodes excluded): two nodes, none healthy.
+        zone = {"zone": ""}
+        assert REGISTRY.get_sample_value("node_collector_zone_size", zone) == 2
+        assert REGISTRY.get_sample_value("node_collector_unhealthy_nodes_in_zone", zone) == 2
+        assert REGISTRY.get_sample_value("node_collector_zone_health", zone) == 0
     finally:
         unlabel = {"metadata": {"labels": {EXCLUDE: None}}}
         for node in kwok:
