@@ -18,7 +18,7 @@ from steward.controllers.resourcequota.controller import (
     RESOURCEQUOTAS,
     SERVICES,
 )
-from steward.kube import ApiStatusError, KubeClient
+from steward.kube import ApiStatusError, KubeClient, NotFoundError
 from tests.controllers.harness import controllers, eventually, in_loop_informer
 from tests.controllers.quota.quotas import (
     IDENTITY,
@@ -64,10 +64,12 @@ def test_admission_enforces_the_written_status(quota_kube: KubeClient, steward_n
 
 def test_custom_resource_count(quota_kube: KubeClient, steward_ns: str) -> None:
     """``count/widgets.<group>`` of a CustomResourceDefinition made for the test: counted
-    once the quota names it, and lowered when a widget is deleted.
+    once the quota names it, and lowered when a widget is deleted; the definition deleted,
+    the controller goes on (a new quota gets its status).
 
     Catches: count/ names of types outside the core registry not resolved through
-    discovery, their type not watched, or their deletions not replenishing the quota."""
+    discovery, their type not watched, their deletions not replenishing the quota, or the
+    controller dying when a watched type goes away."""
     kube, ns = quota_kube, steward_ns
     group = f"q{uuid.uuid4().hex[:8]}.steward.test"
     kube.request("POST", CRDS, widget_crd_body(group))
@@ -94,6 +96,18 @@ def test_custom_resource_count(quota_kube: KubeClient, steward_ns: str) -> None:
         wait_used("steward", kube, ns, "widgets", {name: "1"})
     finally:
         delete(kube, f"{CRDS}/widgets.{group}")
+    wait_for("steward", lambda: not _served(kube, group), "the CRD gone from discovery")
+    # The type went away under the controller's watch: it goes on with the others.
+    kube.request("POST", path(ns, "resourcequotas"), quota("after", {"configmaps": "5"}))
+    wait_used("steward", kube, ns, "after", {"configmaps": "1"})  # kube-root-ca.crt
+
+
+def _served(kube: KubeClient, group: str) -> bool:
+    try:
+        kube.request("GET", f"/apis/{group}/v1")
+    except NotFoundError:
+        return False
+    return True
 
 
 @pytest.mark.asyncio
