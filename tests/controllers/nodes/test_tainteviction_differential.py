@@ -1,10 +1,10 @@
 """Steward's taint eviction controller against upstream's, one scenario on both sides at
 once: on the session's ``cluster`` (kube-controller-manager's taint-eviction-controller)
 and on ``nodes_cluster`` (Steward's), the same pods on a node of the test's own, the same
-NoExecute taint added and later removed. Compared: which pods were deleted, the
-``DisruptionTarget`` condition each had when it was marked for deletion (its time left
-out), and the ``TaintManagerEviction`` Events (type, the pod, message, source, count;
-the namespace masked)."""
+NoExecute taint added and later removed, and one pod deleted by the test meanwhile.
+Compared: which pods were deleted, the ``DisruptionTarget`` condition each had when it was
+marked for deletion (its time left out), and the ``TaintManagerEviction`` Events (type,
+the pod, message, source, count; the namespace masked)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ PODS: dict[str, list[dict[str, Any]]] = {
     "for-a-while": [tolerate(seconds=3)],
     "forever": [tolerate("yes")],
     "long": [tolerate(seconds=60)],
+    "removed": [tolerate(seconds=60)],
 }
 DELETED = ("untolerated", "other-value", "for-a-while")
 
@@ -59,14 +60,18 @@ class Outcome:
 
 async def scenario(kube: KubeClient, ns: str) -> Outcome:
     """The pods of :data:`PODS` on a node of their own; a NoExecute taint added until the
-    pods to be deleted are gone, then removed (``long``'s eviction is cancelled)."""
+    pods to be deleted are gone; then ``removed`` deleted by the test and the taint
+    removed (the evictions of ``removed`` and ``long`` are cancelled)."""
     with own_node(kube) as node, pod_watch(kube, ns) as watch:
         await asyncio.to_thread(make_pods, kube, ns, node, PODS)
         await asyncio.to_thread(set_taints, kube, node, no_execute("yes"))
         await eventually(lambda: all(watch.gone(n) for n in DELETED), "pods deleted", WITHIN)
+        await asyncio.to_thread(kube.request, "DELETE", f"/api/v1/namespaces/{ns}/pods/removed")
+        await eventually(lambda: watch.gone("removed"), "pod removed", WITHIN)
         await asyncio.to_thread(set_taints, kube, node)
+        cancelled = [cancelling("long"), cancelling("removed")]
         await eventually(
-            lambda: messages(kube, ns) == sorted([*map(marking, DELETED), cancelling("long")]),
+            lambda: messages(kube, ns) == sorted([*map(marking, DELETED), *cancelled]),
             "the Events",
             WITHIN,
         )
@@ -89,6 +94,6 @@ async def test_the_same_pods_go_with_the_same_condition_and_events(
     ours, theirs = await asyncio.gather(
         scenario(nodes_kube, nodes_namespace), scenario(upstream_kube, upstream_namespace)
     )
-    assert theirs.deleted == sorted(DELETED)
+    assert theirs.deleted == sorted([*DELETED, "removed"])
     assert theirs.kept == ["forever", "long"]
     assert ours == theirs

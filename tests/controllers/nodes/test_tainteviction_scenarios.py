@@ -6,6 +6,7 @@ the test; what was deleted is read from a watch of the namespace's pods (see
 from __future__ import annotations
 
 import pytest
+from prometheus_client import REGISTRY
 
 from steward.kube import KubeClient
 from tests.controllers.harness import Running, eventually, stays
@@ -37,6 +38,17 @@ CONDITION = {
     "message": "Taint manager: deleting due to NoExecute taint",
     "observedGeneration": 1,
 }
+
+
+def deleted_count() -> float:
+    """``taint_eviction_controller_pod_deletions_total`` of this process, and as many
+    observations of the deletion latency (they must agree)."""
+    total = REGISTRY.get_sample_value("taint_eviction_controller_pod_deletions_total") or 0.0
+    observed = REGISTRY.get_sample_value(
+        "taint_eviction_controller_pod_deletion_duration_seconds_count"
+    )
+    assert (observed or 0.0) == total
+    return total
 
 
 def condition_of(condition: dict[str, object] | None) -> dict[str, object] | None:
@@ -77,21 +89,32 @@ async def test_untolerating_pods_go_at_once_and_tolerating_ones_after_their_seco
         await eventually(lambda: messages(kube, ns) == expected, "Marking Events", WITHIN)
 
 
-async def test_a_taint_removed_before_the_deadline_cancels_the_eviction(
+async def test_an_eviction_is_cancelled_when_the_taint_or_the_pod_goes_first(
     evictor: Running, nodes_kube: KubeClient, nodes_namespace: str
 ) -> None:
     kube, ns = nodes_kube, nodes_namespace
     with own_node(kube) as node, pod_watch(kube, ns) as watch:
-        make_pods(kube, ns, node, {"signal": [], "for-a-while": [tolerate(seconds=4)]})
+        make_pods(
+            kube,
+            ns,
+            node,
+            {"signal": [], "for-a-while": [tolerate(seconds=4)], "removed": [tolerate(seconds=60)]},
+        )
         set_taints(kube, node, no_execute())
         # "signal" tolerates nothing: once it is gone, the controller has seen the taint.
         await eventually(lambda: watch.gone("signal"), "untolerating pod deleted", WITHIN)
+        kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods/removed")
+        await eventually(
+            lambda: cancelling("removed") in messages(kube, ns), "Cancelling Event", WITHIN
+        )
         set_taints(kube, node)
         await eventually(
             lambda: cancelling("for-a-while") in messages(kube, ns), "Cancelling Event", WITHIN
         )
         await stays(lambda: present(kube, ns, "for-a-while"), "pod kept past its 4 s", 5.0)
-        assert messages(kube, ns) == sorted([marking("signal"), cancelling("for-a-while")])
+        assert messages(kube, ns) == sorted(
+            [marking("signal"), cancelling("removed"), cancelling("for-a-while")]
+        )
 
 
 async def test_a_no_schedule_taint_evicts_nothing(
@@ -112,10 +135,13 @@ async def test_a_pod_bound_to_a_tainted_node_goes(
     evictor: Running, nodes_kube: KubeClient, nodes_namespace: str
 ) -> None:
     kube, ns = nodes_kube, nodes_namespace
+    deletions = deleted_count()
     with own_node(kube) as node, pod_watch(kube, ns) as watch:
         set_taints(kube, node, no_execute())
         make_pods(kube, ns, node, {"tolerating": [tolerate()], "late": []})
         await eventually(lambda: watch.gone("late"), "pod deleted", WITHIN)
+        # Counted in upstream's metrics (the controller runs in this process).
+        await eventually(lambda: deleted_count() == deletions + 1, "the deletion counted", WITHIN)
         assert condition_of(disruption(watch.marked("late"))) == CONDITION
         assert present(kube, ns, "tolerating")
         await eventually(lambda: messages(kube, ns) == [marking("late")], "Marking Event", WITHIN)
