@@ -156,6 +156,24 @@ aggregation controller fills, are what the framework binds in specs of other are
 AUTH_SKIP = r"\[Disruptive\]|\[Flaky\]|\[Feature:[^\]]+\]|\[FeatureGate:[^\]]+\]"
 """Left out of :data:`AUTH`: specs that need a feature or a feature gate."""
 
+NODES = (
+    r"\[sig-api-machinery\] ResourceQuota "
+    r"|\[sig-node\] (NoExecuteTaintManager (Single Pod|Multiple Pods)|Pod garbage collector|NodeLease) "
+)
+"""Every spec of ``[sig-api-machinery] ResourceQuota``, ``[sig-node] NoExecuteTaintManager``,
+``Pod garbage collector`` and ``NodeLease``: quota usage counted and replenished, pods
+evicted from nodes with NoExecute taints, a thousand failed pods collected down to the
+threshold, and the kubelet's node Lease. The taint specs are ``[Serial]`` (they taint a
+real node) and the pod GC one ``[Slow]`` and ``[Feature:PodGarbageCollector]``, which
+needs kube-controller-manager's ``--terminated-pod-gc-threshold=100``
+(:data:`NODES_KCM_FLAGS`), so this selection skips neither."""
+
+NODES_SKIP = r"\[Disruptive\]|\[Flaky\]|\[FeatureGate:[^\]]+\]"
+"""Left out of :data:`NODES`: specs that need a feature gate off by default."""
+
+NODES_KCM_FLAGS = ("--terminated-pod-gc-threshold=100",)
+"""The pod GC spec's setting, as upstream's job that runs it gives kube-controller-manager."""
+
 
 SERIAL_ELSEWHERE = (
     r"\[sig-" + _none_of([f"apps] {area} " for area in SERIAL_AREAS]) + r".*\[Serial\]"
@@ -190,6 +208,10 @@ class Selection:
     skip: str
     about: str
     """What it selects, for the list's header and ``--help``."""
+    kcm_flags: tuple[str, ...] = ()
+    """kube-controller-manager's flags its clusters run with (e2e's own settings, as
+    upstream's jobs give them); Steward's controllers that declare a flag get it too
+    (:func:`steward.cluster.services.shared_flags`)."""
     metrics: bool = False
     """Its clusters run the resource metrics pipeline (metrics-server scraping the real
     kubelets) and their nodes get the resource consumer image
@@ -241,6 +263,15 @@ SELECTIONS = {
             AUTH_SKIP,
             "every spec of [sig-auth] ServiceAccounts and Certificates API but those that "
             "need a feature gate",
+        ),
+        Selection(
+            "nodes",
+            NODES,
+            NODES_SKIP,
+            "every spec of [sig-api-machinery] ResourceQuota and [sig-node] "
+            "NoExecuteTaintManager, Pod garbage collector and NodeLease but those that need a "
+            "feature gate, pod GC at a threshold of 100",
+            kcm_flags=NODES_KCM_FLAGS,
         ),
     )
 }
@@ -498,6 +529,7 @@ def run_side(
     out: Progress,
     real_nodes: int = REAL_NODES,
     metrics: bool = False,
+    kcm_flags: tuple[str, ...] = (),
 ) -> Side:
     """Start a cluster for ``side`` with ``real_nodes`` real nodes, run the specs, stop
     it; the outcome (a broken run's :attr:`Side.problems` say why). A focus and skip that
@@ -531,6 +563,7 @@ def run_side(
         real_node_taint=False,
         steward=side == "steward",
         metrics=metrics,
+        kcm_flags=kcm_flags,
         node_images=tuple(archives),
         die_with_parent=True,
     )
@@ -759,6 +792,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     out=out,
                     real_nodes=args.real_nodes,
                     metrics=selection.metrics,
+                    kcm_flags=selection.kcm_flags,
                 )
             )
     except ClusterError as err:
