@@ -32,13 +32,16 @@ DISRUPTION_TARGET = {
     "reason": "DeletionByPodGC",
     "message": "PodGC: node no longer exists",
     "observedGeneration": 1,
+    "lastProbeTime": None,
 }
 
 
-def collected(disruption: list[dict[str, Any]]) -> dict[str, Any]:
+def collected(disruption: list[dict[str, Any]], generation: int) -> dict[str, Any]:
+    """A pod marked Failed at ``generation`` (a deletion raises a pod's generation) and
+    force-deleted, still held by the test's finalizer."""
     return {
         "phase": "Failed",
-        "observed_generation": 1,
+        "observed_generation": generation,
         "deleting": True,
         "grace": 0,
         "disruption_target": disruption,
@@ -62,10 +65,10 @@ async def test_each_case_as_upstream(
     theirs, ours = await asyncio.gather(all_cases(upstream), all_cases(steward))
     assert ours == theirs
     # Spelled out, so that both sides cannot agree on something else.
-    assert ours["orphaned"] == collected([DISRUPTION_TARGET])
-    assert ours["unscheduled"] == collected([])
+    assert ours["orphaned"] == collected([DISRUPTION_TARGET], 1)
+    assert ours["unscheduled"] == collected([], 2)
     control = ours["out-of-service"].pop("control")
-    assert ours["out-of-service"] == collected([])
+    assert ours["out-of-service"] == collected([], 2)
     assert control["phase"] == "Pending" and control["grace"] == 30
 
 
