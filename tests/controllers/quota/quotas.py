@@ -252,7 +252,11 @@ def _make_objects(side: Side, priority_class: str) -> None:
     init = box("i", {"cpu": "1", "memory": "32Mi"}, {"cpu": "1", "memory": "64Mi"})
     create(kube, pods, pod("burst", burst, initContainers=[init]))
     exact = {"cpu": "500m", "memory": "128Mi", "hugepages-2Mi": "4Mi", "example.com/gpu": "2"}
-    create(kube, pods, pod("guaranteed", box("c", exact, exact)))
+    side_exact = {"cpu": "100m", "memory": "32Mi"}
+    sidecar = {**box("side", side_exact, side_exact), "restartPolicy": "Always"}
+    create(kube, pods, pod("guaranteed", box("c", exact, exact), initContainers=[sidecar]))
+    level = {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "512Mi"}}
+    create(kube, pods, pod("pod-level", resources=level))
     create(kube, pods, pod("deadline", activeDeadlineSeconds=3600))
     create(kube, pods, pod("priority", priorityClassName=priority_class))
     term = {"topologyKey": "kubernetes.io/hostname", "namespaces": ["elsewhere"]}
@@ -317,27 +321,28 @@ def _make_objects(side: Side, priority_class: str) -> None:
 
 EXPECTED_FIRST = {
     "compute": {
-        "pods": "6",
-        "count/pods": "7",
+        "pods": "7",
+        "count/pods": "8",
         "requests.ephemeral-storage": "1Gi",
         "limits.ephemeral-storage": "0",
         "hugepages-2Mi": "4Mi",
         "requests.hugepages-2Mi": "4Mi",
         "requests.example.com/gpu": "2",
     },
-    # burst: max(250m, init 1) cpu, max(64Mi, 32Mi) memory; limits max(500m, 1), 128Mi
+    # burst: max(250m, init 1) cpu, max(64Mi, 32Mi) memory; limits max(500m, 1), 128Mi;
+    # guaranteed with its sidecar: 600m, 160Mi; pod-level: 1 and 256Mi, limits 2 and 512Mi
     "not-best-effort": {
-        "pods": "2",
-        "cpu": "1500m",
-        "requests.cpu": "1500m",
-        "memory": "192Mi",
-        "requests.memory": "192Mi",
-        "limits.cpu": "1500m",
-        "limits.memory": "256Mi",
+        "pods": "3",
+        "cpu": "2600m",
+        "requests.cpu": "2600m",
+        "memory": "480Mi",
+        "requests.memory": "480Mi",
+        "limits.cpu": "3600m",
+        "limits.memory": "800Mi",
     },
     "best-effort": {"pods": "4"},
     "terminating": {"pods": "1"},
-    "not-terminating": {"pods": "5"},
+    "not-terminating": {"pods": "6"},
     "priority": {"pods": "1"},
     "cross-namespace": {"pods": "1"},
     "objects": {
@@ -360,22 +365,22 @@ EXPECTED_FIRST = {
 EXPECTED_SECOND = {
     "compute": {
         **EXPECTED_FIRST["compute"],
-        "pods": "4",
-        "count/pods": "6",
+        "pods": "5",
+        "count/pods": "7",
         "requests.ephemeral-storage": "0",
     },
     "not-best-effort": {
-        "pods": "1",
-        "cpu": "500m",
-        "requests.cpu": "500m",
-        "memory": "128Mi",
-        "requests.memory": "128Mi",
-        "limits.cpu": "500m",
-        "limits.memory": "128Mi",
+        "pods": "2",
+        "cpu": "1600m",
+        "requests.cpu": "1600m",
+        "memory": "416Mi",
+        "requests.memory": "416Mi",
+        "limits.cpu": "2600m",
+        "limits.memory": "672Mi",
     },
     "best-effort": {"pods": "3"},
     "terminating": {"pods": "1"},
-    "not-terminating": {"pods": "3"},
+    "not-terminating": {"pods": "4"},
     "priority": {"pods": "1"},
     "cross-namespace": {"pods": "1"},
     "objects": {
