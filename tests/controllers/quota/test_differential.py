@@ -22,9 +22,8 @@ def test_statuses_match_upstream(
     steward_ns: str, quota_kube: KubeClient, upstream_kube: KubeClient, upstream_namespace: str
 ) -> None:
     """Every evaluator (pods with init containers, a sidecar, pod-level resources,
-    hugepages and extended resources;
-    services; claims by storage class; object counts, count/deployments.apps,
-    count/jobs.batch), every pod scope, replenishment on deletion and on a pod turning
+    hugepages and extended resources; services; claims by storage class; object counts,
+    count/deployments.apps, count/jobs.batch), every pod scope, replenishment on deletion and on a pod turning
     Failed, and used keys following a change of hard: both sides' statuses, at both points
     of the scenario, are the same.
 
