@@ -69,7 +69,7 @@ async def test_untolerating_pods_go_at_once_and_tolerating_ones_after_their_seco
                 "untolerated": [],
                 "other-value": [tolerate("no")],
                 "no-schedule-only": [tolerate(effect="NoSchedule")],
-                "for-a-while": [tolerate(seconds=5)],
+                "for-a-while": [tolerate(seconds=6)],
                 "forever": [tolerate("yes")],
             },
         )
@@ -79,9 +79,10 @@ async def test_untolerating_pods_go_at_once_and_tolerating_ones_after_their_seco
         )
         for name in at_once:
             assert condition_of(disruption(watch.marked(name))) == CONDITION, name
-        # Counted from when the controller saw the taint: about a second has gone by.
-        await stays(lambda: present(kube, ns, "for-a-while"), "pod tolerating 5 s kept", 2.5)
-        await eventually(lambda: watch.gone("for-a-while"), "pod tolerating 5 s deleted", WITHIN)
+        # Counted from when the controller saw the taint, less than a second ago as a rule:
+        # the margin is for a loaded machine.
+        await stays(lambda: present(kube, ns, "for-a-while"), "pod tolerating 6 s kept", 2.5)
+        await eventually(lambda: watch.gone("for-a-while"), "pod tolerating 6 s deleted", WITHIN)
         assert condition_of(disruption(watch.marked("for-a-while"))) == CONDITION
         assert present(kube, ns, "forever")
         assert not watch.gone("forever")
@@ -98,7 +99,7 @@ async def test_an_eviction_is_cancelled_when_the_taint_or_the_pod_goes_first(
             kube,
             ns,
             node,
-            {"signal": [], "for-a-while": [tolerate(seconds=4)], "removed": [tolerate(seconds=60)]},
+            {"signal": [], "for-a-while": [tolerate(seconds=6)], "removed": [tolerate(seconds=60)]},
         )
         set_taints(kube, node, no_execute())
         # "signal" tolerates nothing: once it is gone, the controller has seen the taint.
@@ -111,7 +112,7 @@ async def test_an_eviction_is_cancelled_when_the_taint_or_the_pod_goes_first(
         await eventually(
             lambda: cancelling("for-a-while") in messages(kube, ns), "Cancelling Event", WITHIN
         )
-        await stays(lambda: present(kube, ns, "for-a-while"), "pod kept past its 4 s", 5.0)
+        await stays(lambda: present(kube, ns, "for-a-while"), "pod kept past its 6 s", 6.5)
         assert messages(kube, ns) == sorted(
             [marking("signal"), cancelling("removed"), cancelling("for-a-while")]
         )
