@@ -38,6 +38,7 @@ plain number; zero is written ``0``.
 from __future__ import annotations
 
 import datetime
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -638,9 +639,11 @@ IGNORED = frozenset(
 """Types never counted (pkg/quota/v1/install/registry.go's ``ignoredResources``)."""
 
 
+@functools.cache
 def evaluator_for(group: str, plural: str) -> Evaluator:
     """The evaluator of a type: pods, services and claims have their own; the legacy core
-    types count under their bare name too; any other type counts ``count/...`` only."""
+    types count under their bare name too; any other type counts ``count/...`` only.
+    Evaluators hold no state: one per type is kept."""
     if not group:
         if plural == "pods":
             return PodEvaluator()
@@ -661,6 +664,7 @@ CORE: tuple[tuple[str, str], ...] = (
 """The types whose evaluators exist whatever discovery says (upstream's core registry)."""
 
 
+@functools.lru_cache(maxsize=4096)
 def tracked_type(name: str) -> tuple[str, str] | None:
     """The (group, plural) whose evaluator computes resource name ``name``, or None when
     no evaluator of the core registry or of ``count/`` does."""
