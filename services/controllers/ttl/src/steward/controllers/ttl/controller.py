@@ -11,7 +11,8 @@ queued, so a sync always sees the count of the change that queued it.
 # A sync
 Keyed by node name. A node the mirror no longer holds is done; one whose annotation is
 already the desired TTL (as an integer) is left alone; any other is patched (a strategic
-merge patch of the annotation alone; a refusal is retried with backoff).
+merge patch of the annotation alone; a refusal is retried with backoff, but NotFound,
+which says the node is gone: its deletion is on its way to the mirror).
 
 # Queueing
 A node is queued when it is added and whenever its metadata changes (upstream queues it
@@ -28,7 +29,7 @@ from __future__ import annotations
 import logging
 
 import steward
-from steward import NODES, Request, Result
+from steward import NODES, NotFoundError, Request, Result
 from steward.controllers.ttl.sizing import ANNOTATION, Sizing, annotation_patch, current_ttl
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,11 @@ class TTLReconciler:
         desired = self.sizing.ttl_seconds
         if current_ttl(found.object) == desired:
             return Result()
-        await self.nodes.patch("", request.name, annotation_patch(desired))
+        try:
+            await self.nodes.patch("", request.name, annotation_patch(desired))
+        except NotFoundError:
+            log.debug("node %s: gone before its annotation was set", request.name)
+            return Result()  # its deletion is on its way to the mirror
         log.info("node %s: %s set to %d", request.name, ANNOTATION, desired)
         return Result()
 
