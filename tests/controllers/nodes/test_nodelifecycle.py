@@ -135,7 +135,8 @@ async def test_conditions_and_unschedulable_set_their_taints(
     test_nodes: list[tuple[KubeClient, str]],
 ) -> None:
     """Ready=False → not-ready NoSchedule and NoExecute; MemoryPressure → memory-pressure
-    NoSchedule; spec.unschedulable → unschedulable NoSchedule; all healthy → none."""
+    NoSchedule; spec.unschedulable → unschedulable NoSchedule; all healthy → none; the
+    node deleted → a RemovingNode Event."""
     kube = nodes_kube
     memory = {
         "type": "MemoryPressure",
@@ -185,6 +186,12 @@ async def test_conditions_and_unschedulable_set_their_taints(
         "every managed taint removed",
         WITHIN,
         failure=lambda _: f"taints: {managed_taints(node_of(kube, name))}",
+    )
+    kube.request("DELETE", f"/api/v1/nodes/{name}")
+    await eventually(
+        lambda: ("RemovingNode", "Normal") in event_reasons(kube, "default", "Node", name),
+        "the node's RemovingNode Event",
+        WITHIN,
     )
 
 
