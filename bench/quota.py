@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from fractions import Fraction
@@ -138,6 +139,9 @@ quota admission's own retries on a contended quota can run out)."""
 
 Usage = dict[str, Fraction]
 """A namespace's usage: resource name (of :data:`CHECKED`) → amount."""
+
+Request = tuple[str, str, Any]
+"""A request: method, path and body."""
 
 
 def half(pods: int) -> int:
@@ -266,13 +270,27 @@ def _retried(api: Api, method: str, path: str, body: Any = None) -> None:
         time.sleep(0.1 * (attempt + 1))
 
 
-def _parallel(api: Api, threads: int, sequences: list[list[tuple[str, str, Any]]]) -> None:
+def _parallel(
+    api: Api,
+    threads: int,
+    sequences: list[list[Request]],
+    out: Progress | None = None,
+) -> None:
     """The requests (``(method, path, body)``, :func:`_retried`) of each sequence one after
-    the other, ``threads`` sequences at once."""
+    the other, ``threads`` sequences at once; with ``out``, how many are done."""
+    total = sum(len(sequence) for sequence in sequences)
+    done = 0
+    lock = threading.Lock()
 
-    def run(sequence: list[tuple[str, str, Any]]) -> None:
+    def run(sequence: list[Request]) -> None:
+        nonlocal done
         for request in sequence:
             _retried(api, *request)
+            with lock:
+                done += 1
+                count = done
+            if out is not None:
+                out.tick(f"  {count:,}/{total:,} requests of the burst answered")
 
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         for future in [pool.submit(run, sequence) for sequence in sequences]:
@@ -287,10 +305,6 @@ def first_pods(
         for i in range(pods):
             node = f"kwok-node-{(k * pods + i) % nodes}"
             yield f"/api/v1/namespaces/{ns}/pods", pod_body(f"old-{i:04d}", node, FIRST)
-
-
-Request = tuple[str, str, Any]
-"""A request: method, path and body."""
 
 
 def burst_requests(namespaces: list[str], pods: int, nodes: int) -> list[list[Request]]:
@@ -455,7 +469,7 @@ def run_phase(
     after = dict.fromkeys(names, usage_of(pods, pods - churn))
     meter.begin()
     burst_started = time.perf_counter()
-    _parallel(api, threads, burst)
+    _parallel(api, threads, burst, out)
     burst_done = time.perf_counter()
     correct = wait_correct(api, after, timeout, out, "burst")
     measured = meter.end()
