@@ -38,15 +38,17 @@ NODELIFECYCLE_ARGS = (
     "--node-monitor-grace-period=4s",
     "--node-startup-grace-period=4s",
 )
-"""A dead node is declared Unknown four seconds after its last heartbeat (50 s by default),
-looked at every second (5 s)."""
+"""A node is declared Unknown four seconds after its last heartbeat (upstream's default is
+50 s, the local overlay's 5m0s), the nodes looked at every second (5 s); the other nodes'
+Leases are renewed meanwhile (:class:`OtherLeases`)."""
 PODGC_ARGS = (
     "--pod-gc-check-period=1s",
     "--pod-gc-quarantine-time=1s",
     "--terminated-pod-gc-threshold=1",
 )
 """A sweep every second (20 s by default), a missing node's pods collected a second after
-the node is missed (40 s), and every terminated pod but the newest collected (12500)."""
+the node is missed (40 s), and every terminated pod but the newest collected (12500):
+those of the exercises before too, which nothing reads any more."""
 RESOURCEQUOTA_ARGS = ("--resource-quota-sync-period=0s",)
 """No full recalculation: what the exercise sees comes of the quota's own events and of
 replenishment, not of a periodic resync (5m0s by default, longer than any exercise)."""
