@@ -37,13 +37,17 @@ LABELS = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
 
 
 def snapshot(kube: KubeClient, name: str) -> dict[str, Any] | None:
-    """What the controller made of the node, once it carries the unreachable NoExecute
-    taint (None before)."""
+    """What the controller made of the node, once it settled on its verdict: both
+    unreachable taints there and the admission's not-ready one gone (None before; the
+    two taints come from two passes, on either side, in either order)."""
     node = node_of(kube, name)
     taints = (node.get("spec") or {}).get("taints") or []
-    if not any(
-        t["key"] == "node.kubernetes.io/unreachable" and t["effect"] == "NoExecute" for t in taints
-    ):
+    keys = {(t["key"], t["effect"]) for t in taints}
+    settled = {
+        ("node.kubernetes.io/unreachable", "NoExecute"),
+        ("node.kubernetes.io/unreachable", "NoSchedule"),
+    } <= keys and ("node.kubernetes.io/not-ready", "NoSchedule") not in keys
+    if not settled:
         return None
     return {
         "conditions": sorted(
