@@ -23,9 +23,9 @@ def test_statuses_match_upstream(
 ) -> None:
     """Every evaluator (pods with init containers, a sidecar, pod-level resources,
     hugepages and extended resources; services; claims by storage class; object counts,
-    count/deployments.apps, count/jobs.batch), every pod scope, replenishment on deletion and on a pod turning
-    Failed, and used keys following a change of hard: both sides' statuses, at both points
-    of the scenario, are the same.
+    count/deployments.apps, count/jobs.batch), every pod scope, replenishment on
+    deletion and on a pod turning Failed, and used keys following a change of hard: both
+    sides' statuses, at both points of the scenario, are the same.
 
     Catches: any difference between Steward's status and upstream's (a name computed
     differently, a format, a zero written otherwise, a key kept or left out), and, since
