@@ -3,9 +3,9 @@
 ``quota_cluster`` (one per test package) runs kube-controller-manager without its
 resourcequota-controller, so that only Steward's controller writes a quota's status
 there; the session's ``cluster`` (every upstream controller on) is the reference side of
-the differential tests. Until a quota's status is written, the API server's quota
-admission refuses creates of what it counts in that namespace ("status unknown for
-quota"), so a test starts Steward's controller before it makes quotas.
+the differential tests. A quota without a status restricts nothing: admission matches
+what a quota counts by its ``status.hard``, so it enforces a quota only once the
+controller has written its status.
 """
 
 from __future__ import annotations
