@@ -25,9 +25,9 @@ of its status with its UID as a precondition; an orphaned pod also gets the cond
 of 0. Passes 1 and 2 delete concurrently, 3 and 4 one pod after the other, as upstream.
 A failure (of the patch or the delete, NotFound included) is logged and counted; the pod
 is looked at again at the next sweep. A pod collected by one pass is not tried again by
-a later pass of the same sweep, nor by a later sweep while the mirror still shows it as
-it was when it was deleted (the deletion has not reached the mirror yet; a pod held by a
-finalizer changes as it is deleted, and is collected again as upstream's would be).
+a later pass of the same sweep, nor, once deleted, by a later sweep while the mirror
+still holds it (its deletion on its way, or a finalizer holding it): deleting it again
+would change nothing, its grace period being 0 already.
 Every pod tried is counted in ``pod_gc_collector_force_delete_pods_total`` and every
 failure in ``pod_gc_collector_force_delete_pod_errors_total``, by ``namespace`` and
 ``reason`` (``terminated``, ``out-of-service``, ``orphaned``, ``unscheduled``), upstream's
@@ -178,8 +178,8 @@ class PodGC:
             ctx.flags.pod_gc_quarantine_time.total_seconds(), time.monotonic
         )
         self.last_sweep: float | None = None
-        self.collected: dict[str, str] = {}
-        """The pods this collector deleted, by UID, with the resourceVersion it saw."""
+        self.collected: set[str] = set()
+        """The UIDs of the pods this collector deleted that the mirror still holds."""
 
     def overdue(self) -> bool:
         """No sweep has started for :data:`OVERDUE_PERIODS` periods (or ever)."""
@@ -202,8 +202,7 @@ class PodGC:
     async def sweep(self) -> None:
         """Upstream's ``gc``: the four passes, in its order."""
         pods = [obj.object for obj in self.mirror.objects(PODS)]
-        held = {_uid(pod) for pod in pods}
-        self.collected = {uid: rv for uid, rv in self.collected.items() if uid in held}
+        self.collected &= {_uid(pod) for pod in pods}
         nodes = {obj.name: obj.object for obj in self.mirror.objects(NODES)}
         tried: set[tuple[str, str]] = set()
         if self.threshold > 0:
@@ -259,8 +258,8 @@ class PodGC:
         """Mark the pod Failed (unless it finished) and force-delete it; count it, and
         its failure. Losing the lease ends the sweep."""
         key = pod_key(pod)
-        if key in tried or self.collected.get(_uid(pod)) == _version(pod):
-            return  # taken this sweep, or deleted already and the mirror not told yet
+        if key in tried or _uid(pod) in self.collected:
+            return  # taken this sweep, or deleted already (with a grace period of 0)
         tried.add(key)
         namespace, name = key
         DELETED.labels(namespace, reason).inc()
@@ -271,7 +270,7 @@ class PodGC:
                 await self.pods.patch(namespace, name, patch, subresource="status")
             # The typed delete has no grace period: upstream's DeleteOptions as they are.
             await self.ctx.api.arequest("DELETE", PODS.path(namespace, name), FORCE)
-            self.collected[_uid(pod)] = _version(pod)
+            self.collected.add(_uid(pod))
         except FencedError:
             raise
         except ApiError as err:
@@ -282,10 +281,6 @@ class PodGC:
 
 def _uid(pod: Mapping[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("uid", ""))
-
-
-def _version(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("resourceVersion", ""))
 
 
 CONTROLLER = (
