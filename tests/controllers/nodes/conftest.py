@@ -15,7 +15,6 @@ their Lease or status but the test itself.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -23,7 +22,7 @@ import pytest
 from steward.cluster import LocalCluster
 from steward.kube import KubeClient
 from tests.conftest import local_cluster
-from tests.controllers.harness import admin_kube, drop_namespace
+from tests.controllers.harness import admin_kube, scoped_namespace
 
 UPSTREAM_OFF = ("nodelifecycle", "taint-eviction-controller", "podgc", "ttl")
 """kube-controller-manager's controllers that ``nodes_cluster`` runs without."""
@@ -45,12 +44,6 @@ def nodes_kube(nodes_cluster: LocalCluster) -> Iterator[KubeClient]:
 
 @pytest.fixture
 def nodes_namespace(nodes_kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace of ``nodes_cluster`` for one test (deleted afterwards)."""
-    base = request.node.name.lower().replace("_", "-")
-    name = "".join(c for c in base if c.isalnum() or c == "-")[:40].strip("-")
-    name = f"{name}-{uuid.uuid4().hex[:6]}"
-    nodes_kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
-    try:
-        yield name
-    finally:
-        drop_namespace(nodes_kube, name)
+    """A fresh namespace of ``nodes_cluster`` for one test, once pods may be made in it
+    (its ``default`` ServiceAccount exists); deleted afterwards."""
+    yield from scoped_namespace(nodes_kube, request)
