@@ -77,7 +77,9 @@ namespace holds. Upstream's side runs kube-controller-manager's resource quota c
 Steward's runs Steward's informer, manager and resource quota controller and no other of
 its controllers, kube-controller-manager all the others. 5 workers on both sides
 (upstream's ``--concurrent-resource-quota-syncs`` default and Steward's). Its figures are
-per pod churned (deleted or created).
+per pod churned (deleted or created). It is not in a run without ``--workloads``
+(:data:`DEFAULT_WORKLOADS`): at its default sizes a side takes about 15 minutes on two
+busy cores, most of it creating 10,000 pods and the burst's 10,000 requests.
 
 The garbage collection workload (``gc``, :mod:`bench.garbage`) runs in a cluster of its own
 per side (kwok nodes for its pods at 200 a node), every one of Steward's controllers on
