@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -28,7 +30,9 @@ TEST_TAINT = {"key": "steward.test/ttl", "effect": "NoSchedule"}
 WITHIN = 60.0
 """Seconds a side may take to annotate (a deadline, not a measurement)."""
 BATCH = 20
-"""Nodes created or deleted at once."""
+"""Nodes created, updated or deleted at once."""
+BEAT = "steward.test/ttl-beat"
+"""The annotation :func:`beat` changes."""
 
 
 @pytest_asyncio.fixture
@@ -87,6 +91,33 @@ async def all_annotated(kube: KubeClient, value: str, what: str, within: float =
     )
 
 
+def values(kube: KubeClient) -> Counter[str | None]:
+    """How many nodes of the cluster say each value (None: no annotation)."""
+    return Counter(annotations_by_node(kube).values())
+
+
+async def settled(kube: KubeClient, value: str, within: float = WITHIN) -> Counter[str | None]:
+    """The cluster's :func:`values` once every node says ``value``, or as they are after
+    ``within`` seconds (for the caller to compare, one side with the other)."""
+    deadline = time.monotonic() + within
+    while True:
+        seen = await asyncio.to_thread(values, kube)
+        if set(seen) == {value} or time.monotonic() >= deadline:
+            return seen
+        await asyncio.sleep(0.25)
+
+
+async def held(kube: KubeClient, value: str, for_seconds: float) -> Counter[str | None]:
+    """The cluster's :func:`values` the first time a node does not say ``value`` within
+    ``for_seconds``, else as they are at the end."""
+    deadline = time.monotonic() + for_seconds
+    while True:
+        seen = await asyncio.to_thread(values, kube)
+        if set(seen) != {value} or time.monotonic() >= deadline:
+            return seen
+        await asyncio.sleep(0.25)
+
+
 async def annotate(kube: KubeClient, name: str, value: str) -> None:
     """Set the node's annotation as someone else would."""
     await kube.arequest(
@@ -95,6 +126,24 @@ async def annotate(kube: KubeClient, name: str, value: str) -> None:
         {"metadata": {"annotations": {ANNOTATION: value}}},
         content_type="application/merge-patch+json",
     )
+
+
+async def beat(kube: KubeClient, value: str | None, names: list[str] | None = None) -> None:
+    """Update every node (or those named), as the kubelets' status reports would: a change
+    of the test's own annotation (``None`` removes it). Upstream's controller syncs a node
+    only when it is added or updated, and leaves the others to these reports when the
+    cluster's size changes the TTL."""
+    names = node_names(kube) if names is None else names
+    patch = {"metadata": {"annotations": {BEAT: value}}}
+
+    async def one(name: str) -> None:
+        with contextlib.suppress(NotFoundError):
+            await kube.arequest(
+                "PATCH", f"/api/v1/nodes/{name}", patch, content_type="application/merge-patch+json"
+            )
+
+    for start in range(0, len(names), BATCH):
+        await asyncio.gather(*(one(n) for n in names[start : start + BATCH]))
 
 
 @dataclass
@@ -122,10 +171,13 @@ class Nodes:
         await self.kube.arequest("POST", "/api/v1/nodes", body)
 
     async def delete(self, count: int) -> None:
-        """Delete the last ``count`` nodes made."""
-        doomed, self.made = self.made[len(self.made) - count :], self.made[: len(self.made) - count]
+        """Delete the last ``count`` nodes made (forgotten only once all are gone, so that
+        :meth:`cleanup` tries again those a failure left)."""
+        keep = len(self.made) - count
+        doomed = self.made[keep:]
         for start in range(0, len(doomed), BATCH):
             await asyncio.gather(*(self._delete(n) for n in doomed[start : start + BATCH]))
+        del self.made[keep:]
 
     async def _delete(self, name: str) -> None:
         with contextlib.suppress(NotFoundError):
@@ -133,3 +185,12 @@ class Nodes:
 
     async def cleanup(self) -> None:
         await self.delete(len(self.made))
+
+
+async def cleanup_all(*nodes: Nodes) -> None:
+    """:meth:`Nodes.cleanup` of each, every one tried even when another fails; then the
+    first failure raised."""
+    results = await asyncio.gather(*(n.cleanup() for n in nodes), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
