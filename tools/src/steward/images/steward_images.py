@@ -23,7 +23,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,9 +122,12 @@ def build_images(
     output: Path | None = None,
     use_cache: bool = True,
     rebuild_base: bool = False,
+    only: Collection[str] | None = None,
 ) -> BuiltImages:
     """Build Steward's images (and the pause image with ``pause_binary``) into one OCI
-    image-layout archive; see the module's documentation.
+    image-layout archive; see the module's documentation. ``only``: just the service
+    images of these names (``informer``, ``controller-job``, ...; an unknown one is an
+    :class:`ImageError`), each byte for byte as in the whole set.
 
     The archive is kept in ``cache_root()/images/archives/<key>/`` (the last three
     builds), and also written to ``output`` when given. A cached archive of the same
@@ -137,11 +140,14 @@ def build_images(
     epoch = source_date_epoch()
     repo = binaries.repo_root()
     uv = find_uv()
+    wanted = selected(only)
     with locked(out):
         base = ensure_base(out=out, epoch=epoch, rebuild=rebuild_base)
         uv_version = run([uv, "--version"], out=out, label="uv").strip()
-        plans = plan_venvs(uv, repo, out)
+        venvs = {image.venv for image in wanted}
+        plans = [plan for plan in plan_venvs(uv, repo, out) if plan.venv.name in venvs]
         key = _inputs_key(
+            images=wanted,
             plans=plans,
             base=base,
             tag=tag,
@@ -157,11 +163,12 @@ def build_images(
             require_root("building the images")
             require_tools(("umoci",), out)
             out.say(
-                f"images: building {len(IMAGES)} service images"
+                f"images: building {len(wanted)} service images"
                 + (" and the pause image" if pause_binary else "")
                 + f" (tag {tag}) on base {base.key[:12]}"
             )
             built = _build(
+                wanted=wanted,
                 repo=repo,
                 uv=uv,
                 plans=plans,
@@ -177,8 +184,20 @@ def build_images(
     return built.written_to(output)
 
 
+def selected(only: Collection[str] | None) -> tuple[ImageSpec, ...]:
+    """The images ``only`` names (all of them for None), in :data:`IMAGES`' order."""
+    if only is None:
+        return IMAGES
+    known = {image.service for image in IMAGES}
+    unknown = sorted(set(only) - known)
+    if unknown:
+        raise ImageError(f"no such image: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    return tuple(image for image in IMAGES if image.service in only)
+
+
 def _inputs_key(
     *,
+    images: Sequence[ImageSpec],
     plans: Sequence[VenvPlan],
     base: Base,
     tag: str,
@@ -191,6 +210,8 @@ def _inputs_key(
     settings = [RECIPE_VERSION, tag, epoch, uv_version, HATCHLING]
     inputs.feed("settings", json.dumps(settings).encode())
     inputs.feed("base", base.key.encode() + base.diff_id.encode())
+    if len(images) != len(IMAGES):
+        inputs.feed("images", json.dumps([image.service for image in images]).encode())
     feed_plans(inputs, plans)
     if pause_binary is not None:
         inputs.feed("pause", pause_binary.read_bytes())
@@ -199,6 +220,7 @@ def _inputs_key(
 
 def _build(
     *,
+    wanted: Sequence[ImageSpec],
     repo: Path,
     uv: str,
     plans: Sequence[VenvPlan],
@@ -242,7 +264,7 @@ def _build(
         layout.new("base")
         layout.add_layer("base", base.layer, unpacked[base.diff_id][1])
         names: dict[str, str] = {}
-        for image in IMAGES:
+        for image in wanted:
             layer, what = venv_layers[image.venv]
             layout.add_layer("base", layer, what, new_tag=image.service)
             layout.configure(
