@@ -77,9 +77,9 @@ namespace holds. Upstream's side runs kube-controller-manager's resource quota c
 Steward's runs Steward's informer, manager and resource quota controller and no other of
 its controllers, kube-controller-manager all the others. 5 workers on both sides
 (upstream's ``--concurrent-resource-quota-syncs`` default and Steward's). Its figures are
-per pod churned (deleted or created). It is not in a run without ``--workloads``
-(:data:`DEFAULT_WORKLOADS`): at its default sizes a side takes about 15 minutes on two
-busy cores, most of it creating 10,000 pods and the burst's 10,000 requests.
+per pod churned (deleted or created). At its default sizes a side takes about 15
+minutes on two busy cores, most of it creating 10,000 pods and the burst's 10,000
+requests.
 
 The garbage collection workload (``gc``, :mod:`bench.garbage`) runs in a cluster of its own
 per side (kwok nodes for its pods at 200 a node), every one of Steward's controllers on
@@ -151,7 +151,7 @@ Steward's controllers' defaults."""
 
 WORKLOADS = ("job", "deployment", "endpoints", "daemonset", "hpa", "quota", "gc", "gc_memory")
 """Every workload, in the order they run."""
-DEFAULT_WORKLOADS: tuple[str, ...] = ("job", "deployment", "endpoints", "daemonset", "hpa")
+DEFAULT_WORKLOADS: tuple[str, ...] = ("job", "deployment", "endpoints", "daemonset", "hpa", "quota")
 """The workloads a run without ``--workloads`` runs (``make bench``): not the garbage
 collection ones, which take about 25 minutes for both sides at the defaults setting and
 their default sizes, and 100,000 objects created in each of three clusters for the
