@@ -35,7 +35,7 @@ from steward import images
 from steward.cluster import binaries
 from steward.cluster.errors import ClusterError
 from steward.cluster.progress import Progress
-from steward.images.common import images_root, sha256_file
+from steward.images.common import images_root
 from steward.images.venvs import find_uv
 from tests.conftest import skip_or_fail
 

@@ -158,7 +158,8 @@ AUTH_SKIP = r"\[Disruptive\]|\[Flaky\]|\[Feature:[^\]]+\]|\[FeatureGate:[^\]]+\]
 
 NODES = (
     r"\[sig-api-machinery\] ResourceQuota "
-    r"|\[sig-node\] (NoExecuteTaintManager (Single Pod|Multiple Pods)|Pod garbage collector|NodeLease) "
+    r"|\[sig-node\] "
+    r"(NoExecuteTaintManager (Single Pod|Multiple Pods)|Pod garbage collector|NodeLease) "
 )
 """Every spec of ``[sig-api-machinery] ResourceQuota``, ``[sig-node] NoExecuteTaintManager``,
 ``Pod garbage collector`` and ``NodeLease``: quota usage counted and replenished, pods
