@@ -102,6 +102,9 @@ def test_controllers_off_by_default_run_only_when_named() -> None:
     assert named.kcm_controllers() == ClusterConfig(steward=True).kcm_controllers()
     # Anything else stays kube-controller-manager's own choice, as before.
     assert ClusterConfig(steward=True, controllers="*,-job").kcm_controllers() == "*,-job"
+    # A few of Steward's: only those are upstream's off (else no one runs Deployments).
+    few = ClusterConfig(steward=True, steward_controllers=("nodelifecycle", "job"))
+    assert few.kcm_controllers() == "*,-job,-nodelifecycle"
 
 
 def test_the_cluster_keys_go_only_to_controllers_that_declare_their_flags(

@@ -114,9 +114,14 @@ class ClusterConfig:
         ``controllers`` names some of Steward's that ``*`` leaves off, to turn them on,
         as ``*,bootstrapsigner``), with :attr:`steward_pods`
         too: Steward's static core needs none of upstream's to boot or to recover (see
-        :mod:`steward.static_core`)."""
+        :mod:`steward.static_core`). With :attr:`steward_controllers` (and no
+        :attr:`steward_pods`), only those are switched off: upstream's run the rest, so
+        that a cluster running a few of Steward's controllers lacks none."""
         if (self.steward or self.steward_pods) and self._star_and_stewards():
-            return ",".join(["*", *(f"-{name}" for name in STEWARD_CONTROLLERS)])
+            ours = STEWARD_CONTROLLERS
+            if self.steward_controllers is not None and not self.steward_pods:
+                ours = tuple(n for n in STEWARD_CONTROLLERS if n in self.steward_controllers)
+            return ",".join(["*", *(f"-{name}" for name in ours)])
         return self.controllers
 
     def _star_and_stewards(self) -> bool:
