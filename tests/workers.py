@@ -34,6 +34,7 @@ MACHINE = "machine"
 
 MACHINE_MODULES = (
     "tests/cluster/test_node_bootstrap.py",
+    "tests/cluster/test_node_failure.py",
     "tests/cluster/test_real_node_services.py",
     "tests/images/",
     "tests/pods/",
@@ -46,6 +47,7 @@ HEAVIEST_FIRST = (
     MACHINE,
     "tests/cluster",
     "tests/controllers/hpa",
+    "tests/controllers/nodes",
     "tests/faults",
     "tests/deploy",
     "tests/tracing",
