@@ -282,7 +282,32 @@ async def test_manager_calls_are_traced_unary_and_session(
         assert not [s for s in spans.get_finished_spans() if s.name == f"{MANAGER}/Session"]
         session.cancel()
         found = await _spans_named(spans, f"{MANAGER}/Session")
+    # gRPC Python ends a cancelled request stream for the handler as a half-close would,
+    # and says "cancelled" separately, at times only after the handler returned: the
+    # server's span must still end CANCELLED (it waits for that word), as the client's.
     _check_pair(found, MANAGER, "Session", manager.port, grpc.StatusCode.CANCELLED)
+
+
+async def test_a_half_closed_session_ends_ok_on_both_sides(
+    manager: RunningManager, spans: InMemorySpanExporter
+) -> None:
+    # The other half of the wait above: a client that half-closes is not cancelling.
+    async with grpc_tracing.insecure_channel(manager.address) as channel:
+        session = mpb_grpc.ManagerServiceStub(channel).Session()
+        await session.write(
+            mpb.SessionRequest(
+                registration=mpb.Registration(controller="traced", instance_id="traced-2")
+            )
+        )
+        first = await asyncio.wait_for(session.read(), 30)
+        assert isinstance(first, mpb.SessionResponse)
+        assert first.HasField("registration_result")
+        await session.done_writing()
+        while await asyncio.wait_for(session.read(), 30) is not grpc.aio.EOF:
+            pass
+        assert await session.code() == grpc.StatusCode.OK
+        found = await _spans_named(spans, f"{MANAGER}/Session")
+    _check_pair(found, MANAGER, "Session", manager.port, grpc.StatusCode.OK)
 
 
 async def test_health_checks_are_not_traced(informer: str, spans: InMemorySpanExporter) -> None:

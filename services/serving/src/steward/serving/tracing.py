@@ -19,6 +19,13 @@ stream passes through one generator that hands each message on as it is. The spa
 not made current for the handler: whatever it starts (a reflector, a lease renewal)
 belongs to the trace of its own cause, not to the stream's.
 
+A client cancelling a request stream ends it for the handler as if the client had
+half-closed: gRPC Python hands the handler the end of the requests, and tells the server
+of the cancel separately, sometimes only after the handler has returned. So when a
+handler returns normally after its requests ended, the span waits up to
+:data:`CANCEL_GRACE` seconds for that word before it ends OK; a cancel ends it CANCELLED.
+Only a client that half-closes pays the wait, once, as its call ends.
+
 # Without tracing
 While no OpenTelemetry SDK is installed as the tracer provider, :class:`ServerTracing`
 hands each handler back unchanged. The health and reflection services are never traced.
@@ -38,7 +45,7 @@ from opentelemetry.trace import Span, SpanKind
 
 from steward.grpc_tracing import end_span, host_port, method_attributes, tracing_enabled
 
-__all__ = ["UNTRACED_SERVICES", "ServerTracing"]
+__all__ = ["CANCEL_GRACE", "UNTRACED_SERVICES", "ServerTracing"]
 
 _TRequest = TypeVar("_TRequest")
 _TResponse = TypeVar("_TResponse")
@@ -51,6 +58,10 @@ UNTRACED_SERVICES: tuple[str, ...] = (
     "/grpc.reflection.v1.ServerReflection/",
 )
 """Method prefixes of the calls that get no span: health checks and server reflection."""
+
+CANCEL_GRACE = 0.2
+"""Seconds a request stream's span waits, after its handler returned on the end of the
+requests, for gRPC's word that the client cancelled (see "Streams" above)."""
 
 _SERVER_FAULTS = frozenset(
     {
@@ -115,7 +126,7 @@ class ServerTracing(grpc.aio.ServerInterceptor):
             behavior = handler.unary_stream or handler.stream_stream
             if not inspect.isasyncgenfunction(behavior):
                 return handler  # the reader/writer form: no Steward service uses it
-            wrapped_stream = _stream_behavior(behavior, start)
+            wrapped_stream = _stream_behavior(behavior, start, handler.request_streaming)
             if handler.request_streaming:
                 return grpc.stream_stream_rpc_method_handler(
                     wrapped_stream, handler.request_deserializer, handler.response_serializer
@@ -126,7 +137,7 @@ class ServerTracing(grpc.aio.ServerInterceptor):
         behavior = handler.unary_unary or handler.stream_unary
         if not inspect.iscoroutinefunction(behavior):
             return handler
-        wrapped = _unary_behavior(behavior, start)
+        wrapped = _unary_behavior(behavior, start, handler.request_streaming)
         if handler.request_streaming:
             return grpc.stream_unary_rpc_method_handler(
                 wrapped, handler.request_deserializer, handler.response_serializer
@@ -166,13 +177,41 @@ def _end_server(span: Span, context: _Context, err: BaseException | None) -> Non
     end_span(span, code, details if isinstance(details, str) else None, code in _SERVER_FAULTS)
 
 
+class _Requests:
+    """A request stream passed through as it is, noting whether it reached its end."""
+
+    def __init__(self, requests: Any) -> None:
+        self._requests = requests
+        self.ended = False
+
+    def __aiter__(self) -> _Requests:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await anext(self._requests)
+        except StopAsyncIteration:
+            self.ended = True
+            raise
+
+
+async def _cancel_after_end(requests: Any) -> None:
+    """Give gRPC's cancel a moment to arrive when the handler returned on the end of its
+    requests; a cancel raises :class:`asyncio.CancelledError` here."""
+    if isinstance(requests, _Requests) and requests.ended:
+        await asyncio.sleep(CANCEL_GRACE)
+
+
 def _unary_behavior(
-    behavior: Any, start: Callable[[_Context], Span]
+    behavior: Any, start: Callable[[_Context], Span], request_streaming: bool
 ) -> Callable[[Any, _Context], Awaitable[Any]]:
     async def traced(request: Any, context: _Context) -> Any:
         span = start(context)
+        if request_streaming:
+            request = _Requests(request)
         try:
             response = await behavior(request, context)
+            await _cancel_after_end(request)
         except BaseException as err:
             _end_server(span, context, err)
             raise
@@ -183,13 +222,16 @@ def _unary_behavior(
 
 
 def _stream_behavior(
-    behavior: Any, start: Callable[[_Context], Span]
+    behavior: Any, start: Callable[[_Context], Span], request_streaming: bool
 ) -> Callable[[Any, _Context], AsyncIterator[Any]]:
     async def traced(request: Any, context: _Context) -> AsyncIterator[Any]:
         span = start(context)
+        if request_streaming:
+            request = _Requests(request)
         try:
             async for response in behavior(request, context):
                 yield response
+            await _cancel_after_end(request)
         except BaseException as err:
             _end_server(span, context, err)
             raise
