@@ -1,7 +1,7 @@
 """The typed client and children against the real API server: each verb sends what it says
-(patch flavours, delete preconditions), a status write retries a conflict on a fresh read
-only when asked, and children record upstream's Events, under expectations, with a
-terminating namespace treated by one rule."""
+(patch flavours, delete preconditions and grace period), a status write retries a conflict
+on a fresh read only when asked, and children record upstream's Events, under
+expectations, with a terminating namespace treated by one rule."""
 
 from __future__ import annotations
 
@@ -63,6 +63,43 @@ async def test_each_verb_sends_what_it_says(api: steward.KubeClient, namespace: 
     await cms.delete(namespace, "a", uid=created["metadata"]["uid"], propagation="Background")
     with pytest.raises(steward.NotFoundError):
         await cms.get(namespace, "a")
+
+
+async def test_a_delete_sends_its_grace_period(api: steward.KubeClient, namespace: str) -> None:
+    """A pod bound to a node (one that does not exist: no kubelet confirms anything) is
+    deleted gracefully: with a grace period of 7 it stays, terminating with 7 seconds
+    (not its own 30); a grace period of 0 then removes it at once."""
+    pods = steward.Client(api)(steward.PODS)
+    deadline = asyncio.get_running_loop().time() + 60
+    while True:  # pods are refused until the default ServiceAccount exists
+        try:
+            await api.arequest("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
+            break
+        except steward.NotFoundError:
+            assert asyncio.get_running_loop().time() < deadline, "no default ServiceAccount"
+            await asyncio.sleep(0.1)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bound"},
+        "spec": {
+            "nodeName": f"nowhere-{uuid.uuid4().hex[:6]}",
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+    created = await pods.create(pod, namespace=namespace)
+    uid = created["metadata"]["uid"]
+
+    held = await pods.delete(namespace, "bound", uid=uid, grace_period_seconds=7)
+    assert held["metadata"].get("deletionTimestamp")
+    assert held["metadata"].get("deletionGracePeriodSeconds") == 7
+    still = await pods.get(namespace, "bound")
+    assert still["metadata"]["uid"] == uid  # a grace period: the pod is still there
+
+    await pods.delete(namespace, "bound", grace_period_seconds=0)
+    with pytest.raises(steward.NotFoundError):
+        await pods.get(namespace, "bound")
 
 
 async def test_a_status_write_retries_a_conflict_only_when_asked(

@@ -138,10 +138,16 @@ class ResourceClient:
         uid: str | None = None,
         resource_version: str | None = None,
         propagation: Propagation | None = None,
+        grace_period_seconds: int | None = None,
     ) -> Object:
         """Delete one object; with ``uid`` (and/or ``resource_version``) only that very
         object (a precondition: 409 if it was replaced or changed meanwhile), with
-        ``propagation`` its dependents' policy. Returns what the API server answered."""
+        ``propagation`` its dependents' policy, with ``grace_period_seconds`` the seconds
+        it is given to terminate (None: its own, a pod's
+        ``terminationGracePeriodSeconds``; 0: deleted at once, a pod without waiting for
+        its kubelet's word). Returns what the API server answered: the object, still
+        there and terminating while a grace period or a finalizer holds it, else the
+        deletion's Status."""
         options: Object = {}
         preconditions = {
             k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v
@@ -150,6 +156,8 @@ class ResourceClient:
             options["preconditions"] = preconditions
         if propagation is not None:
             options["propagationPolicy"] = propagation
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
         body = {"kind": "DeleteOptions", "apiVersion": "v1", **options} if options else None
         return await self.api.arequest("DELETE", self.resource.path(namespace, name), body)
 
