@@ -117,9 +117,6 @@ ERRORS = Counter(
 )
 """Upstream's two metrics, with its names, help texts and labels."""
 
-FORCE = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
-"""Upstream's ``metav1.NewDeleteOptions(0)``."""
-
 
 def _positive_duration(text: str) -> timedelta:
     value = go_duration(text)
@@ -268,8 +265,8 @@ class PodGC:
             patch = failed_status_patch(pod, utc_now(), condition)
             if patch is not None:
                 await self.pods.patch(namespace, name, patch, subresource="status")
-            # The typed delete has no grace period: upstream's DeleteOptions as they are.
-            await self.ctx.api.arequest("DELETE", PODS.path(namespace, name), FORCE)
+            # Upstream's metav1.NewDeleteOptions(0): no grace period, no precondition.
+            await self.pods.delete(namespace, name, grace_period_seconds=0)
             self.collected.add(_uid(pod))
         except FencedError:
             raise
