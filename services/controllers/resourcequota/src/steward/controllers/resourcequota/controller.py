@@ -7,12 +7,15 @@ the evaluators of pkg/quota/v1 in :mod:`steward.controllers.resourcequota.usage`
 Keyed by quota. A quota that is gone is left alone. Otherwise its usage is computed
 from the mirror (:func:`~steward.controllers.resourcequota.usage.calculate_usage`, over
 the quota's namespace, scopes and scope selector) for the names of ``spec.hard`` some
-evaluator computes; ``status.used`` becomes the old ``status.used`` overlaid with that,
-keeping only the names of ``spec.hard`` (a name no evaluator computes keeps the value it
-had), and ``status.hard`` becomes ``spec.hard``. The status is written (an update of the
-``status`` subresource, at the version the mirror holds) when ``spec.hard`` and
-``status.hard`` differ in value, either is missing, or the used values changed, as
-upstream's ``syncResourceQuota``; a conflict fails the sync, retried with backoff.
+evaluator computes, each object read once per resource version (the summaries of
+:class:`~steward.controllers.resourcequota.usage.UsageMemo`: one sync after another, of
+one quota or another, reads again only the objects that changed); ``status.used``
+becomes the old ``status.used`` overlaid with that, keeping only the names of
+``spec.hard`` (a name no evaluator computes keeps the value it had), and ``status.hard``
+becomes ``spec.hard``. The status is written (an update of the ``status`` subresource, at
+the version the mirror holds) when ``spec.hard`` and ``status.hard`` differ in value,
+either is missing, or the used values changed, as upstream's ``syncResourceQuota``; a
+conflict fails the sync, retried with backoff.
 
 # The types counted, and the mirror
 The mirror starts with ResourceQuotas alone and watches a counted type from the moment a
@@ -24,7 +27,8 @@ has its snapshot. ``count/`` names are resolved with discovery as upstream's quo
 monitor does (namespaced types serving create, list, watch and delete, less upstream's
 ignored types), read again when a quota names a type it does not know (at most every
 :data:`DISCOVERY_RETRY` seconds; the quota is looked at again after as long). Types no
-quota needs any more are dropped at most every :data:`PRUNE_PERIOD` seconds. When the
+quota needs any more are dropped at most every :data:`PRUNE_PERIOD` seconds (and the
+summaries of objects of namespaces no quota is in any more). When the
 informer refuses a type for good (a CustomResourceDefinition deleted), discovery is read
 again and the types it no longer serves are dropped.
 
@@ -60,7 +64,7 @@ from steward.controllers.resourcequota.usage import (
     CORE,
     IGNORED,
     Evaluator,
-    calculate_usage,
+    UsageMemo,
     evaluator_for,
     pod_counts_compute,
     pod_terminating,
@@ -68,6 +72,7 @@ from steward.controllers.resourcequota.usage import (
     same_values,
     scope_requirements,
     tracked_type,
+    usage_of_summaries,
     written,
 )
 from steward.kube import ApiError
@@ -250,6 +255,8 @@ class QuotaReconciler:
         """Quotable types by (group, plural), as discovery last said."""
         self.read_at: float | None = None
         self.pruned_at = time.monotonic()
+        self.memo = UsageMemo()
+        """The counted objects' summaries, read again only when an object changes."""
         self.mirror.refused = self._refused
 
     # Types -----------------------------------------------------------------------------
@@ -286,18 +293,22 @@ class QuotaReconciler:
             log.info("counting %s from now on", ", ".join(map(str, new)))
 
     def _prune(self) -> None:
-        """Drop the types no quota needs (at most every :data:`PRUNE_PERIOD` seconds)."""
+        """Drop the types no quota needs, and the summaries of the namespaces without a
+        quota (at most every :data:`PRUNE_PERIOD` seconds)."""
         if time.monotonic() - self.pruned_at < PRUNE_PERIOD:
             return
         self.pruned_at = time.monotonic()
         needed = {RESOURCEQUOTAS}
+        namespaces: set[str] = set()
         for quota in self.mirror.objects(RESOURCEQUOTAS):
+            namespaces.add(quota.namespace)
             for name in _needed_names(quota.object):
                 key = tracked_type(name)
                 if key is not None:
                     rtype = CORE_TYPES.get(key) or self.served.get(key)
                     if rtype is not None:
                         needed.add(rtype)
+        self.memo.retain(namespaces, {evaluator_for(t.group, t.plural) for t in needed})
         current = {t: self.mirror.subscription(t) for t in self.mirror.watched_types()}
         dropped = [t for t in current if t not in needed]
         if dropped:
@@ -375,11 +386,11 @@ class QuotaReconciler:
         self._watch(evaluators)
         if not all(self.mirror.synced(t) for t in evaluators):
             return Result(requeue_after=TYPE_SYNC_WAIT)
-        computed = calculate_usage(
+        computed = usage_of_summaries(
             hard,
             scope_requirements(spec),
             [
-                (ev, [o.object for o in self.mirror.objects(t, namespace)])
+                (ev, self.memo.summaries(ev, namespace, self.mirror.objects(t, namespace)))
                 for t, ev in evaluators.items()
             ],
             utc_now(),

@@ -39,11 +39,13 @@ from __future__ import annotations
 
 import datetime
 import functools
+import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Protocol
+from weakref import WeakValueDictionary
 
 from steward.runtime.quantity import DECIMAL_SI, format_quantity, parse_quantity, quantity_format
 from steward.runtime.times import parse_time
@@ -79,8 +81,58 @@ class Amount:
 ZERO = Amount(Fraction(0))
 ONE = Amount(Fraction(1))
 
+
+class _Sum:
+    """A running sum of amounts, the same as :meth:`Amount.plus` term by term from
+    :data:`ZERO` (the format of the term added while the sum was zero), kept as an
+    integer over a common denominator: a sync adds every object's usage, and integers add
+    many times faster than fractions."""
+
+    __slots__ = ("den", "fmt", "num")
+
+    def __init__(self) -> None:
+        self.num, self.den, self.fmt = 0, 1, ZERO.fmt
+
+    def add(self, amount: Amount) -> None:
+        if self.num == 0:
+            self.fmt = amount.fmt
+        value = amount.value
+        num, den = value.numerator, value.denominator
+        if den == self.den:
+            self.num += num
+        elif self.den % den == 0:
+            self.num += num * (self.den // den)
+        else:
+            common = math.lcm(self.den, den)
+            self.num = self.num * (common // self.den) + num * (common // den)
+            self.den = common
+
+    def amount(self) -> Amount:
+        return Amount(Fraction(self.num, self.den), self.fmt)
+
+
 Usage = dict[str, Amount]
 """Resource names to amounts (upstream's ``ResourceList``)."""
+
+
+class _SharedUsage(dict[str, Amount]):
+    """A usage shared by every summary with an equal one: never mutate."""
+
+    __slots__ = ("__weakref__",)
+
+
+_shared: WeakValueDictionary[tuple[tuple[str, Amount], ...], _SharedUsage] = WeakValueDictionary()
+
+
+def shared_usage(usage: Mapping[str, Amount]) -> Mapping[str, Amount]:
+    """The one usage equal to ``usage`` (names, values and formats) that summaries share:
+    the pods of one workload use the same, and a memo of thousands of pods holds few."""
+    key = tuple(sorted(usage.items(), key=lambda item: item[0]))
+    found = _shared.get(key)
+    if found is None:
+        found = _SharedUsage(usage)
+        _shared[key] = found
+    return found
 
 
 def resource_list(values: Any) -> Usage:
@@ -175,29 +227,52 @@ def _selector_matches(req: ScopeRequirement, labels: Mapping[str, str]) -> bool:
 # Evaluators ------------------------------------------------------------------------------
 class Evaluator:
     """Counts one resource type (upstream's ``quota.Evaluator``); the base counts objects
-    and matches no scope (generic.NewObjectCountEvaluator)."""
+    and matches no scope (generic.NewObjectCountEvaluator).
+
+    An evaluator reads an object once into a *summary* (:meth:`summary`): what its scopes
+    and its usage depend on, neither the quota nor the clock, so that one summary serves
+    every quota of the namespace and every sync until the object changes
+    (:class:`UsageMemo`). :meth:`summary_in_scope` and :meth:`summary_usage` answer from
+    it; :meth:`matches_scope` and :meth:`usage` are the same for one object."""
 
     group: str = ""
     plural: str = ""
     names: frozenset[str] = frozenset()
     """The resource names counted exactly."""
+    memoized = False
+    """Whether a summary is worth keeping (reading the object costs more than looking a
+    summary up): the base's summary is a constant."""
 
     def __init__(self, group: str = "", plural: str = "", alias: str = "") -> None:
         if plural:
             self.group, self.plural = group, plural
             self.names = frozenset(n for n in (count_name(group, plural), alias) if n)
+        self._counted: Mapping[str, Amount] = {name: ONE for name in self.names}
 
     def matching(self, names: Iterable[str]) -> list[str]:
         """The resource names among ``names`` this evaluator computes."""
         return [n for n in names if n in self.names]
 
+    def summary(self, obj: Obj) -> Any:
+        """What the scopes and the usage of ``obj`` depend on (immutable; the base's
+        depends on nothing)."""
+        return None
+
+    def summary_in_scope(self, req: ScopeRequirement, summary: Any) -> bool:
+        """Whether the object summarized is in the requirement's scope."""
+        return False
+
+    def summary_usage(self, summary: Any, now: datetime.datetime) -> Mapping[str, Amount]:
+        """What the object summarized uses at ``now`` (shared: do not mutate)."""
+        return self._counted
+
     def matches_scope(self, req: ScopeRequirement, obj: Obj, now: datetime.datetime) -> bool:
         """Whether ``obj`` is in the requirement's scope."""
-        return False
+        return self.summary_in_scope(req, self.summary(obj))
 
     def usage(self, obj: Obj, now: datetime.datetime) -> Usage:
         """What one object uses."""
-        return {name: ONE for name in self.names}
+        return dict(self.summary_usage(self.summary(obj), now))
 
 
 def count_name(group: str, plural: str) -> str:
@@ -323,17 +398,27 @@ def pod_cross_namespace_affinity(pod: Obj) -> bool:
     return False
 
 
-def pod_counts_compute(pod: Obj, now: datetime.datetime) -> bool:
-    """``QuotaV1Pod``: not terminal, and not past its deletion's grace period."""
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-        return False
+def pod_terminal(pod: Obj) -> bool:
+    """Phase ``Succeeded`` or ``Failed``."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def pod_deletion_deadline(pod: Obj) -> datetime.datetime | None:
+    """``deletionTimestamp`` plus ``deletionGracePeriodSeconds``, when both are set."""
     meta = pod.get("metadata") or {}
     deleted, grace = meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds")
-    if deleted and grace is not None:
-        at = parse_time(deleted)
-        if at is not None and now > at + datetime.timedelta(seconds=int(grace)):
-            return False
-    return True
+    if not deleted or grace is None:
+        return None
+    at = parse_time(deleted)
+    return None if at is None else at + datetime.timedelta(seconds=int(grace))
+
+
+def pod_counts_compute(pod: Obj, now: datetime.datetime) -> bool:
+    """``QuotaV1Pod``: not terminal, and not past its deletion's grace period."""
+    if pod_terminal(pod):
+        return False
+    deadline = pod_deletion_deadline(pod)
+    return deadline is None or not now > deadline
 
 
 def _resize_infeasible(pod: Obj) -> bool:
@@ -456,11 +541,31 @@ def pod_compute_usage(requests: Usage, limits: Usage) -> Usage:
     return result
 
 
+@dataclass(frozen=True, slots=True)
+class PodSummary:
+    """What a pod's scopes and usage depend on (:meth:`PodEvaluator.summary`). The time a
+    pod stops counting (its deletion's grace period over) is kept as a deadline, compared
+    with the clock at each sync."""
+
+    terminating: bool
+    best_effort: bool
+    priority_class: str
+    cross_namespace: bool
+    compute: Mapping[str, Amount] | None
+    """``count/pods`` and the compute usage; None for a terminal pod (it never counts)."""
+    deadline: datetime.datetime | None
+    """After this, only ``count/pods`` counts (:func:`pod_deletion_deadline`)."""
+
+
+_COUNT_POD: Mapping[str, Amount] = {"count/pods": ONE}
+
+
 class PodEvaluator(Evaluator):
     """Pods (evaluator/core/pods.go)."""
 
     group, plural = "", "pods"
     names = _POD_NAMES
+    memoized = True
 
     def __init__(self) -> None:
         pass
@@ -472,30 +577,44 @@ class PodEvaluator(Evaluator):
             if n in _POD_NAMES or n.startswith(_POD_PREFIXES) or _extended_for_quota(n)
         ]
 
-    def matches_scope(self, req: ScopeRequirement, obj: Obj, now: datetime.datetime) -> bool:
+    def summary(self, obj: Obj) -> PodSummary:
+        compute = None
+        if not pod_terminal(obj):
+            compute = shared_usage(
+                add(dict(_COUNT_POD), pod_compute_usage(pod_requests(obj), pod_limits(obj)))
+            )
+        return PodSummary(
+            terminating=pod_terminating(obj),
+            best_effort=pod_best_effort(obj),
+            priority_class=(obj.get("spec") or {}).get("priorityClassName") or "",
+            cross_namespace=pod_cross_namespace_affinity(obj),
+            compute=compute,
+            deadline=pod_deletion_deadline(obj),
+        )
+
+    def summary_in_scope(self, req: ScopeRequirement, summary: PodSummary) -> bool:
         scope = req.scope
         if scope == "Terminating":
-            return pod_terminating(obj)
+            return summary.terminating
         if scope == "NotTerminating":
-            return not pod_terminating(obj)
+            return not summary.terminating
         if scope == "BestEffort":
-            return pod_best_effort(obj)
+            return summary.best_effort
         if scope == "NotBestEffort":
-            return not pod_best_effort(obj)
+            return not summary.best_effort
         if scope == "PriorityClass":
-            name = (obj.get("spec") or {}).get("priorityClassName") or ""
+            name = summary.priority_class
             if req.operator == "Exists":
                 return bool(name)
             return _selector_matches(req, {"PriorityClass": name} if name else {})
         if scope == "CrossNamespacePodAffinity":
-            return pod_cross_namespace_affinity(obj)
+            return summary.cross_namespace
         return False
 
-    def usage(self, obj: Obj, now: datetime.datetime) -> Usage:
-        result: Usage = {"count/pods": ONE}
-        if not pod_counts_compute(obj, now):
-            return result
-        return add(result, pod_compute_usage(pod_requests(obj), pod_limits(obj)))
+    def summary_usage(self, summary: PodSummary, now: datetime.datetime) -> Mapping[str, Amount]:
+        if summary.compute is None or (summary.deadline is not None and now > summary.deadline):
+            return _COUNT_POD
+        return summary.compute
 
 
 class ServiceEvaluator(Evaluator):
@@ -506,10 +625,13 @@ class ServiceEvaluator(Evaluator):
         {"count/services", "services", "services.nodeports", "services.loadbalancers"}
     )
 
+    memoized = True
+
     def __init__(self) -> None:
         pass
 
-    def usage(self, obj: Obj, now: datetime.datetime) -> Usage:
+    def summary(self, obj: Obj) -> Mapping[str, Amount]:
+        """The service's usage (services match no scope)."""
         spec = obj.get("spec") or {}
         ports = spec.get("ports") or ()
         result: Usage = {
@@ -528,7 +650,12 @@ class ServiceEvaluator(Evaluator):
             else:
                 result["services.nodeports"] = Amount(Fraction(len(ports)))
             result["services.loadbalancers"] = ONE
-        return result
+        return shared_usage(result)
+
+    def summary_usage(
+        self, summary: Mapping[str, Amount], now: datetime.datetime
+    ) -> Mapping[str, Amount]:
+        return summary
 
 
 STORAGE_CLASS_SUFFIX = ".storageclass.storage.k8s.io/"
@@ -571,6 +698,14 @@ def attributes_classes(pvc: Obj) -> set[str]:
     return {str(n) for n in found if n}
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimSummary:
+    """What a claim's scope and usage depend on (:meth:`ClaimEvaluator.summary`)."""
+
+    attributes_classes: frozenset[str]
+    usage: Mapping[str, Amount]
+
+
 class ClaimEvaluator(Evaluator):
     """PersistentVolumeClaims (evaluator/core/persistent_volume_claims.go)."""
 
@@ -578,6 +713,7 @@ class ClaimEvaluator(Evaluator):
     names = frozenset(
         {"persistentvolumeclaims", "requests.storage", "count/persistentvolumeclaims"}
     )
+    memoized = True
 
     def __init__(self) -> None:
         pass
@@ -591,17 +727,7 @@ class ClaimEvaluator(Evaluator):
             or n.endswith(STORAGE_CLASS_SUFFIX + "requests.storage")
         ]
 
-    def matches_scope(self, req: ScopeRequirement, obj: Obj, now: datetime.datetime) -> bool:
-        if req.scope != "VolumeAttributesClass":
-            return False
-        names = attributes_classes(obj)
-        if req.operator == "Exists":
-            return bool(names)
-        if not names:
-            return _selector_matches(req, {})
-        return any(_selector_matches(req, {"VolumeAttributesClass": n}) for n in names)
-
-    def usage(self, obj: Obj, now: datetime.datetime) -> Usage:
+    def summary(self, obj: Obj) -> ClaimSummary:
         result: Usage = {"persistentvolumeclaims": ONE, "count/persistentvolumeclaims": ONE}
         klass = claim_class(obj)
         if klass:
@@ -611,7 +737,20 @@ class ClaimEvaluator(Evaluator):
             result["requests.storage"] = storage
             if klass:
                 result[f"{klass}{STORAGE_CLASS_SUFFIX}requests.storage"] = storage
-        return result
+        return ClaimSummary(frozenset(attributes_classes(obj)), shared_usage(result))
+
+    def summary_in_scope(self, req: ScopeRequirement, summary: ClaimSummary) -> bool:
+        if req.scope != "VolumeAttributesClass":
+            return False
+        names = summary.attributes_classes
+        if req.operator == "Exists":
+            return bool(names)
+        if not names:
+            return _selector_matches(req, {})
+        return any(_selector_matches(req, {"VolumeAttributesClass": n}) for n in names)
+
+    def summary_usage(self, summary: ClaimSummary, now: datetime.datetime) -> Mapping[str, Amount]:
+        return summary.usage
 
 
 LEGACY_ALIASES = {
@@ -686,15 +825,99 @@ def calculate_usage(
     """A quota's observed usage (``CalculateUsage``): for each evaluator, given with the
     namespace's objects of its type, the names of ``hard`` it matches, each from zero,
     summed over the objects in every scope requirement."""
+    return usage_of_summaries(
+        hard,
+        requirements,
+        [(ev, [ev.summary(obj) for obj in objects]) for ev, objects in evaluators],
+        now,
+    )
+
+
+def usage_of_summaries(
+    hard: Iterable[str],
+    requirements: Sequence[ScopeRequirement],
+    evaluators: Iterable[tuple[Evaluator, Iterable[Any]]],
+    now: datetime.datetime,
+) -> Usage:
+    """:func:`calculate_usage` of the objects' summaries (:meth:`Evaluator.summary`, in
+    the objects' order: a sum's format is its first non-zero term's)."""
     names = list(dict.fromkeys(hard))
     used: Usage = {}
-    for evaluator, objects in evaluators:
+    for evaluator, summaries in evaluators:
         tracked = evaluator.matching(names)
         if not tracked:
             continue
-        stats: Usage = {name: ZERO for name in tracked}
-        for obj in objects:
-            if all(evaluator.matches_scope(r, obj, now) for r in requirements):
-                stats = add(stats, evaluator.usage(obj, now))
-        used = add(used, {name: stats[name] for name in tracked})
+        sums = [(name, _Sum()) for name in tracked]
+        in_scope = evaluator.summary_in_scope
+        for summary in summaries:
+            if all(in_scope(r, summary) for r in requirements):
+                usage = evaluator.summary_usage(summary, now)
+                for name, total in sums:
+                    value = usage.get(name)
+                    if value is not None:
+                        total.add(value)
+        _add_into(used, {name: total.amount() for name, total in sums})
     return used
+
+
+class Versioned(Protocol):
+    """An object as the mirror holds it (:class:`~steward.runtime.mirror.MirrorObject`):
+    its UID and resource version in ``meta``, the object in ``object``."""
+
+    @property
+    def meta(self) -> Any: ...
+
+    @property
+    def object(self) -> Obj: ...
+
+
+class UsageMemo:
+    """Objects' summaries (:meth:`Evaluator.summary`) kept by UID and resource version, so
+    that a sync reads only the objects that changed since the namespace's last sync.
+
+    Kept per evaluator and namespace: each call of :meth:`summaries` keeps exactly the
+    objects it was given (a deleted object, or an older version, leaves the memo then), so
+    the memo never holds more than the objects of the namespaces synced. What a summary
+    holds depends on neither the quota (scopes are matched against it at each sync) nor
+    the clock (a pod's deletion deadline is compared with the clock at each sync).
+    :meth:`retain` drops the namespaces and evaluators no quota needs any more."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[Evaluator, str], dict[str, tuple[str, Any]]] = {}
+
+    def summaries(
+        self, evaluator: Evaluator, namespace: str, objects: Iterable[Versioned]
+    ) -> list[Any]:
+        """The summaries of ``objects`` (a namespace's objects of the evaluator's type),
+        in their order; the memo of the namespace becomes theirs."""
+        if not evaluator.memoized:
+            return [evaluator.summary(o.object) for o in objects]
+        key = (evaluator, namespace)
+        known = self._entries.get(key) or {}
+        kept: dict[str, tuple[str, Any]] = {}
+        found: list[Any] = []
+        summary = evaluator.summary
+        for o in objects:
+            meta = o.meta
+            uid, version = meta.uid, meta.resource_version
+            entry = known.get(uid)
+            if entry is None or entry[0] != version:
+                entry = (version, summary(o.object))
+            kept[uid] = entry
+            found.append(entry[1])
+        if kept:
+            self._entries[key] = kept
+        else:
+            self._entries.pop(key, None)
+        return found
+
+    def retain(self, namespaces: Container[str], evaluators: Container[Evaluator]) -> None:
+        """Forget every namespace not in ``namespaces`` and evaluator not in
+        ``evaluators``."""
+        for key in list(self._entries):
+            if key[1] not in namespaces or key[0] not in evaluators:
+                del self._entries[key]
+
+    def __len__(self) -> int:
+        """Objects summarized."""
+        return sum(len(kept) for kept in self._entries.values())
