@@ -5,7 +5,10 @@ kube-controller-manager runs no podgc) as its own identity, with only its RBAC o
 ``deploy/rbac/``, watching the pods of the test's namespace alone (the nodes are
 cluster-scoped and all read) and sweeping every :data:`PERIOD` with a quarantine of
 :data:`QUARANTINE`, so that a scenario takes seconds there; the session's ``cluster`` runs
-upstream's (20 s and 40 s).
+upstream's (20 s and 40 s). Upstream's threshold of terminated pods (12500 there) counts
+them cluster-wide, so its side of :func:`over_threshold` runs in a control plane of its
+own (``threshold_cluster``, one per test module) whose kube-controller-manager runs only
+the collector, with a threshold of :data:`THRESHOLD`, and the ServiceAccount controller.
 
 # Scenarios
 Each scenario takes a :class:`GCSide` (a cluster's admin client, the test's namespace
@@ -22,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,9 +34,17 @@ import pytest_asyncio
 
 from steward.cluster import LocalCluster
 from steward.controllers.podgc.controller import CONTROLLER as PODGC
-from steward.kube import ConflictError, KubeClient, NotFoundError
-from tests.controllers.harness import Starter, controllers, eventually, in_loop_informer
-from tests.services import new_namespace
+from steward.kube import KubeClient, NotFoundError
+from tests.conftest import local_cluster
+from tests.controllers.harness import (
+    Starter,
+    admin_kube,
+    controllers,
+    eventually,
+    in_loop_informer,
+    scoped_namespace,
+    stays,
+)
 
 PERIOD = "300ms"
 """Steward's sweep period in these tests (upstream's 20 s)."""
@@ -50,6 +61,8 @@ TEST_TAINT = {"key": "steward.test/podgc", "effect": "NoSchedule"}
 OUT_OF_SERVICE = {"key": "node.kubernetes.io/out-of-service", "effect": "NoExecute"}
 NOBODY = "steward-test-no-scheduler"
 """A scheduler name no scheduler answers to: the pod stays unscheduled."""
+THRESHOLD = 2
+"""The ``--terminated-pod-gc-threshold`` of :func:`over_threshold`, on either side."""
 
 
 @pytest_asyncio.fixture
@@ -75,13 +88,39 @@ async def podgc(nodes_cluster: LocalCluster, gc_namespace: str) -> AsyncIterator
 def gc_namespace(nodes_kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace of ``nodes_cluster`` once pods may be made in it; dropped after
     with the test's finalizers released."""
-    ns = new_namespace(nodes_kube, request)
-    try:
-        yield ns
-    finally:
-        release_all(nodes_kube, ns)
-        with contextlib.suppress(NotFoundError, ConflictError):
-            nodes_kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+    yield from scoped_namespace(nodes_kube, request)
+
+
+@pytest.fixture(scope="module")
+def threshold_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The upstream side of :func:`over_threshold`: a local control plane whose
+    kube-controller-manager runs upstream's collector with a threshold of
+    :data:`THRESHOLD` and the ``serviceaccount`` controller (pods are refused until their
+    namespace's ``default`` ServiceAccount exists; their tokens are projected, so the
+    ``serviceaccount-token`` controller is not needed), nothing else. The threshold
+    counts terminated pods cluster-wide: nothing here makes pods but the test."""
+    yield from local_cluster(
+        tmp_path_factory,
+        "podgc-threshold",
+        nodes=1,
+        controllers="podgc,serviceaccount",
+        kcm_flags=(f"--terminated-pod-gc-threshold={THRESHOLD}",),
+    )
+
+
+@pytest.fixture
+def threshold_kube(threshold_cluster: LocalCluster) -> Iterator[KubeClient]:
+    """Admin client of ``threshold_cluster``."""
+    yield from admin_kube(threshold_cluster)
+
+
+@pytest.fixture
+def threshold_namespace(
+    threshold_kube: KubeClient, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """A fresh namespace of ``threshold_cluster`` once pods may be made in it; dropped
+    after with the test's finalizers released."""
+    yield from scoped_namespace(threshold_kube, request)
 
 
 @dataclass
@@ -187,20 +226,6 @@ class GCSide:
                 self.kube.request("DELETE", f"/api/v1/nodes/{name}")
 
 
-def release_all(kube: KubeClient, ns: str) -> None:
-    """Take the test's finalizer off every pod of ``ns``."""
-    with contextlib.suppress(NotFoundError):
-        for pod in kube.request("GET", f"/api/v1/namespaces/{ns}/pods").get("items") or ():
-            if pod["metadata"].get("finalizers"):
-                with contextlib.suppress(NotFoundError, ConflictError):
-                    kube.request(
-                        "PATCH",
-                        f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}",
-                        {"metadata": {"finalizers": None}},
-                        content_type="application/merge-patch+json",
-                    )
-
-
 def deleting(pod: dict[str, Any]) -> bool:
     return bool(pod["metadata"].get("deletionTimestamp"))
 
@@ -293,3 +318,62 @@ async def all_cases(side: GCSide) -> dict[str, Any]:
     finally:
         await asyncio.to_thread(side.cleanup)
     return dict(zip(("orphaned", "unscheduled", "out-of-service"), views, strict=True))
+
+
+OVER_THRESHOLD = (
+    ("z-oldest", {"phase": "Succeeded"}),
+    ("y-middle", {"phase": "Succeeded"}),
+    ("x-newest", {"phase": "Failed"}),
+    ("w-evicted", {"phase": "Failed", "reason": "Evicted"}),
+    ("v-running", {"phase": "Running"}),
+)
+"""The pods of :func:`over_threshold` in their order of creation, with the status each
+is given: names in the opposite order."""
+
+
+async def over_threshold(
+    side: GCSide, begin: Callable[[], object] = lambda: None
+) -> dict[str, Any]:
+    """Four terminated pods and a running one, unscheduled and held, given their statuses
+    in order of creation (the first three created a second apart at least, creation
+    times being whole seconds); then ``begin()`` (Steward's side starts its collector
+    there). With a threshold of :data:`THRESHOLD` the evicted pod and the oldest are
+    force-deleted (not the first two by name, nor the two oldest) and the three others
+    stay. A sweep between two of the statuses (upstream's collector runs all along)
+    comes to the same: what it deletes stays held, terminated, counted and first in the
+    order. Returns each pod's :func:`gc_view` once the two are deleted and the others
+    have stayed a while, and the names of the pods left once the two are let go."""
+    for name, _ in OVER_THRESHOLD[:3]:
+        await side.make_pod(name)
+        await asyncio.sleep(1.1)
+    for name, _ in OVER_THRESHOLD[3:]:
+        await side.make_pod(name)
+    for name, status in OVER_THRESHOLD:
+        await side.call(
+            "PATCH",
+            side.pod_path(name) + "/status",
+            {"status": status},
+            content_type="application/merge-patch+json",
+        )
+    begin()
+    collected = ("z-oldest", "w-evicted")
+    for name in collected:
+        await side.wait_pod(name, forced, f"{name} force-deleted")
+
+    def pods() -> dict[str, dict[str, Any]]:
+        items = side.kube.request("GET", side.pod_path()).get("items") or ()
+        return {p["metadata"]["name"]: p for p in items}
+
+    def others_stay() -> bool:
+        found = pods()
+        return len(found) == len(OVER_THRESHOLD) and not any(
+            deleting(pod) for name, pod in found.items() if name not in collected
+        )
+
+    await stays(others_stay, f"{side.name}: the three other pods", 1.5)
+    seen = {name: gc_view(pod) for name, pod in sorted(pods().items())}
+    for name in collected:
+        await side.release(name)
+    for name in collected:
+        await side.wait_gone(name)
+    return {"pods": seen, "left": sorted(pods())}

@@ -1,6 +1,7 @@
 """The pod garbage collector on a cluster: each of its four passes under Steward's
-collector (``nodes_cluster``), and the three that act on single pods compared with
-upstream's in the session's cluster (:mod:`tests.controllers.nodes.podgc`)."""
+collector (``nodes_cluster``) and under upstream's at once, what each did compared: the
+three that act on single pods in the session's cluster, the threshold of terminated pods
+in a control plane of its own (:mod:`tests.controllers.nodes.podgc`)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,31 @@ import pytest
 from prometheus_client import REGISTRY
 
 from steward.kube import KubeClient
-from tests.controllers.harness import Starter, stays, upstream_kube, upstream_namespace
+from tests.controllers.harness import Starter, upstream_kube, upstream_namespace
 from tests.controllers.nodes.podgc import (
     HOLD,
+    THRESHOLD,
     WITHIN_STEWARD,
     WITHIN_UPSTREAM,
     GCSide,
     all_cases,
     gc_namespace,
+    over_threshold,
     podgc,
+    threshold_cluster,
+    threshold_kube,
+    threshold_namespace,
 )
 
-__all__ = ["gc_namespace", "podgc", "upstream_kube", "upstream_namespace"]
+__all__ = [
+    "gc_namespace",
+    "podgc",
+    "threshold_cluster",
+    "threshold_kube",
+    "threshold_namespace",
+    "upstream_kube",
+    "upstream_namespace",
+]
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -76,42 +90,54 @@ def sample(metric: str, ns: str, reason: str) -> float | None:
     return REGISTRY.get_sample_value(metric, {"namespace": ns, "reason": reason})
 
 
+def held_pod(phase: str, *, collected: bool) -> dict[str, Any]:
+    """A pod held by the test's finalizer with the status the test gave it, neither that
+    nor its conditions changed; force-deleted when ``collected``."""
+    return {
+        "phase": phase,
+        "observed_generation": None,
+        "deleting": collected,
+        "grace": 0 if collected else None,
+        "disruption_target": [],
+        "finalizers": [HOLD],
+    }
+
+
+OVER_THRESHOLD = {
+    "pods": {
+        "v-running": held_pod("Running", collected=False),
+        "w-evicted": held_pod("Failed", collected=True),
+        "x-newest": held_pod("Failed", collected=False),
+        "y-middle": held_pod("Succeeded", collected=False),
+        "z-oldest": held_pod("Succeeded", collected=True),
+    },
+    "left": ["v-running", "x-newest", "y-middle"],
+}
+"""What :func:`over_threshold` sees on either side."""
+
+
 async def test_terminated_pods_over_the_threshold_go_evicted_then_oldest_first(
-    nodes_kube: KubeClient, gc_namespace: str, podgc: Starter
+    threshold_kube: KubeClient,
+    threshold_namespace: str,
+    nodes_kube: KubeClient,
+    gc_namespace: str,
+    podgc: Starter,
 ) -> None:
-    """Four terminated pods and a running one, threshold 2: the evicted pod and the
-    oldest go (not the first two by name, nor the two oldest), in one sweep; the others
-    stay; both deletions counted."""
-    side = GCSide("steward", nodes_kube, gc_namespace, WITHIN_STEWARD)
-    # Created a second apart at least (creation times are whole seconds), names in the
-    # opposite order.
-    for name in ("z-oldest", "y-middle", "x-newest"):
-        await side.make_pod(name, held=False)
-        await asyncio.sleep(1.1)
-    await side.make_pod("w-evicted", held=False)
-    await side.make_pod("v-running", held=False)
-    for name, status in (
-        ("z-oldest", {"phase": "Succeeded"}),
-        ("y-middle", {"phase": "Succeeded"}),
-        ("x-newest", {"phase": "Failed"}),
-        ("w-evicted", {"phase": "Failed", "reason": "Evicted"}),
-        ("v-running", {"phase": "Running"}),
-    ):
-        await side.call(
-            "PATCH",
-            side.pod_path(name) + "/status",
-            {"status": status},
-            content_type="application/merge-patch+json",
-        )
-    podgc.start("--terminated-pod-gc-threshold=2")
-    await side.wait_gone("z-oldest")
-    await side.wait_gone("w-evicted")
-
-    def remaining() -> bool:
-        items = nodes_kube.request("GET", side.pod_path()).get("items") or ()
-        return sorted(p["metadata"]["name"] for p in items) == ["v-running", "x-newest", "y-middle"]
-
-    await stays(remaining, "the three other pods", 1.5)
+    """Four terminated pods and a running one, threshold 2, at once under upstream's
+    collector (a control plane of its own, where no other pod counts) and under
+    Steward's: on both, the evicted pod and the oldest are force-deleted as they are and
+    the others stay; under Steward's, in one sweep and both deletions counted."""
+    everywhere = threshold_kube.request("GET", "/api/v1/pods").get("items") or ()
+    assert [p["metadata"]["name"] for p in everywhere] == []
+    upstream = GCSide("upstream", threshold_kube, threshold_namespace, WITHIN_UPSTREAM)
+    steward = GCSide("steward", nodes_kube, gc_namespace, WITHIN_STEWARD)
+    theirs, ours = await asyncio.gather(
+        over_threshold(upstream),
+        over_threshold(steward, lambda: podgc.start(f"--terminated-pod-gc-threshold={THRESHOLD}")),
+    )
+    assert ours == theirs
+    # Spelled out, so that both sides cannot agree on something else.
+    assert ours == OVER_THRESHOLD
     deleted = sample("pod_gc_collector_force_delete_pods_total", gc_namespace, "terminated")
     errors = sample("pod_gc_collector_force_delete_pod_errors_total", gc_namespace, "terminated")
     assert (deleted, errors) == (2.0, None)
