@@ -9,6 +9,7 @@ and component-helpers' PodRequests/PodLimits.
 from __future__ import annotations
 
 import datetime
+import functools
 from fractions import Fraction
 from typing import Any
 
@@ -27,16 +28,21 @@ from steward.controllers.resourcequota.controller import (
     replenishes,
 )
 from steward.controllers.resourcequota.usage import (
+    ZERO,
+    Amount,
     ClaimEvaluator,
     Evaluator,
     PodEvaluator,
+    PodSummary,
     ScopeRequirement,
     ServiceEvaluator,
+    UsageMemo,
     calculate_usage,
     evaluator_for,
     parse_count_name,
     scope_requirements,
     tracked_type,
+    usage_of_summaries,
     written,
 )
 from steward.runtime.meta import Meta
@@ -72,14 +78,21 @@ def pod_usage(obj: Any, now: datetime.datetime = NOW) -> dict[str, str]:
     return written(PodEvaluator().usage(obj, now))
 
 
-def projected(rtype: steward.Resource, body: dict[str, Any]) -> Any:
-    """``body`` as the controller's mirror hands it out: through its projection."""
+def mirrored(
+    rtype: steward.Resource, body: dict[str, Any], uid: str = "uid", version: str = "1"
+) -> MirrorObject:
+    """``body`` as the controller's mirror holds it: through its projection."""
     projection = READS[rtype].projection()
     assert projection is not None
     view = (projection, readable_tree(projection))
-    meta = Meta("ns", body.get("metadata", {}).get("name", "x"), "uid", "1")
+    meta = Meta("ns", body.get("metadata", {}).get("name", "x"), uid, version)
     raw = projection.encode(body)
-    return MirrorObject(rtype, meta, raw, view).object
+    return MirrorObject(rtype, meta, raw, view)
+
+
+def projected(rtype: steward.Resource, body: dict[str, Any]) -> Any:
+    """``body`` as the controller's mirror hands it out: through its projection."""
+    return mirrored(rtype, body).object
 
 
 # Pods ------------------------------------------------------------------------------------
@@ -350,6 +363,135 @@ def test_claims() -> None:
         "silver.storageclass.storage.k8s.io/requests.storage": "2",
     }
     assert used["requests.storage"].value == 3 * 2**30 + 2
+
+
+# The memo of summaries ----------------------------------------------------------------------
+class CountingPods(PodEvaluator):
+    """The pod evaluator, counting the pods it reads."""
+
+    def __init__(self) -> None:
+        self.read: list[str] = []
+
+    def summary(self, obj: Any) -> PodSummary:
+        self.read.append(obj["metadata"]["name"])
+        return super().summary(obj)
+
+
+def _memo_usage(
+    memo: UsageMemo,
+    ev: Evaluator,
+    objects: list[MirrorObject],
+    names: list[str],
+    reqs: list[ScopeRequirement] | None = None,
+    now: datetime.datetime = NOW,
+) -> dict[str, str]:
+    summaries = memo.summaries(ev, "ns", objects)
+    return written(usage_of_summaries(names, reqs or [], [(ev, summaries)], now))
+
+
+def _named(name: str, body: dict[str, Any]) -> dict[str, Any]:
+    body["metadata"]["name"] = name
+    return body
+
+
+def test_memo_reads_a_pod_again_only_when_it_changes() -> None:
+    """Catches: a stale usage after an update (a summary kept by UID alone, or a new
+    resource version not read again), a deleted pod still held by the memo (it grows
+    with every pod ever seen, or a pod recreated under its UID comes back stale), and a
+    memo that does not keep anything (every sync reads every pod again)."""
+    ev, memo = CountingPods(), UsageMemo()
+    a = mirrored(PODS, _named("a", pod(container(requests={"cpu": "1"}))), "uid-a", "1")
+    b = mirrored(PODS, _named("b", pod(container(requests={"cpu": "2"}))), "uid-b", "1")
+    assert _memo_usage(memo, ev, [a, b], ["requests.cpu"]) == {"requests.cpu": "3"}
+    assert _memo_usage(memo, ev, [a, b], ["requests.cpu"]) == {"requests.cpu": "3"}
+    assert ev.read == ["a", "b"]
+    a2 = mirrored(PODS, _named("a", pod(container(requests={"cpu": "5"}))), "uid-a", "2")
+    assert _memo_usage(memo, ev, [a2, b], ["requests.cpu"]) == {"requests.cpu": "7"}
+    assert ev.read == ["a", "b", "a"]
+    assert _memo_usage(memo, ev, [a2], ["requests.cpu"]) == {"requests.cpu": "5"}
+    assert len(memo) == 1
+    assert _memo_usage(memo, ev, [a2, b], ["requests.cpu"]) == {"requests.cpu": "7"}
+    assert ev.read == ["a", "b", "a", "b"]
+    assert _memo_usage(memo, ev, [], ["requests.cpu"]) == {"requests.cpu": "0"}
+    assert len(memo) == 0
+
+
+def test_memo_judges_the_clock_and_the_scopes_at_each_sync() -> None:
+    """Catches: a memoized pod frozen in time (still charged after its deletion's grace
+    period, as it was when first read), or a summary holding one quota's scope verdict
+    that another quota of the namespace then reuses."""
+    ev, memo = CountingPods(), UsageMemo()
+    leaving = _named("leaving", pod(container(requests={"cpu": "1"})))
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    leaving["metadata"]["deletionGracePeriodSeconds"] = 30
+    best = _named("best", pod(container(), status={"phase": "Running", "qosClass": "BestEffort"}))
+    pods = [mirrored(PODS, leaving, "uid-l"), mirrored(PODS, best, "uid-b")]
+    names = ["requests.cpu", "pods", "count/pods"]
+    soon, late = NOW + datetime.timedelta(seconds=10), NOW + datetime.timedelta(seconds=31)
+    assert _memo_usage(memo, ev, pods, names, now=soon) == {
+        "requests.cpu": "1",
+        "pods": "2",
+        "count/pods": "2",
+    }
+    assert _memo_usage(memo, ev, pods, names, now=late) == {
+        "requests.cpu": "0",
+        "pods": "1",
+        "count/pods": "2",
+    }
+    best_effort = [ScopeRequirement("BestEffort")]
+    not_best_effort = [ScopeRequirement("NotBestEffort")]
+    assert _memo_usage(memo, ev, pods, ["pods"], best_effort, soon) == {"pods": "1"}
+    assert _memo_usage(memo, ev, pods, ["pods"], not_best_effort, soon) == {"pods": "1"}
+    assert _memo_usage(memo, ev, pods, ["count/pods"], not_best_effort, late) == {"count/pods": "1"}
+    assert ev.read == ["leaving", "best"]
+
+
+def test_memo_forgets_namespaces_and_types_no_quota_needs() -> None:
+    """Catches: the summaries of a namespace whose quotas are gone (or of a type no quota
+    counts any more) kept for ever."""
+    memo = UsageMemo()
+    pods, services = evaluator_for("", "pods"), evaluator_for("", "services")
+    p = mirrored(PODS, pod(container()))
+    svc = mirrored(SERVICES, {"metadata": {"name": "s"}, "spec": {"type": "ClusterIP"}}, "s")
+    memo.summaries(pods, "a", [p])
+    memo.summaries(pods, "b", [p])
+    memo.summaries(services, "a", [svc])
+    assert len(memo) == 3
+    memo.retain({"a"}, {pods, services})
+    assert len(memo) == 2
+    memo.retain({"a"}, {pods})
+    assert len(memo) == 1
+
+
+def test_equal_usages_are_shared() -> None:
+    """Catches: every memoized pod holding a usage of its own (the memo of a namespace of
+    one workload's pods then costs as much memory per pod as the mirror's copy)."""
+    ev, memo = PodEvaluator(), UsageMemo()
+    same = [mirrored(PODS, pod(container(requests={"cpu": "1"})), f"u{i}") for i in range(3)]
+    other = mirrored(PODS, pod(container(requests={"cpu": "2"})), "u9")
+    summaries = memo.summaries(ev, "ns", [*same, other])
+    assert len({id(s.compute) for s in summaries}) == 2
+
+
+@pytest.mark.parametrize(
+    "quantities",
+    [
+        ["0", "128Mi", "100M", "1.5", "1n"],
+        ["0Mi", "0", "250m", "1Gi", "1e3", "3u"],
+        ["100M", "0", "128Mi", "1k", "7m", "1Ki"],
+        ["0", "0Ki"],
+        ["0.25", "0.1", "3m", "1.5Ki", "0.04"],
+    ],
+)
+def test_sums_are_quantity_add_term_by_term(quantities: list[str]) -> None:
+    """Catches: a sum that is not apimachinery's Quantity.Add over the objects in order,
+    in value (mixed denominators: milli, nano, quarters and tenths, binary) or in format
+    (the first non-zero term's; a zero term's while the sum is still zero)."""
+    pods = [pod(container(requests={"memory": q})) for q in quantities]
+    expected = functools.reduce(Amount.plus, [Amount.parse(q) for q in quantities], ZERO)
+    used = calculate_usage(["requests.memory"], [], [(PodEvaluator(), pods)], NOW)
+    assert used["requests.memory"] == expected
+    assert written(used) == {"requests.memory": str(expected)}
 
 
 # Names, types and the registry --------------------------------------------------------------
