@@ -19,7 +19,9 @@ Setup and checks use the admin kubeconfig (:func:`admin_kube`). A test's namespa
 fresh (:func:`tests.services.new_namespace`, once pods may be made in it) and dropped
 afterwards with whatever finalizers the test left on its pods (:func:`scoped_namespace`).
 :func:`kube`, :func:`upstream_kube` and :func:`upstream_namespace` are fixtures of the
-session's ``cluster`` (every upstream controller on) for a conftest to import.
+session's ``cluster`` (every upstream controller on) for a conftest to import. What no
+component of a test's cluster keeps up (a node's Lease, a namespace's ``default``
+ServiceAccount) a test renews on a thread of :func:`renewing` while it runs.
 
 # Differential scenarios
 A scenario runs on two sides, Steward's controller on one and upstream's on the other,
@@ -34,6 +36,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
@@ -57,6 +61,8 @@ USER_AGENT = "steward-controller-test"
 """The user agent of the tests' own admin clients."""
 LABELS = {"foo": "bar"}
 """The labels of upstream's integration tests (``labelMap()``)."""
+
+log = logging.getLogger(__name__)
 
 
 # Clients and namespaces ------------------------------------------------------------------
@@ -178,6 +184,44 @@ async def stays(check: Callable[[], Any], what: str, for_seconds: float) -> None
         if not await asyncio.to_thread(check):
             pytest.fail(f"{what} did not hold")
         await asyncio.sleep(0.25)
+
+
+# Kept up in the background ---------------------------------------------------------------
+@contextlib.contextmanager
+def renewing(
+    every: float, step: Callable[[], None], name: str, *, at_once: bool = True
+) -> Iterator[None]:
+    """Run ``step`` every ``every`` seconds (counted from the end of its last run) on a
+    daemon thread named ``name`` while the block runs: a heartbeat no kubelet sends, an
+    object no controller of the cluster makes.
+
+    With ``at_once`` ``step`` first runs in the caller, before the block starts, and what
+    it raises is the caller's: the block never starts against a cluster that refuses the
+    step. Without it the first run is the thread's, ``every`` seconds in.
+
+    # Errors
+    On the thread an exception of ``step`` is logged (a warning, with its traceback) and
+    the next run comes on time: a passing API error must not end the renewal. On exit
+    the thread is told to stop and joined for at most ten seconds; a step stuck longer in
+    a request is left to end on its daemon thread."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(every):
+            try:
+                step()
+            except Exception:
+                log.warning("%s: a run failed, again in %g s", name, every, exc_info=True)
+
+    if at_once:
+        step()
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
 
 
 # A controller in the test's event loop ---------------------------------------------------

@@ -41,7 +41,6 @@ makes a ResourceQuota or waits for a pod to be collected.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 
@@ -49,6 +48,7 @@ import pytest
 
 from steward.cluster import LocalCluster
 from tests.conftest import local_cluster
+from tests.controllers.harness import renewing
 from tests.deploy.harness import new_namespace
 from tests.deploy.identity_exercises import STEWARD_ACCOUNTS
 
@@ -83,35 +83,20 @@ APPS_CONTROLLERS = ",".join(
 )
 """kube-controller-manager's ``--controllers`` in ``apps_cluster`` (``endpointslice`` on,
 beside Steward's)."""
+ACCOUNTS_EVERY = 0.2
+"""Seconds between two looks of :class:`DefaultAccounts` in ``apps_cluster``."""
 
 
 class DefaultAccounts:
     """Makes the ``default`` ServiceAccount, as the cluster's admin, in every active
-    namespace without one (but those labelled :data:`STEWARD_ACCOUNTS`), looking every
-    ``interval`` seconds: what upstream's serviceaccount controller would do."""
+    namespace without one (but those labelled :data:`STEWARD_ACCOUNTS`), one look each
+    call: what upstream's serviceaccount controller would do, when run every
+    :data:`ACCOUNTS_EVERY` seconds (:func:`tests.controllers.harness.renewing`)."""
 
-    def __init__(self, cluster: LocalCluster, interval: float = 0.2) -> None:
+    def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
-        self.interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="default-accounts", daemon=True)
 
-    def __enter__(self) -> DefaultAccounts:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self._once()
-            except Exception:  # a passing API error: look again next time
-                continue
-
-    def _once(self) -> None:
+    def __call__(self) -> None:
         selector = f"{STEWARD_ACCOUNTS}!=steward"
         namespaces = self.cluster.api("GET", f"/api/v1/namespaces?labelSelector={selector}")
         active = {
@@ -179,7 +164,7 @@ def apps_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClus
     cluster = next(plane)
     try:
         untaint_ready_nodes(cluster)
-        with DefaultAccounts(cluster):
+        with renewing(ACCOUNTS_EVERY, DefaultAccounts(cluster), "default-accounts", at_once=False):
             yield cluster
     finally:
         next(plane, None)  # the plane's teardown

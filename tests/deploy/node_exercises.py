@@ -14,14 +14,15 @@ controller needs to do its work within seconds are given beside its exercise
 
 from __future__ import annotations
 
-import threading
 import time
 import urllib.parse
 import uuid
+from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any
 
 from steward.cluster import LocalCluster
+from tests.controllers.harness import renewing
 from tests.deploy.exercises import GiveUp, _gone, _never, _poll
 
 NODES = "/api/v1/nodes"
@@ -40,7 +41,7 @@ NODELIFECYCLE_ARGS = (
 )
 """A node is declared Unknown four seconds after its last heartbeat (upstream's default is
 50 s, the local overlay's 5m0s), the nodes looked at every second (5 s); the other nodes'
-Leases are renewed meanwhile (:class:`OtherLeases`)."""
+Leases are renewed meanwhile (:func:`other_leases`)."""
 PODGC_ARGS = (
     "--pod-gc-check-period=1s",
     "--pod-gc-quarantine-time=1s",
@@ -126,41 +127,23 @@ def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 # nodelifecycle --------------------------------------------------------------------------
-class OtherLeases:
-    """Renews the Lease of every node but ``node`` every ``interval`` seconds while it
-    runs: kwok renews its nodes' Leases every ten seconds or so, later when the machine
-    is busy, and under :data:`NODELIFECYCLE_ARGS` the controller would find them silent
-    too (and mark their pods not ready, which kwok never undoes)."""
+def other_leases(
+    cluster: LocalCluster, node: str, every: float = 0.5
+) -> AbstractContextManager[None]:
+    """Renews the Lease of every node but ``node`` at once and then every ``every``
+    seconds while the block runs (:func:`tests.controllers.harness.renewing`): kwok renews
+    its nodes' Leases every ten seconds or so, later when the machine is busy, and under
+    :data:`NODELIFECYCLE_ARGS` the controller would find them silent too (and mark their
+    pods not ready, which kwok never undoes)."""
+    return renewing(every, partial(_renew_other_leases, cluster, node), "other-leases")
 
-    def __init__(self, cluster: LocalCluster, node: str, interval: float = 0.5) -> None:
-        self.cluster = cluster
-        self.node = node
-        self.interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="other-leases", daemon=True)
 
-    def __enter__(self) -> OtherLeases:
-        self._once()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self._once()
-            except Exception:  # a passing API error: renew again next time
-                continue
-
-    def _once(self) -> None:
-        for lease in self.cluster.api("GET", LEASES).get("items") or ():
-            name = lease["metadata"]["name"]
-            if name != self.node:
-                renewed = {"spec": {"renewTime": _micro_stamp()}}
-                self.cluster.api("PATCH", f"{LEASES}/{name}", renewed, ok=(200, 404))
+def _renew_other_leases(cluster: LocalCluster, node: str) -> None:
+    for lease in cluster.api("GET", LEASES).get("items") or ():
+        name = lease["metadata"]["name"]
+        if name != node:
+            renewed = {"spec": {"renewTime": _micro_stamp()}}
+            cluster.api("PATCH", f"{LEASES}/{name}", renewed, ok=(200, 404))
 
 
 def run_nodelifecycle(
@@ -181,11 +164,11 @@ def run_nodelifecycle(
     not pass such a change on, so the controller's status patch, conditional on the
     version it holds, meets a conflict and the node is read afresh (nodes get), as it
     would after any write of the node it did not see. The other nodes' Leases are renewed
-    meanwhile (:class:`OtherLeases`), so that this node alone falls silent."""
+    meanwhile (:func:`other_leases`), so that this node alone falls silent."""
     node = _make_node(cluster, "dead")
     pod = f"bound-{uuid.uuid4().hex[:6]}"
     try:
-        with OtherLeases(cluster, node):
+        with other_leases(cluster, node):
             return _silent_node(cluster, namespace, node, pod, time.monotonic() + deadline, give_up)
     finally:
         _remove_node(cluster, node, [(namespace, pod)])

@@ -11,7 +11,6 @@ deleted at the end (:func:`test_nodes`).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import urllib.parse
 import uuid
@@ -25,7 +24,13 @@ import pytest_asyncio
 from steward.cluster import LocalCluster
 from steward.controllers.nodelifecycle.controller import CONTROLLER
 from steward.kube import ConflictError, KubeClient, NotFoundError
-from tests.controllers.harness import Starter, controllers, in_loop_informer, scoped_namespace
+from tests.controllers.harness import (
+    Starter,
+    controllers,
+    in_loop_informer,
+    renewing,
+    scoped_namespace,
+)
 
 GRACE = 8.0
 """Seconds of ``--node-monitor-grace-period`` (and the startup grace) in the tests."""
@@ -71,8 +76,7 @@ async def lifecycle(nodes_cluster: LocalCluster, nodes_kube: KubeClient) -> Asyn
         if (n["metadata"].get("annotations") or {}).get(KWOK_ANNOTATION) == "fake"
     )
     assert keeper.alive, "no kwok node in the cluster"
-    keeper.start()
-    try:
+    with keeper.running("kwok-leases"):
         async with (
             in_loop_informer(nodes_cluster) as informer,
             controllers(
@@ -84,8 +88,6 @@ async def lifecycle(nodes_cluster: LocalCluster, nodes_kube: KubeClient) -> Asyn
             ) as starter,
         ):
             yield starter
-    finally:
-        await keeper.stop()
 
 
 @pytest.fixture
@@ -188,39 +190,31 @@ def renew(kube: KubeClient, name: str) -> None:
 
 
 class FakeKubelet:
-    """Renews the Leases of some nodes every second while :attr:`alive` holds them."""
+    """Renews the Leases of the nodes :attr:`alive` holds, every second while it runs
+    (:meth:`running`); a node's Lease gone is skipped."""
 
     def __init__(self, kube: KubeClient) -> None:
         self.kube = kube
         self.alive: set[str] = set()
-        self._task: asyncio.Task[None] | None = None
 
-    async def _run(self) -> None:
-        while True:
-            for name in list(self.alive):
-                with contextlib.suppress(NotFoundError):
-                    await asyncio.to_thread(renew, self.kube, name)
-            await asyncio.sleep(1.0)
+    def beat(self) -> None:
+        """Renew each live node's Lease once."""
+        for name in list(self.alive):
+            with contextlib.suppress(NotFoundError):
+                renew(self.kube, name)
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+    def running(self, name: str = "fake-kubelet") -> contextlib.AbstractContextManager[None]:
+        """Beat at once and then every second on a thread named ``name`` while the block
+        runs (:func:`tests.controllers.harness.renewing`)."""
+        return renewing(1.0, self.beat, name)
 
 
-@pytest_asyncio.fixture
-async def kubelet(nodes_kube: KubeClient) -> AsyncIterator[FakeKubelet]:
+@pytest.fixture
+def kubelet(nodes_kube: KubeClient) -> Iterator[FakeKubelet]:
     """A :class:`FakeKubelet` of ``nodes_cluster``, stopped at the end."""
     fake = FakeKubelet(nodes_kube)
-    fake.start()
-    try:
+    with fake.running():
         yield fake
-    finally:
-        await fake.stop()
 
 
 def node_of(kube: KubeClient, name: str) -> dict[str, Any]:
