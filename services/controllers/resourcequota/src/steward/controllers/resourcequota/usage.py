@@ -141,10 +141,17 @@ def resource_list(values: Any) -> Usage:
     out: Usage = {}
     for name, text in (values or {}).items():
         try:
-            out[name] = Amount.parse(text)
+            out[name] = _parsed(text)
         except ValueError:
             continue
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: Any) -> Amount:
+    """:meth:`Amount.parse`, kept for the texts seen most (a namespace's pods request the
+    same few quantities, and amounts are immutable)."""
+    return Amount.parse(text)
 
 
 def add(a: Usage, b: Usage) -> Usage:
@@ -428,13 +435,15 @@ def _resize_infeasible(pod: Obj) -> bool:
     return False
 
 
-def _container_status(pod: Obj, name: str) -> Obj | None:
+def _container_statuses(pod: Obj) -> dict[str, Obj]:
+    """Container statuses by name, the first of a name (``containerStatuses``, then
+    ``initContainerStatuses``)."""
     status = pod.get("status") or {}
+    found: dict[str, Obj] = {}
     for key in ("containerStatuses", "initContainerStatuses"):
         for cs in status.get(key) or ():
-            if cs.get("name") == name:
-                return cs  # type: ignore[no-any-return]
-    return None
+            found.setdefault(cs.get("name"), cs)
+    return found
 
 
 def _spec(part: str) -> Any:
@@ -461,17 +470,17 @@ def _actuated(part: str) -> Any:
     return get
 
 
-def _aggregate(pod: Obj, get: Any, infeasible: bool) -> Usage:
+def _aggregate(pod: Obj, get: Any, infeasible: bool, statuses: Mapping[str, Obj]) -> Usage:
     """``aggregateContainerResourcesByFn``: containers summed, then init containers by the
     max rule (restartable ones also added to the pod and to every later init container)."""
     spec = pod.get("spec") or {}
     result: Usage = {}
     for c in spec.get("containers") or ():
-        _add_into(result, get(c, _container_status(pod, c.get("name", "")), infeasible))
+        _add_into(result, get(c, statuses.get(c.get("name", "")), infeasible))
     restartable: Usage = {}
     init: Usage = {}
     for c in spec.get("initContainers") or ():
-        res = get(c, _container_status(pod, c.get("name", "")), infeasible)
+        res = get(c, statuses.get(c.get("name", "")), infeasible)
         if c.get("restartPolicy") == "Always":
             _add_into(result, res)
             _add_into(restartable, res)
@@ -491,9 +500,10 @@ def pod_requests(pod: Obj) -> Usage:
     overhead (see the module docs)."""
     spec = pod.get("spec") or {}
     infeasible = _resize_infeasible(pod)
-    wanted = _aggregate(pod, _spec("requests"), infeasible)
-    allocated = _aggregate(pod, _allocated, infeasible)
-    actuated = _aggregate(pod, _actuated("requests"), infeasible)
+    statuses = _container_statuses(pod)
+    wanted = _aggregate(pod, _spec("requests"), infeasible, statuses)
+    allocated = _aggregate(pod, _allocated, infeasible, statuses)
+    actuated = _aggregate(pod, _actuated("requests"), infeasible, statuses)
     reqs = _max(actuated, allocated) if infeasible else _max(wanted, actuated, allocated)
     resources = spec.get("resources") or {}
     if _pod_level_set(resources, "requests"):
@@ -509,8 +519,9 @@ def pod_limits(pod: Obj) -> Usage:
     overhead (added only to limits that are set and not zero)."""
     spec = pod.get("spec") or {}
     infeasible = _resize_infeasible(pod)
-    wanted = _aggregate(pod, _spec("limits"), infeasible)
-    actuated = _aggregate(pod, _actuated("limits"), infeasible)
+    statuses = _container_statuses(pod)
+    wanted = _aggregate(pod, _spec("limits"), infeasible, statuses)
+    actuated = _aggregate(pod, _actuated("limits"), infeasible, statuses)
     limits = dict(actuated) if infeasible else _max(wanted, actuated)
     resources = spec.get("resources") or {}
     if _pod_level_set(resources):
