@@ -160,11 +160,16 @@ def fail_pod(kube: KubeClient, ns: str, name: str) -> None:
     )
 
 
-def patch_status(kube: KubeClient, url: str, status: dict[str, Any]) -> None:
+def patch_status(kube: KubeClient, url: str, status: dict[str, Any]) -> dict[str, Any]:
     """Merge ``status`` into the status subresource of the object at ``url`` (as an admin
-    writing over whoever owns it)."""
-    kube.request(
-        "PATCH", url + "/status", {"status": status}, content_type="application/merge-patch+json"
+    writing over whoever owns it); the object as written."""
+    return dict(
+        kube.request(
+            "PATCH",
+            url + "/status",
+            {"status": status},
+            content_type="application/merge-patch+json",
+        )
     )
 
 
