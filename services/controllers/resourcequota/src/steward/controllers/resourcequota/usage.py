@@ -29,6 +29,15 @@ spec, unless the resize is infeasible; pod-level ``spec.resources`` for cpu, mem
 hugepages in place of the containers' sum; ``spec.overhead`` added to requests, and to
 limits that are set.
 
+# Summaries
+An evaluator reads an object once into a summary (:meth:`Evaluator.summary`) that
+depends on neither the quota nor the clock: the inputs of its scopes, its usage per
+resource name, and for a pod the time its deletion's grace period ends. A quota's sync
+matches each summary against its own scopes and compares the deadline with the clock;
+:class:`UsageMemo` keeps summaries by UID and resource version, so that the controller
+reads again only the objects that changed (upstream recalculates every object at every
+sync; the result is the same).
+
 # Quantities
 Sums keep apimachinery's formats (:class:`Amount`): a sum takes the format of its first
 non-zero term (``Quantity.Add``), so memory in ``Mi`` sums to ``Mi`` and a count stays a
