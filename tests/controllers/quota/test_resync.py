@@ -82,11 +82,10 @@ async def test_sync_period_mends_an_overwritten_status(
     ``--resource-quota-sync-period=2s`` the same overwrite, made after the controller's
     first sync, is put right.
 
-    Catches: the flag not reaching the resync (a wrong dest, the period not started, a
-    Go duration misread), a resync that queues but writes nothing (a sync comparing with
-    what it wrote last, not with the quota's status), and, in the first half, a status
-    write that queues the quota (an update filter looking past spec.hard) or a default
-    period of seconds."""
+    Catches: the flag not reaching the resync (a wrong dest, the periodic re-queue never
+    started, a Go duration misread), a sync that leaves a used differing from its count
+    in value alone, and, in the first half, a status write that queues the quota (an
+    update filter looking past spec.hard) or a default period of seconds."""
     kube, ns = quota_kube, quota_namespace
     url = path(ns, "resourcequotas", "q")
     body = quota("q", {"configmaps": "5"})
