@@ -92,7 +92,8 @@ def sample(metric: str, ns: str, reason: str) -> float | None:
 
 def held_pod(phase: str, *, collected: bool) -> dict[str, Any]:
     """A pod held by the test's finalizer with the status the test gave it, neither that
-    nor its conditions changed; force-deleted when ``collected``."""
+    nor its conditions changed; force-deleted when ``collected`` (with a grace period of
+    0, which the API server gives a pod unscheduled or terminated whatever is asked)."""
     return {
         "phase": phase,
         "observed_generation": None,
