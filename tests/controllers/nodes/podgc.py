@@ -320,7 +320,7 @@ async def all_cases(side: GCSide) -> dict[str, Any]:
     return dict(zip(("orphaned", "unscheduled", "out-of-service"), views, strict=True))
 
 
-OVER_THRESHOLD = (
+THRESHOLD_PODS = (
     ("z-oldest", {"phase": "Succeeded"}),
     ("y-middle", {"phase": "Succeeded"}),
     ("x-newest", {"phase": "Failed"}),
@@ -343,12 +343,12 @@ async def over_threshold(
     comes to the same: what it deletes stays held, terminated, counted and first in the
     order. Returns each pod's :func:`gc_view` once the two are deleted and the others
     have stayed a while, and the names of the pods left once the two are let go."""
-    for name, _ in OVER_THRESHOLD[:3]:
+    for name, _ in THRESHOLD_PODS[:3]:
         await side.make_pod(name)
         await asyncio.sleep(1.1)
-    for name, _ in OVER_THRESHOLD[3:]:
+    for name, _ in THRESHOLD_PODS[3:]:
         await side.make_pod(name)
-    for name, status in OVER_THRESHOLD:
+    for name, status in THRESHOLD_PODS:
         await side.call(
             "PATCH",
             side.pod_path(name) + "/status",
@@ -366,7 +366,7 @@ async def over_threshold(
 
     def others_stay() -> bool:
         found = pods()
-        return len(found) == len(OVER_THRESHOLD) and not any(
+        return len(found) == len(THRESHOLD_PODS) and not any(
             deleting(pod) for name, pod in found.items() if name not in collected
         )
 
