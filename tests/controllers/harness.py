@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,7 +50,7 @@ import pytest
 from steward.cluster import LocalCluster
 from steward.informer import InformerOptions, InformerServer
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
-from steward.runtime.controller import Controller, ControllerDefinition, ControllerOptions
+from steward.runtime.controller import Controller, ControllerDefinition
 from steward.serving.security import DEVELOPMENT
 from tests.services import RunningInformer, new_namespace
 
@@ -291,16 +291,19 @@ class Starter:
         self.mirrors: list[asyncio.Task[None]] = []
 
     def new(self, *flags: str, workers: int | None = None) -> Controller[Any]:
-        """The controller with ``flags`` besides the starter's, bound but not running."""
-        return self.definition.new(
-            self.channel,
-            self.api,
-            ControllerOptions(
-                max_concurrent_reconciles=self.workers if workers is None else workers,
-                namespace=self.namespace,
-            ),
-            [*self.flags, *flags],
+        """The controller with ``flags`` besides the starter's, bound but not running: the
+        definition's options (queue name, resync period) with the starter's workers and
+        namespace, and a resync period a flag of the controller's own sets (as
+        ``--resource-quota-sync-period`` does), as the controller host gives them."""
+        parsed = self.definition.flag_parser().parse_args([*self.flags, *flags])
+        defaults = self.definition.options
+        options = replace(
+            defaults,
+            max_concurrent_reconciles=self.workers if workers is None else workers,
+            namespace=self.namespace,
+            resync_period=getattr(parsed, "resync_period", defaults.resync_period),
         )
+        return self.definition.new(self.channel, self.api, options, parsed)
 
     def start(self, *flags: str, workers: int | None = None) -> Running:
         """Run an instance (see :meth:`new`) until the end of the test."""
