@@ -12,6 +12,7 @@ import asyncio
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any
 
 import grpc
 import pytest
@@ -256,6 +257,18 @@ async def test_a_watch_is_one_span_each_side_and_not_the_parent_of_its_events(
     }
 
 
+async def _registered(stub: mpb_grpc.ManagerServiceStub, instance: str) -> Any:
+    """A Session of the controller ``traced`` as ``instance``, its registration answered."""
+    session = stub.Session()
+    await session.write(
+        mpb.SessionRequest(registration=mpb.Registration(controller="traced", instance_id=instance))
+    )
+    first = await asyncio.wait_for(session.read(), 30)
+    assert isinstance(first, mpb.SessionResponse)
+    assert first.HasField("registration_result")
+    return session
+
+
 async def test_manager_calls_are_traced_unary_and_session(
     manager: RunningManager, spans: InMemorySpanExporter
 ) -> None:
@@ -270,15 +283,7 @@ async def test_manager_calls_are_traced_unary_and_session(
         assert client_span.parent is not None
         assert client_span.parent.span_id == parent.get_span_context().span_id
 
-        session = stub.Session()
-        await session.write(
-            mpb.SessionRequest(
-                registration=mpb.Registration(controller="traced", instance_id="traced-1")
-            )
-        )
-        first = await asyncio.wait_for(session.read(), 30)
-        assert isinstance(first, mpb.SessionResponse)
-        assert first.HasField("registration_result")
+        session = await _registered(stub, "traced-1")
         assert not [s for s in spans.get_finished_spans() if s.name == f"{MANAGER}/Session"]
         session.cancel()
         found = await _spans_named(spans, f"{MANAGER}/Session")
@@ -293,15 +298,7 @@ async def test_a_half_closed_session_ends_ok_on_both_sides(
 ) -> None:
     # The other half of the wait above: a client that half-closes is not cancelling.
     async with grpc_tracing.insecure_channel(manager.address) as channel:
-        session = mpb_grpc.ManagerServiceStub(channel).Session()
-        await session.write(
-            mpb.SessionRequest(
-                registration=mpb.Registration(controller="traced", instance_id="traced-2")
-            )
-        )
-        first = await asyncio.wait_for(session.read(), 30)
-        assert isinstance(first, mpb.SessionResponse)
-        assert first.HasField("registration_result")
+        session = await _registered(mpb_grpc.ManagerServiceStub(channel), "traced-2")
         await session.done_writing()
         while await asyncio.wait_for(session.read(), 30) is not grpc.aio.EOF:
             pass
