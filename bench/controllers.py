@@ -1125,6 +1125,43 @@ def _per_job_table(
     return rows
 
 
+def _identity_request_rows(
+    label: str, u: dict[str, float], s: dict[str, float], digits: int = 2
+) -> list[tuple[str, str, str]]:
+    """A controller identity's API requests per unit, the total then each verb and type."""
+    rows = [(label, f"{u['total']:.{digits}f}", f"{s['total']:.{digits}f}")]
+    for key in dict.fromkeys([*u, *s]):
+        if key != "total":
+            rows.append(
+                (f"  {key}", f"{u.get(key, 0.0):.{digits}f}", f"{s.get(key, 0.0):.{digits}f}")
+            )
+    return rows
+
+
+def _kcm_cpu_rows(
+    up: dict[str, Any], st: dict[str, Any], unit: str, ratios: dict[str, Any], prefix: str
+) -> list[tuple[str, str, str]]:
+    """The per-unit rows of a workload whose upstream side is all of kube-controller-manager
+    (its first row, CPU, with the ``<prefix>_controller_cpu_ratio``), then Steward's own
+    processes against it (``<prefix>_own_cpu_total_ratio``)."""
+    cpu_label, cpu_up, cpu_st = (per_unit := _per_job_table(up, st, unit))[0]
+    u, s = up["summary"], st["summary"]
+    return [
+        (
+            f"{cpu_label} (kube-controller-manager on both sides)",
+            cpu_up,
+            f"{cpu_st} (ratio {ratios[f'{prefix}_controller_cpu_ratio']:.2f})",
+        ),
+        *per_unit[1:],
+        (
+            "Steward's processes alone / all of upstream's kube-controller-manager",
+            f"{u['own_cpu_total_per_unit'] * 1000:.2f} ms",
+            f"{s['own_cpu_total_per_unit'] * 1000:.2f} ms "
+            f"(ratio {ratios[f'{prefix}_own_cpu_total_ratio']:.2f})",
+        ),
+    ]
+
+
 def _daemonset_rows(
     up: dict[str, Any], st: dict[str, Any], ratios: dict[str, Any]
 ) -> list[tuple[str, str, str]]:
@@ -1140,16 +1177,9 @@ def _daemonset_rows(
     u = up["summary"].get("daemonset_controller_requests_per_unit")
     s = st["summary"].get("daemonset_controller_requests_per_unit")
     if u is not None and s is not None:
-        rows.append(
-            (
-                "API requests per DaemonSet pod of the DaemonSet controller's identity",
-                f"{u['total']:.2f}",
-                f"{s['total']:.2f}",
-            )
+        rows += _identity_request_rows(
+            "API requests per DaemonSet pod of the DaemonSet controller's identity", u, s
         )
-        for key in dict.fromkeys([*u, *s]):
-            if key != "total":
-                rows.append((f"  {key}", f"{u.get(key, 0.0):.2f}", f"{s.get(key, 0.0):.2f}"))
     return rows
 
 
@@ -1182,22 +1212,8 @@ def _hpa_rows(
         ),
     ]
     u, s = up["summary"], st["summary"]
-    cpu_label, cpu_up, cpu_st = (per_sync := _per_job_table(up, st, "HPA sync"))[0]
-    rows.append(
-        (
-            f"{cpu_label} (kube-controller-manager on both sides)",
-            cpu_up,
-            f"{cpu_st} (ratio {ratios['hpa_controller_cpu_ratio']:.2f})",
-        )
-    )
-    rows += per_sync[1:]
+    rows += _kcm_cpu_rows(up, st, "HPA sync", ratios, "hpa")
     rows += [
-        (
-            "Steward's processes alone / all of upstream's kube-controller-manager",
-            f"{u['own_cpu_total_per_unit'] * 1000:.2f} ms",
-            f"{s['own_cpu_total_per_unit'] * 1000:.2f} ms "
-            f"(ratio {ratios['hpa_own_cpu_total_ratio']:.2f})",
-        ),
         (
             "metrics-server CPU s per HPA sync",
             f"{u['metrics_server_cpu_per_unit'] * 1000:.2f} ms",
@@ -1210,17 +1226,11 @@ def _hpa_rows(
             f"{s['kwok_cpu_per_unit'] * 1000:.2f} ms",
         ),
     ]
-    uh, sh = u["hpa_controller_requests_per_unit"], s["hpa_controller_requests_per_unit"]
-    rows.append(
-        (
-            "API requests per HPA sync of the HPA controller's identity",
-            f"{uh['total']:.2f}",
-            f"{sh['total']:.2f}",
-        )
+    rows += _identity_request_rows(
+        "API requests per HPA sync of the HPA controller's identity",
+        u["hpa_controller_requests_per_unit"],
+        s["hpa_controller_requests_per_unit"],
     )
-    for key in dict.fromkeys([*uh, *sh]):
-        if key != "total":
-            rows.append((f"  {key}", f"{uh.get(key, 0.0):.2f}", f"{sh.get(key, 0.0):.2f}"))
     return rows
 
 
@@ -1250,39 +1260,20 @@ def _quota_rows(
         )
     )
     u, s = up["summary"], st["summary"]
-    cpu_label, cpu_up, cpu_st = (per_pod := _per_job_table(up, st, "pod churned"))[0]
+    rows += _kcm_cpu_rows(up, st, "pod churned", ratios, "quota")
     rows.append(
-        (
-            f"{cpu_label} (kube-controller-manager on both sides)",
-            cpu_up,
-            f"{cpu_st} (ratio {ratios['quota_controller_cpu_ratio']:.2f})",
-        )
-    )
-    rows += per_pod[1:]
-    rows += [
-        (
-            "Steward's processes alone / all of upstream's kube-controller-manager",
-            f"{u['own_cpu_total_per_unit'] * 1000:.2f} ms",
-            f"{s['own_cpu_total_per_unit'] * 1000:.2f} ms "
-            f"(ratio {ratios['quota_own_cpu_total_ratio']:.2f})",
-        ),
         (
             "kwok CPU s per pod churned (simulated nodes)",
             f"{u['kwok_cpu_per_unit'] * 1000:.2f} ms",
             f"{s['kwok_cpu_per_unit'] * 1000:.2f} ms",
-        ),
-    ]
-    uq, sq = u["quota_controller_requests_per_unit"], s["quota_controller_requests_per_unit"]
-    rows.append(
-        (
-            "API requests per pod churned of the resource quota controller's identity",
-            f"{uq['total']:.3f}",
-            f"{sq['total']:.3f}",
         )
     )
-    for key in dict.fromkeys([*uq, *sq]):
-        if key != "total":
-            rows.append((f"  {key}", f"{uq.get(key, 0.0):.3f}", f"{sq.get(key, 0.0):.3f}"))
+    rows += _identity_request_rows(
+        "API requests per pod churned of the resource quota controller's identity",
+        u["quota_controller_requests_per_unit"],
+        s["quota_controller_requests_per_unit"],
+        digits=3,
+    )
     rows.append(
         (
             "  quota status writes in the span (all)",
