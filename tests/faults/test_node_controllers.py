@@ -1,0 +1,462 @@
+"""The resource quota and taint eviction controllers SIGKILLed, and the informer restarted,
+in the middle of their work.
+
+Steward's informer, manager, ``resourcequota`` and ``taint-eviction-controller`` run as
+processes (``stack.py``, one stack for the module, each case leaving an active instance
+of every controller behind) against a control plane of this module's own whose
+kube-controller-manager runs none of the resource quota, taint eviction, pod GC and node
+lifecycle controllers (no nodes: nothing but the test touches a node it makes).
+
+- Quotas: :data:`NAMESPACES` namespaces with a quota each (``pods``, ``requests.cpu``,
+  ``count/configmaps``) and a burst of pod and ConfigMap creates, deletions and pods
+  turned Failed (:class:`Burst`, the same burst on every side). Once Steward's controller
+  has replenished some quota after a deletion (quota admission itself only adds on a
+  create, so a quota lower than its creates is the controller's work) the fault strikes
+  (the controller SIGKILLed, or the informer restarted), the burst goes on while it
+  lasts, and a successor takes over (the manager's lease) or the informer comes back.
+  Every quota's ``status.used`` must end equal to what its namespace holds, counted as
+  upstream's evaluators count (pkg/quota/v1/evaluator/core/pods.go: ``pods`` and
+  ``requests.cpu`` over pods neither Succeeded nor Failed; every ConfigMap for
+  ``count/configmaps``), and the statuses equal to what upstream's controller writes for
+  the same burst on the session ``cluster`` (no fault). A controller that does not sync
+  every quota when it starts (or when its informer comes back) leaves the deletions of
+  the fault's time counted.
+- Taint eviction: pods bound to a node of the test's own (no kubelet: a deleted pod
+  keeps its ``deletionTimestamp``), some tolerating the ``NoExecute`` taint the test adds
+  forever, some for :data:`SHORT` seconds, some not at all. Right after the controller's
+  first deletions it is SIGKILLed with the rest pending (the timed evictions always are)
+  and a successor takes over. As upstream's controller ends
+  (pkg/controller/tainteviction/taint_eviction.go: ``processPodOnNode`` deletes a pod
+  tolerating none of the node's ``NoExecute`` taints at once and one tolerating them all
+  for a while when the shortest ``tolerationSeconds`` has passed; ``addConditionAndDeletePod``
+  first writes the ``DisruptionTarget`` condition), exactly the untolerating and the
+  short-tolerating pods must end marked for deletion, each with the condition
+  (reason ``DeletionByTaintManager``), and the pods tolerating it forever untouched.
+  The session cluster is not the reference here: its node lifecycle controller would
+  taint the test's kubelet-less node unreachable and evict the pods itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from steward.cluster import LocalCluster
+from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
+from tests.conftest import local_cluster
+from tests.controllers.harness import drop_namespace, update
+from tests.controllers.nodes.eviction import (
+    KEEP_OFF,
+    make_pods,
+    no_execute,
+    set_taints,
+    tolerate,
+)
+from tests.controllers.quota.quotas import box, create, path, pod
+from tests.faults.stack import Service, Stack
+from tests.polling import wait_for
+
+pytestmark = pytest.mark.integration
+
+UPSTREAM_OFF = ("resourcequota", "taint-eviction-controller", "podgc", "nodelifecycle")
+"""kube-controller-manager's controllers the module's control plane runs without."""
+KINDS = ("resourcequota", "taint-eviction-controller")
+WITHIN = 90.0
+"""Seconds a side may take to settle (a deadline, not a measurement: the machine is busy)."""
+
+
+@pytest.fixture(scope="module")
+def node_fault_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A control plane of this module's own without upstream's :data:`UPSTREAM_OFF`
+    (no nodes)."""
+    yield from local_cluster(
+        tmp_path_factory,
+        "node-faults",
+        nodes=0,
+        controllers=",".join(["*", *(f"-{name}" for name in UPSTREAM_OFF)]),
+    )
+
+
+def _admin(plane: LocalCluster) -> Iterator[KubeClient]:
+    api = KubeClient(load_access(str(plane.kubeconfig)), user_agent="node-fault-test", workers=8)
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture(scope="module")
+def admin(node_fault_cluster: LocalCluster) -> Iterator[KubeClient]:
+    yield from _admin(node_fault_cluster)
+
+
+@pytest.fixture(scope="module")
+def upstream_admin(cluster: LocalCluster) -> Iterator[KubeClient]:
+    yield from _admin(cluster)
+
+
+def in_parallel(work: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    with ThreadPoolExecutor(8) as pool:
+        return list(pool.map(work, items))
+
+
+@dataclass
+class Faults:
+    """The module's services (one :class:`Stack` for all its cases, each case leaving
+    an active instance of every controller behind) and the names of the instances the
+    cases SIGKILLed: the only ones that may have exited."""
+
+    stack: Stack
+    killed: list[str] = field(default_factory=list)
+
+    def kill(self, kind: str) -> Service:
+        victim = self.stack.active(kind)
+        victim.kill()
+        self.killed.append(victim.name)
+        return victim
+
+    def replace(self, kind: str) -> None:
+        successor = self.stack.start_controller(kind)
+        self.stack.wait_holder(kind, successor)
+
+    def check_exits(self) -> None:
+        exited = sorted(e.split(":", 1)[0] for e in self.stack.exited())
+        assert exited == sorted(self.killed), self.stack.exited()
+
+
+@pytest.fixture(scope="module")
+def faults(
+    node_fault_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Faults]:
+    running = Stack(node_fault_cluster, tmp_path_factory.mktemp("node-faults-logs"))
+    try:
+        running.start_informer()
+        running.start_manager()
+        first = [running.start_controller(kind) for kind in KINDS]
+        for kind, service in zip(KINDS, first, strict=True):
+            running.wait_holder(kind, service)
+        yield Faults(running)
+    finally:
+        running.stop()
+
+
+# Quotas ----------------------------------------------------------------------------------
+NAMESPACES = 8
+HARD = {"pods": "50", "requests.cpu": "50", "count/configmaps": "50"}
+
+QuotaEnd = dict[int, dict[str, Any]]
+"""Each namespace's quota status (``hard`` and ``used``), by the namespace's index."""
+
+
+def cpu_of(i: int, j: int) -> int:
+    """Pod ``j`` of namespace ``i``'s cpu request in millicores (some sums whole cores)."""
+    return 100 * (1 + (i + j) % 4)
+
+
+def millicores(text: str) -> int:
+    return int(text[:-1]) if text.endswith("m") else int(text) * 1000
+
+
+def cores(total: int) -> str:
+    """A sum of millicores as apimachinery's Quantity writes it (``1500m``, ``2``, ``0``)."""
+    return str(total // 1000) if total % 1000 == 0 else f"{total}m"
+
+
+@dataclass
+class Burst:
+    """One burst's namespaces (``<prefix>-<tag>-<i>``) and its steps: what is made,
+    deleted and failed in each namespace, the same on every side."""
+
+    prefix: str
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:5])
+
+    @property
+    def names(self) -> list[str]:
+        return [f"{self.prefix}-{self.tag}-{i}" for i in range(NAMESPACES)]
+
+    def start(self, kube: KubeClient) -> None:
+        """The namespaces and their quotas; returns once every quota has a status (quota
+        admission refuses a pod or ConfigMap until then)."""
+
+        def one(ns: str) -> None:
+            kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+            kube.request(
+                "POST",
+                path(ns, "resourcequotas"),
+                {"metadata": {"name": "q"}, "spec": {"hard": HARD}},
+            )
+
+        in_parallel(one, self.names)
+        wait_for(
+            lambda: all(quota_status(kube, ns).get("used") is not None for ns in self.names),
+            "every quota's first status",
+            WITHIN,
+        )
+
+    def step(self, kube: KubeClient, make: range, drop: range, fail: range) -> None:
+        """In every namespace at once: make pods and ConfigMaps ``make``, delete pods and
+        ConfigMaps ``drop``, turn pods ``fail`` Failed."""
+
+        def one(i: int) -> None:
+            ns = self.names[i]
+            for j in make:
+                cpu = f"{cpu_of(i, j)}m"
+                body = pod(f"p{j:02d}", box("c", {"cpu": cpu}, {"cpu": cpu}))
+                create(kube, path(ns, "pods"), body)
+                cm = {"metadata": {"name": f"c{j:02d}"}, "data": {"k": "v"}}
+                create(kube, path(ns, "configmaps"), cm)
+            for j in drop:
+                for plural, name in (("pods", f"p{j:02d}"), ("configmaps", f"c{j:02d}")):
+                    with contextlib.suppress(NotFoundError):
+                        kube.request("DELETE", path(ns, plural, name))
+            for j in fail:
+                fail_pod(kube, ns, f"p{j:02d}")
+
+        in_parallel(one, list(range(NAMESPACES)))
+
+    def before(self, kube: KubeClient) -> None:
+        """The burst's part before the fault."""
+        self.step(kube, range(0, 6), range(0, 2), range(2, 3))
+
+    def during(self, kube: KubeClient) -> None:
+        """The burst's part while the fault lasts (after :meth:`before`)."""
+        self.step(kube, range(6, 8), range(3, 4), range(4, 5))
+        self.step(kube, range(0), range(6, 7), range(0))
+
+    def drop(self, kube: KubeClient) -> None:
+        in_parallel(lambda ns: drop_namespace(kube, ns), self.names)
+
+
+def fail_pod(kube: KubeClient, ns: str, name: str) -> None:
+    def failed(got: dict[str, Any]) -> None:
+        got["status"] = {**(got.get("status") or {}), "phase": "Failed"}
+
+    update(kube, path(ns, "pods", name), failed, f"cannot fail {ns}/{name}", subresource="/status")
+
+
+def quota_status(kube: KubeClient, ns: str) -> dict[str, Any]:
+    return dict(kube.request("GET", path(ns, "resourcequotas", "q")).get("status") or {})
+
+
+def truth(kube: KubeClient, ns: str) -> dict[str, str]:
+    """What namespace ``ns`` uses of :data:`HARD`, counted as upstream's evaluators count:
+    pods and their cpu requests over the pods neither Succeeded nor Failed (the burst's
+    pods are unbound, so a deleted one is gone at once), and every ConfigMap (the
+    published ``kube-root-ca.crt`` too)."""
+    pods = kube.request("GET", path(ns, "pods")).get("items") or ()
+    live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    cpu = sum(
+        millicores(c["resources"]["requests"]["cpu"]) for p in live for c in p["spec"]["containers"]
+    )
+    maps = kube.request("GET", path(ns, "configmaps")).get("items") or ()
+    return {"pods": str(len(live)), "requests.cpu": cores(cpu), "count/configmaps": str(len(maps))}
+
+
+def settled(kube: KubeClient, burst: Burst) -> QuotaEnd | None:
+    """Every quota's status once each one's ``used`` is its namespace's :func:`truth` and
+    its ``hard`` is :data:`HARD`, else None."""
+    end: QuotaEnd = {}
+    for i, ns in enumerate(burst.names):
+        status = quota_status(kube, ns)
+        if status.get("hard") != HARD or status.get("used") != truth(kube, ns):
+            return None
+        end[i] = status
+    return end
+
+
+def quota_end(kube: KubeClient, burst: Burst, what: str) -> QuotaEnd:
+    """:func:`settled`, awaited, and still the same a second later."""
+    end: QuotaEnd = wait_for(lambda: settled(kube, burst), what, WITHIN)
+    time.sleep(1.0)
+    assert settled(kube, burst) == end, f"{what}: changed after settling"
+    return end
+
+
+def replenished(kube: KubeClient, burst: Burst) -> int:
+    """How many quotas count fewer pods than their namespace's creates: the controller's
+    doing (admission only adds)."""
+    return sum(1 for ns in burst.names if int(quota_status(kube, ns)["used"]["pods"]) < 6)
+
+
+@pytest.fixture(scope="module")
+def expected_quotas(upstream_admin: KubeClient) -> QuotaEnd:
+    """The burst's end under upstream's resource quota controller, no fault."""
+    burst = Burst("quota-fault-up")
+    try:
+        burst.start(upstream_admin)
+        burst.before(upstream_admin)
+        burst.during(upstream_admin)
+        return quota_end(upstream_admin, burst, "upstream's quotas to settle")
+    finally:
+        burst.drop(upstream_admin)
+
+
+def burst_until_replenished(kube: KubeClient, burst: Burst) -> int:
+    burst.start(kube)
+    burst.before(kube)
+    count: int = wait_for(lambda: replenished(kube, burst), "a quota replenished", WITHIN)
+    return count
+
+
+def test_resourcequota_sigkill_mid_burst(
+    faults: Faults, admin: KubeClient, expected_quotas: QuotaEnd
+) -> None:
+    burst = Burst("quota-fault-kill")
+    try:
+        at_kill = burst_until_replenished(admin, burst)
+        faults.kill("resourcequota")
+        killed = time.monotonic()
+        burst.during(admin)
+        faults.replace("resourcequota")
+        end = quota_end(admin, burst, "every quota's usage after the SIGKILL")
+        assert end == expected_quotas
+        faults.check_exits()
+        print(
+            f"resourcequota SIGKILLed with {at_kill} of {NAMESPACES} quotas replenished: "
+            f"settled {time.monotonic() - killed:.1f}s later"
+        )
+    finally:
+        burst.drop(admin)
+
+
+def test_informer_restart_mid_quota_burst(
+    faults: Faults, admin: KubeClient, expected_quotas: QuotaEnd
+) -> None:
+    stack = faults.stack
+    burst = Burst("quota-fault-inf")
+    try:
+        at_kill = burst_until_replenished(admin, burst)
+        assert stack.informer is not None
+        stack.informer.kill()
+        killed = time.monotonic()
+        burst.during(admin)
+        stack.informer.start()
+        stack.wait_serving(stack.informer, stack.informer_address)
+        end = quota_end(admin, burst, "every quota's usage after the informer's restart")
+        assert end == expected_quotas
+        # The controllers kept running through the informer's restart.
+        faults.check_exits()
+        print(
+            f"informer restarted with {at_kill} of {NAMESPACES} quotas replenished: "
+            f"settled {time.monotonic() - killed:.1f}s later"
+        )
+    finally:
+        burst.drop(admin)
+
+
+# Taint eviction --------------------------------------------------------------------------
+SHORT = 6
+"""The short-tolerating pods' ``tolerationSeconds``."""
+CONDITION = {
+    "type": "DisruptionTarget",
+    "status": "True",
+    "reason": "DeletionByTaintManager",
+    "message": "Taint manager: deleting due to NoExecute taint",
+}
+"""The condition upstream's controller writes before deleting (its time left out)."""
+PODS: dict[str, list[dict[str, Any]]] = {
+    **{f"untolerating-{i:02d}": [] for i in range(16)},
+    **{f"other-value-{i}": [tolerate("no")] for i in range(2)},
+    **{f"no-schedule-only-{i}": [tolerate(effect="NoSchedule")] for i in range(2)},
+    **{f"short-{i}": [tolerate(seconds=SHORT)] for i in range(4)},
+    **{f"forever-{i}": [tolerate("yes")] for i in range(3)},
+    **{f"forever-any-{i}": [tolerate()] for i in range(3)},
+}
+"""The case's pods (name: tolerations of the test taint's key besides :data:`KEEP_OFF`'s)."""
+EVICTED = sorted(n for n in PODS if not n.startswith("forever"))
+"""What upstream's controller ends having deleted once the node carries ``no_execute("yes")``."""
+
+PodEnd = dict[str, dict[str, Any] | None]
+"""Each pod's end: its DisruptionTarget condition (time left out) if it was marked for
+deletion, else None."""
+
+
+def node_body(name: str) -> dict[str, Any]:
+    """A node nothing manages (no kwok annotation, no kubelet), with :data:`KEEP_OFF`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {"taints": [dict(KEEP_OFF)]},
+    }
+
+
+def pod_states(kube: KubeClient, ns: str) -> PodEnd:
+    states: PodEnd = {}
+    for got in kube.request("GET", path(ns, "pods")).get("items") or ():
+        name = got["metadata"]["name"]
+        if not got["metadata"].get("deletionTimestamp"):
+            states[name] = None
+            continue
+        states[name] = {}
+        for condition in (got.get("status") or {}).get("conditions") or ():
+            if condition.get("type") == "DisruptionTarget":
+                states[name] = {k: condition.get(k) for k in CONDITION}
+    return states
+
+
+def marked(kube: KubeClient, ns: str) -> list[str]:
+    return sorted(n for n, s in pod_states(kube, ns).items() if s is not None)
+
+
+@pytest.fixture
+def eviction_ns(admin: KubeClient) -> Iterator[str]:
+    ns = f"evict-fault-{uuid.uuid4().hex[:6]}"
+    admin.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+    try:
+        yield ns
+    finally:
+        # No kubelet finishes a deletion here: the pods go at once.
+        for name in PODS:
+            with contextlib.suppress(NotFoundError):
+                admin.request(
+                    "DELETE",
+                    path(ns, "pods", name),
+                    {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+                )
+        drop_namespace(admin, ns)
+
+
+@contextlib.contextmanager
+def unmanaged_node(kube: KubeClient) -> Iterator[str]:
+    name = f"evict-fault-{uuid.uuid4().hex[:8]}"
+    kube.request("POST", "/api/v1/nodes", node_body(name))
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(NotFoundError, ConflictError):
+            kube.request("DELETE", f"/api/v1/nodes/{name}")
+
+
+def test_taint_eviction_sigkill_with_evictions_pending(
+    faults: Faults, admin: KubeClient, eviction_ns: str
+) -> None:
+    ns = eviction_ns
+    with unmanaged_node(admin) as node:
+        make_pods(admin, ns, node, PODS)
+        set_taints(admin, node, no_execute("yes"))
+        tainted = time.monotonic()
+        wait_for(lambda: marked(admin, ns), "the first deletions", WITHIN)
+        faults.kill("taint-eviction-controller")
+        at_kill = marked(admin, ns)
+        # The timed evictions were pending: the successor must find them again.
+        assert not any(n.startswith("short") for n in at_kill), at_kill
+        faults.replace("taint-eviction-controller")
+        wait_for(lambda: marked(admin, ns) == EVICTED, "exactly the evictions", WITHIN)
+        # The forever-tolerating pods stay: nothing is left pending to delete them.
+        time.sleep(1.5)
+        end = pod_states(admin, ns)
+    assert sorted(n for n, s in end.items() if s is not None) == EVICTED
+    assert all(end[n] == CONDITION for n in EVICTED), {n: end[n] for n in EVICTED}
+    faults.check_exits()
+    print(
+        f"taint-eviction-controller SIGKILLed with {len(at_kill)} of {len(EVICTED)} "
+        f"evictions done: all done {time.monotonic() - tainted:.1f}s after the taint"
+    )
