@@ -1,11 +1,13 @@
-"""The resource quota and taint eviction controllers SIGKILLed, and the informer restarted,
-in the middle of their work.
+"""The resource quota, taint eviction and node lifecycle controllers SIGKILLed, and the
+informer restarted, in the middle of their work.
 
 Steward's informer, manager, ``resourcequota`` and ``taint-eviction-controller`` run as
 processes (``stack.py``, one stack for the module, each case leaving an active instance
-of every controller behind) against a control plane of this module's own whose
-kube-controller-manager runs none of the resource quota, taint eviction, pod GC and node
-lifecycle controllers (no nodes: nothing but the test touches a node it makes).
+of every controller it started behind; ``nodelifecycle`` is started by its case only,
+the last, as it would taint the other cases' kubelet-less nodes) against a control plane
+of this module's own whose kube-controller-manager runs none of the resource quota, taint
+eviction, pod GC and node lifecycle controllers (no nodes: nothing but the test touches a
+node it makes).
 
 - Quotas: :data:`NAMESPACES` namespaces with a quota each (``pods``, ``requests.cpu``,
   ``count/configmaps``) and a burst of pod and ConfigMap creates, deletions and pods
@@ -34,6 +36,14 @@ lifecycle controllers (no nodes: nothing but the test touches a node it makes).
   (reason ``DeletionByTaintManager``), and the pods tolerating it forever untouched.
   The session cluster is not the reference here: its node lifecycle controller would
   taint the test's kubelet-less node unreachable and evict the pods itself.
+- Node lifecycle: two nodes whose Leases the test renews, both healthy under Steward's
+  controller (short ``--node-monitor-grace-period``, :data:`GRACE`); the test stops
+  renewing one and SIGKILLs the controller within the grace period. The successor must
+  still find the node stale (upstream's ``monitorNodeHealth``: a node first seen gets
+  the grace period from then) and leave it as upstream does: Ready and the pressure
+  conditions Unknown, tainted ``node.kubernetes.io/unreachable`` NoSchedule and
+  NoExecute, the other node untouched. The session cluster's controller has upstream's
+  grace period (50 s), too long to be the reference.
 """
 
 from __future__ import annotations
@@ -58,6 +68,15 @@ from tests.controllers.nodes.eviction import (
     no_execute,
     set_taints,
     tolerate,
+)
+from tests.controllers.nodes.lifecycle import (
+    LEASE_NS,
+    FakeKubelet,
+    conditions_of,
+    make_node,
+    managed_taints,
+    node_of,
+    ready_condition,
 )
 from tests.controllers.quota.quotas import box, create, path, pod
 from tests.faults.stack import Service, Stack
@@ -459,4 +478,100 @@ def test_taint_eviction_sigkill_with_evictions_pending(
     print(
         f"taint-eviction-controller SIGKILLed with {len(at_kill)} of {len(EVICTED)} "
         f"evictions done: all done {time.monotonic() - tainted:.1f}s after the taint"
+    )
+
+
+# Node lifecycle --------------------------------------------------------------------------
+GRACE = 6
+"""Seconds of Steward's ``--node-monitor-grace-period`` here (upstream's default is 50)."""
+LIFECYCLE_FLAGS = (
+    f"--node-monitor-grace-period={GRACE}s",
+    f"--node-startup-grace-period={GRACE}s",
+    "--node-monitor-period=1s",
+    "--node-eviction-rate=10",
+)
+UNREACHABLE = "node.kubernetes.io/unreachable"
+DEAD_CONDITIONS = {
+    "Ready": ("Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."),
+    **{
+        kind: ("Unknown", "NodeStatusNeverUpdated", "Kubelet never posted node status.")
+        for kind in ("MemoryPressure", "DiskPressure", "PIDPressure")
+    },
+}
+"""A node whose Lease went stale, as upstream's ``tryUpdateNodeHealth``
+(pkg/controller/nodelifecycle/node_lifecycle_controller.go) leaves its conditions: Ready
+(posted by the test) Unknown, the pressure conditions (never posted) added Unknown."""
+
+
+@pytest.fixture
+def lifecycle_nodes(admin: KubeClient) -> Iterator[list[str]]:
+    """Nodes a case made (no kwok annotation), deleted at the end with their Leases."""
+    made: list[str] = []
+    yield made
+    for name in made:
+        with contextlib.suppress(NotFoundError):
+            admin.request("DELETE", f"/api/v1/nodes/{name}")
+        with contextlib.suppress(NotFoundError):
+            admin.request(
+                "DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases/{name}"
+            )
+
+
+def node_health(kube: KubeClient, name: str) -> tuple[dict[str, tuple[str, ...]], set[Any]]:
+    """The node's conditions (status, reason, message) and its ``node.kubernetes.io/``
+    taints (key, effect)."""
+    node = node_of(kube, name)
+    conditions = {
+        kind: (c["status"], c.get("reason", ""), c.get("message", ""))
+        for kind, c in conditions_of(node).items()
+    }
+    return conditions, managed_taints(node)
+
+
+def healthy(kube: KubeClient, name: str) -> bool:
+    conditions, taints = node_health(kube, name)
+    return conditions["Ready"][0] == "True" and not taints
+
+
+def test_nodelifecycle_sigkill_while_a_lease_goes_stale(
+    faults: Faults, admin: KubeClient, lifecycle_nodes: list[str]
+) -> None:
+    kube, stack = admin, faults.stack
+    # Two nodes, one of them kept alive: with every node down the controller would take
+    # the fault to be its own (FullDisruption everywhere) and taint nothing NoExecute.
+    dying = make_node(kube, [], "nl-fault-dying", conditions=[ready_condition()])
+    alive = make_node(kube, [], "nl-fault-alive", conditions=[ready_condition()])
+    lifecycle_nodes.extend([dying, alive])
+    kubelet = FakeKubelet(kube)
+    kubelet.alive.update({dying, alive})
+    with kubelet.running("node-fault-kubelet"):
+        first = stack.start_controller("nodelifecycle", flags=LIFECYCLE_FLAGS)
+        stack.wait_holder("nodelifecycle", first)
+        # The API server's admission taints a new node not-ready:NoSchedule; the
+        # controller removes it from a Ready node.
+        wait_for(
+            lambda: healthy(kube, dying) and healthy(kube, alive), "both nodes healthy", WITHIN
+        )
+        kubelet.alive.discard(dying)
+        stale = time.monotonic()
+        time.sleep(1.0)
+        faults.kill("nodelifecycle")
+        killed = time.monotonic() - stale
+        assert healthy(kube, dying), "the grace period ended before the fault"
+        successor = stack.start_controller("nodelifecycle", flags=LIFECYCLE_FLAGS)
+        stack.wait_holder("nodelifecycle", successor)
+
+        def dead() -> bool:
+            taints = node_health(kube, dying)[1]
+            return {(UNREACHABLE, "NoSchedule"), (UNREACHABLE, "NoExecute")} <= taints
+
+        wait_for(dead, "the stale node tainted unreachable", WITHIN)
+        conditions, taints = node_health(kube, dying)
+        assert {k: conditions[k] for k in DEAD_CONDITIONS} == DEAD_CONDITIONS
+        assert taints == {(UNREACHABLE, "NoSchedule"), (UNREACHABLE, "NoExecute")}
+        assert healthy(kube, alive), node_health(kube, alive)
+    faults.check_exits()
+    print(
+        f"nodelifecycle SIGKILLed {killed:.1f}s into the grace period: the stale node "
+        f"tainted unreachable {time.monotonic() - stale:.1f}s after its Lease's last renewal"
     )
