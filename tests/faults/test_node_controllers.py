@@ -290,9 +290,22 @@ def settled(kube: KubeClient, burst: Burst) -> QuotaEnd | None:
     return end
 
 
+def mismatches(kube: KubeClient, burst: Burst) -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
+    """Each namespace whose quota's status is not its :func:`truth`: (status, truth)."""
+    found = {}
+    for ns in burst.names:
+        status, used = quota_status(kube, ns), truth(kube, ns)
+        if status.get("hard") != HARD or status.get("used") != used:
+            found[ns] = (status, used)
+    return found
+
+
 def quota_end(kube: KubeClient, burst: Burst, what: str) -> QuotaEnd:
     """:func:`settled`, awaited, and still the same a second later."""
-    end: QuotaEnd = wait_for(lambda: settled(kube, burst), what, WITHIN)
+    try:
+        end: QuotaEnd = wait_for(lambda: settled(kube, burst), what, WITHIN)
+    except pytest.fail.Exception:
+        pytest.fail(f"{what}: (status, truth) differ: {mismatches(kube, burst)}")
     time.sleep(1.0)
     assert settled(kube, burst) == end, f"{what}: changed after settling"
     return end
@@ -468,7 +481,10 @@ def test_taint_eviction_sigkill_with_evictions_pending(
         # The timed evictions were pending: the successor must find them again.
         assert not any(n.startswith("short") for n in at_kill), at_kill
         faults.replace("taint-eviction-controller")
-        wait_for(lambda: marked(admin, ns) == EVICTED, "exactly the evictions", WITHIN)
+        try:
+            wait_for(lambda: marked(admin, ns) == EVICTED, "exactly the evictions", WITHIN)
+        except pytest.fail.Exception:
+            pytest.fail(f"want {EVICTED} marked for deletion, got {marked(admin, ns)}")
         # The forever-tolerating pods stay: nothing is left pending to delete them.
         time.sleep(1.5)
         end = pod_states(admin, ns)
@@ -491,7 +507,7 @@ LIFECYCLE_FLAGS = (
     "--node-eviction-rate=10",
 )
 UNREACHABLE = "node.kubernetes.io/unreachable"
-DEAD_CONDITIONS = {
+DEAD_CONDITIONS: dict[str, tuple[str, str, str]] = {
     "Ready": ("Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."),
     **{
         kind: ("Unknown", "NodeStatusNeverUpdated", "Kubelet never posted node status.")
@@ -517,7 +533,9 @@ def lifecycle_nodes(admin: KubeClient) -> Iterator[list[str]]:
             )
 
 
-def node_health(kube: KubeClient, name: str) -> tuple[dict[str, tuple[str, ...]], set[Any]]:
+def node_health(
+    kube: KubeClient, name: str
+) -> tuple[dict[str, tuple[str, str, str]], set[tuple[str, str]]]:
     """The node's conditions (status, reason, message) and its ``node.kubernetes.io/``
     taints (key, effect)."""
     node = node_of(kube, name)
