@@ -11,11 +11,12 @@ node it makes).
 
 - Quotas: :data:`NAMESPACES` namespaces with a quota each (``pods``, ``requests.cpu``,
   ``count/configmaps``) and a burst of pod and ConfigMap creates, deletions and pods
-  turned Failed (:class:`Burst`, the same burst on every side). Once Steward's controller
-  has replenished some quota after a deletion (quota admission itself only adds on a
-  create, so a quota lower than its creates is the controller's work) the fault strikes
-  (the controller SIGKILLed, or the informer restarted), the burst goes on while it
-  lasts, and a successor takes over (the manager's lease) or the informer comes back.
+  turned Failed (:class:`Burst`, the same burst on every side), the deletions going
+  through the namespaces one after the other. Once Steward's controller has replenished
+  some quota after a deletion (quota admission itself only adds on a create, so a quota
+  lower than its creates is the controller's work) the fault strikes (the controller
+  SIGKILLed, or the informer restarted), the burst goes on while it lasts, and a
+  successor takes over (the manager's lease) or the informer comes back.
   Every quota's ``status.used`` must end equal to what its namespace holds, counted as
   upstream's evaluators count (pkg/quota/v1/evaluator/core/pods.go: ``pods`` and
   ``requests.cpu`` over pods neither Succeeded nor Failed; every ConfigMap for
@@ -170,6 +171,11 @@ def faults(
 NAMESPACES = 8
 HARD = {"pods": "50", "requests.cpu": "50", "count/configmaps": "50"}
 
+FILL = 6
+"""Pods and ConfigMaps each namespace has before the fault."""
+PACE = 0.2
+"""Seconds between two namespaces' churn."""
+
 QuotaEnd = dict[int, dict[str, Any]]
 """Each namespace's quota status (``hard`` and ``used``), by the namespace's index."""
 
@@ -219,9 +225,12 @@ class Burst:
             WITHIN,
         )
 
-    def step(self, kube: KubeClient, make: range, drop: range, fail: range) -> None:
-        """In every namespace at once: make pods and ConfigMaps ``make``, delete pods and
-        ConfigMaps ``drop``, turn pods ``fail`` Failed."""
+    def step(
+        self, kube: KubeClient, make: range, drop: range, fail: range, *, paced: bool = False
+    ) -> None:
+        """In every namespace at once (``paced``: one namespace after the other, a pause
+        between them, so that a fault strikes in the middle): make pods and ConfigMaps
+        ``make``, delete pods and ConfigMaps ``drop``, turn pods ``fail`` Failed."""
 
         def one(i: int) -> None:
             ns = self.names[i]
@@ -238,14 +247,24 @@ class Burst:
             for j in fail:
                 fail_pod(kube, ns, f"p{j:02d}")
 
-        in_parallel(one, list(range(NAMESPACES)))
+        if not paced:
+            in_parallel(one, list(range(NAMESPACES)))
+            return
+        for i in range(NAMESPACES):
+            one(i)
+            time.sleep(PACE)
 
-    def before(self, kube: KubeClient) -> None:
-        """The burst's part before the fault."""
-        self.step(kube, range(0, 6), range(0, 2), range(2, 3))
+    def fill(self, kube: KubeClient) -> None:
+        """The burst's creates before the fault (quota admission adds them up)."""
+        self.step(kube, range(0, FILL), range(0), range(0))
+
+    def churn(self, kube: KubeClient) -> None:
+        """The burst's deletions and failures the fault strikes in the middle of (the
+        controller's to subtract), after :meth:`fill`."""
+        self.step(kube, range(0), range(0, 2), range(2, 3), paced=True)
 
     def during(self, kube: KubeClient) -> None:
-        """The burst's part while the fault lasts (after :meth:`before`)."""
+        """The burst's part while the fault lasts (after :meth:`churn`)."""
         self.step(kube, range(6, 8), range(3, 4), range(4, 5))
         self.step(kube, range(0), range(6, 7), range(0))
 
@@ -314,7 +333,7 @@ def quota_end(kube: KubeClient, burst: Burst, what: str) -> QuotaEnd:
 def replenished(kube: KubeClient, burst: Burst) -> int:
     """How many quotas count fewer pods than their namespace's creates: the controller's
     doing (admission only adds)."""
-    return sum(1 for ns in burst.names if int(quota_status(kube, ns)["used"]["pods"]) < 6)
+    return sum(1 for ns in burst.names if int(quota_status(kube, ns)["used"]["pods"]) < FILL)
 
 
 @pytest.fixture(scope="module")
@@ -323,18 +342,25 @@ def expected_quotas(upstream_admin: KubeClient) -> QuotaEnd:
     burst = Burst("quota-fault-up")
     try:
         burst.start(upstream_admin)
-        burst.before(upstream_admin)
+        burst.fill(upstream_admin)
+        burst.churn(upstream_admin)
         burst.during(upstream_admin)
         return quota_end(upstream_admin, burst, "upstream's quotas to settle")
     finally:
         burst.drop(upstream_admin)
 
 
-def burst_until_replenished(kube: KubeClient, burst: Burst) -> int:
+@contextlib.contextmanager
+def churning(kube: KubeClient, burst: Burst) -> Iterator[int]:
+    """Start the burst, :meth:`Burst.churn` on a thread, and enter once the controller
+    has replenished some quota, with how many it had then; the churn is done when the
+    block ends (what it raised is raised there)."""
     burst.start(kube)
-    burst.before(kube)
-    count: int = wait_for(lambda: replenished(kube, burst), "a quota replenished", WITHIN)
-    return count
+    burst.fill(kube)
+    with ThreadPoolExecutor(1) as pool:
+        churn = pool.submit(burst.churn, kube)
+        yield wait_for(lambda: replenished(kube, burst), "a quota replenished", WITHIN)
+        churn.result(WITHIN)
 
 
 def test_resourcequota_sigkill_mid_burst(
@@ -342,9 +368,9 @@ def test_resourcequota_sigkill_mid_burst(
 ) -> None:
     burst = Burst("quota-fault-kill")
     try:
-        at_kill = burst_until_replenished(admin, burst)
-        faults.kill("resourcequota")
-        killed = time.monotonic()
+        with churning(admin, burst) as at_kill:
+            faults.kill("resourcequota")
+            killed = time.monotonic()
         burst.during(admin)
         faults.replace("resourcequota")
         end = quota_end(admin, burst, "every quota's usage after the SIGKILL")
@@ -364,10 +390,10 @@ def test_informer_restart_mid_quota_burst(
     stack = faults.stack
     burst = Burst("quota-fault-inf")
     try:
-        at_kill = burst_until_replenished(admin, burst)
         assert stack.informer is not None
-        stack.informer.kill()
-        killed = time.monotonic()
+        with churning(admin, burst) as at_kill:
+            stack.informer.kill()
+            killed = time.monotonic()
         burst.during(admin)
         stack.informer.start()
         stack.wait_serving(stack.informer, stack.informer_address)
