@@ -102,6 +102,8 @@ def test_each_spec_is_counted_in_its_area() -> None:
     assert {e2e.area_of(n) for n in apimachinery} == set(e2e.APIMACHINERY_AREAS)
     auth = e2e.read_spec_list(e2e.SELECTIONS["auth"].spec_list())
     assert {e2e.area_of(n) for n in auth} == set(e2e.AUTH_AREAS)
+    nodes = e2e.read_spec_list(e2e.SELECTIONS["nodes"].spec_list())
+    assert {e2e.area_of(n) for n in nodes} == {e2e.QUOTA_AREA, *e2e.NODE_AREAS}
     assert (
         e2e.area_of(
             "[It] [sig-api-machinery] OrderedNamespaceDeletion namespace deletion should "
@@ -191,6 +193,36 @@ def test_the_auth_selection_is_the_identity_controllers_areas() -> None:
     ]:
         assert not selected(name, focus=selection.focus, skip=selection.skip), name
     assert "auth" in e2e.DEFAULT_SELECTIONS
+
+
+def test_the_nodes_selection_is_the_node_pod_and_quota_controllers_areas() -> None:
+    """ResourceQuota, taint eviction, pod GC and NodeLease, conformance and not, in ``make
+    e2e``, with the pod GC spec's threshold given to kube-controller-manager; specs that
+    need a feature gate, disruptive ones and other ``[sig-node]`` areas stay out."""
+    selection = e2e.SELECTIONS["nodes"]
+    for name in [
+        "[sig-api-machinery] ResourceQuota should verify ResourceQuota with terminating "
+        "scopes. [Conformance]",
+        "[sig-api-machinery] ResourceQuota [Feature:PodPriority] should verify "
+        "ResourceQuota's priority class scope (quota set to pod count: 1) against a pod "
+        "with same priority class.",
+        "[sig-node] NoExecuteTaintManager Single Pod evicts pods from tainted nodes [Serial]",
+        "[sig-node] NoExecuteTaintManager Multiple Pods only evicts pods without "
+        "tolerations from tainted nodes [Serial]",
+        "[sig-node] Pod garbage collector [Feature:PodGarbageCollector] should handle the "
+        "creation of 1000 pods [Slow]",
+        "[sig-node] NodeLease NodeLease should have OwnerReferences set [NodeConformance]",
+    ]:
+        assert selected(name, focus=selection.focus, skip=selection.skip), name
+    for name in [
+        "[sig-api-machinery] ResourceQuota should x [FeatureGate:SomeGate]",
+        "[sig-node] NoExecuteTaintManager Single Pod x [Disruptive] [Serial]",
+        "[sig-node] Pods should x [NodeConformance]",
+        "[sig-node] Taints x [Serial]",
+    ]:
+        assert not selected(name, focus=selection.focus, skip=selection.skip), name
+    assert selection.kcm_flags == ("--terminated-pod-gc-threshold=100",)
+    assert "nodes" in e2e.DEFAULT_SELECTIONS
 
 
 def test_the_table_lists_the_areas_in_order() -> None:

@@ -72,6 +72,13 @@ AUTH_AREAS = ("ServiceAccounts", "Certificates API")
 """The ``[sig-auth]`` areas whose specs exercise the service account, token, root CA
 publisher and CertificateSigningRequest controllers (``[sig-auth] <area> ...``)."""
 
+QUOTA_AREA = "ResourceQuota"
+"""The ``[sig-api-machinery]`` area of the resource quota controller's specs."""
+
+NODE_AREAS = ("NoExecuteTaintManager", "Pod garbage collector", "NodeLease")
+"""The ``[sig-node]`` areas whose specs exercise the taint eviction, pod GC and node
+lifecycle controllers (``[sig-node] <area> ...``)."""
+
 CONFORMANCE = (
     r"\[sig-apps\] (Job|Deployment|ReplicaSet|Daemon set) .*\[Conformance\]"
     r"|\[sig-network\] EndpointSlice .*\[Conformance\]"
@@ -278,7 +285,7 @@ SELECTIONS = {
 }
 """The named selections (``--selection``), each with its spec list."""
 
-DEFAULT_SELECTIONS = ("conformance", "network", "autoscaling", "apimachinery", "auth")
+DEFAULT_SELECTIONS = ("conformance", "network", "autoscaling", "apimachinery", "auth", "nodes")
 """What ``make e2e`` runs, one after the other (a cluster per side for each)."""
 
 PASSED, FAILED, NOT_RUNNABLE, NOT_RUN = "passed", "failed", "not runnable", "not run"
@@ -316,9 +323,9 @@ class Side:
 
 
 def area_of(name: str) -> str:
-    """The area of a spec: one of :data:`AREAS`, :data:`APIMACHINERY_AREAS` or
-    :data:`AUTH_AREAS` (some are
-    more than one word), :data:`HPA_AREA` for the HPA specs, else the first word after
+    """The area of a spec: one of :data:`AREAS`, :data:`APIMACHINERY_AREAS`,
+    :data:`AUTH_AREAS`, :data:`QUOTA_AREA` or :data:`NODE_AREAS` (some are more than one
+    word), :data:`HPA_AREA` for the HPA specs, else the first word after
     ``[sig-apps]`` or ``[sig-network]`` (:data:`NETWORK_AREAS`), else ``other``."""
     for area in AREAS:
         if f"[sig-apps] {area} " in name:
@@ -328,6 +335,11 @@ def area_of(name: str) -> str:
             return area
     for area in AUTH_AREAS:
         if f"[sig-auth] {area} " in name:
+            return area
+    if f"[sig-api-machinery] {QUOTA_AREA} " in name:
+        return QUOTA_AREA
+    for area in NODE_AREAS:
+        if f"[sig-node] {area} " in name:
             return area
     if "[sig-autoscaling] [Feature:HPA] " in name:
         return HPA_AREA
@@ -649,7 +661,15 @@ def table(results: Sequence[Side]) -> str:
 
 
 def _area_order(area: str) -> tuple[int, str]:
-    known = (*AREAS, *NETWORK_AREAS, HPA_AREA, *APIMACHINERY_AREAS, *AUTH_AREAS)
+    known = (
+        *AREAS,
+        *NETWORK_AREAS,
+        HPA_AREA,
+        *APIMACHINERY_AREAS,
+        *AUTH_AREAS,
+        QUOTA_AREA,
+        *NODE_AREAS,
+    )
     return (known.index(area) if area in known else len(known), area)
 
 
