@@ -1,11 +1,12 @@
-"""The resource quota, taint eviction and node lifecycle controllers SIGKILLed, and the
-informer restarted, in the middle of their work.
+"""The resource quota, taint eviction, pod GC and node lifecycle controllers SIGKILLed,
+and the informer restarted, in the middle of their work.
 
-Steward's informer, manager, ``resourcequota`` and ``taint-eviction-controller`` run as
-processes (``stack.py``, one stack for the module, each case leaving an active instance
-of every controller it started behind; ``nodelifecycle`` is started by its case only,
-the last, as it would taint the other cases' kubelet-less nodes) against a control plane
-of this module's own whose kube-controller-manager runs none of the resource quota, taint
+Steward's informer, manager, ``resourcequota``, ``taint-eviction-controller`` and
+``podgc`` (a short sweep period and quarantine, :data:`FLAGS`) run as processes
+(``stack.py``, one stack for the module, each case leaving an active instance of every
+controller it started behind; ``nodelifecycle`` is started by its case only, the last,
+as it would taint the other cases' kubelet-less nodes) against a control plane of this
+module's own whose kube-controller-manager runs none of the resource quota, taint
 eviction, pod GC and node lifecycle controllers (no nodes: nothing but the test touches a
 node it makes).
 
@@ -37,6 +38,19 @@ node it makes).
   (reason ``DeletionByTaintManager``), and the pods tolerating it forever untouched.
   The session cluster is not the reference here: its node lifecycle controller would
   taint the test's kubelet-less node unreachable and evict the pods itself.
+- Pod GC: :data:`ORPHANS` pods bound to a node of the test's own that the test then
+  deletes, and bystanders that must stay: running pods on a node that exists. Right
+  after the collector's first deletions (once the quarantine is over) it is SIGKILLed,
+  :data:`LATE` more pods are bound to the missing node while it is down, and a successor
+  takes over. As upstream's collector ends (pkg/controller/podgc/gc_controller.go:
+  ``gcOrphaned`` collects the pods of a node still missing after the quarantine;
+  ``markFailedAndDeletePodWithCondition`` patches an unfinished pod Failed with the
+  ``DisruptionTarget`` condition, then deletes it with a grace period of 0), every orphan
+  must end deleted with grace 0, Failed, with the condition (reason ``DeletionByPodGC``),
+  and every bystander unchanged (its resourceVersion). The test's finalizer holds the
+  deleted pods so that they can be read; it is released at the end. An instance killed
+  between an orphan's patch and its delete leaves it Failed and not deleted: the
+  successor must still delete it (upstream patches only unfinished pods).
 - Node lifecycle: two nodes whose Leases the test renews, both healthy under Steward's
   controller (short ``--node-monitor-grace-period``, :data:`GRACE`); the test stops
   renewing one and SIGKILLs the controller within the grace period. The successor must
@@ -62,11 +76,12 @@ import pytest
 from steward.cluster import LocalCluster
 from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
 from tests.conftest import local_cluster
-from tests.controllers.harness import drop_namespace, update
+from tests.controllers.harness import drop_namespace, scoped_namespace, update
 from tests.controllers.nodes.eviction import (
     KEEP_OFF,
     make_pods,
     no_execute,
+    pod_body,
     set_taints,
     tolerate,
 )
@@ -79,6 +94,7 @@ from tests.controllers.nodes.lifecycle import (
     node_of,
     ready_condition,
 )
+from tests.controllers.nodes.podgc import HOLD, gc_view
 from tests.controllers.quota.quotas import box, create, path, pod
 from tests.faults.stack import Service, Stack
 from tests.polling import wait_for
@@ -87,7 +103,13 @@ pytestmark = pytest.mark.integration
 
 UPSTREAM_OFF = ("resourcequota", "taint-eviction-controller", "podgc", "nodelifecycle")
 """kube-controller-manager's controllers the module's control plane runs without."""
-KINDS = ("resourcequota", "taint-eviction-controller")
+KINDS = ("resourcequota", "taint-eviction-controller", "podgc")
+FLAGS: dict[str, tuple[str, ...]] = {
+    "podgc": ("--pod-gc-check-period=300ms", "--pod-gc-quarantine-time=2s"),
+}
+"""Each controller's flags beyond the stack's (upstream's period and quarantine are 20 s
+and 40 s). The collector's default threshold of terminated pods (12500) leaves the other
+cases' Failed pods alone."""
 WITHIN = 90.0
 """Seconds a side may take to settle (a deadline, not a measurement: the machine is busy)."""
 
@@ -143,7 +165,7 @@ class Faults:
         return victim
 
     def replace(self, kind: str) -> None:
-        successor = self.stack.start_controller(kind)
+        successor = self.stack.start_controller(kind, flags=FLAGS.get(kind, ()))
         self.stack.wait_holder(kind, successor)
 
     def check_exits(self) -> None:
@@ -159,7 +181,7 @@ def faults(
     try:
         running.start_informer()
         running.start_manager()
-        first = [running.start_controller(kind) for kind in KINDS]
+        first = [running.start_controller(kind, flags=FLAGS.get(kind, ())) for kind in KINDS]
         for kind, service in zip(KINDS, first, strict=True):
             running.wait_holder(kind, service)
         yield Faults(running)
@@ -520,6 +542,148 @@ def test_taint_eviction_sigkill_with_evictions_pending(
     print(
         f"taint-eviction-controller SIGKILLed with {len(at_kill)} of {len(EVICTED)} "
         f"evictions done: all done {time.monotonic() - tainted:.1f}s after the taint"
+    )
+
+
+# Pod GC ----------------------------------------------------------------------------------
+ORPHANS = 30
+"""Pods bound to the node the test deletes before the fault."""
+LATE = 5
+"""Pods bound to the missing node while the collector is down."""
+BYSTANDERS = 4
+"""Running pods on a node that exists."""
+GC_CONDITION = {
+    "type": "DisruptionTarget",
+    "status": "True",
+    "reason": "DeletionByPodGC",
+    "message": "PodGC: node no longer exists",
+}
+"""The condition upstream's collector writes on an orphan (its time and observed
+generation left out)."""
+
+
+def held_pod(name: str, node: str) -> dict[str, Any]:
+    """A pod bound to ``node`` (tolerating :data:`KEEP_OFF`), held by the test's finalizer."""
+    body = pod_body(name, node)
+    body["metadata"]["finalizers"] = [HOLD]
+    return body
+
+
+def gc_pods(kube: KubeClient, ns: str) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in kube.request("GET", path(ns, "pods"))["items"]}
+
+
+def collected(kube: KubeClient, ns: str) -> list[str]:
+    """The pods the collector has deleted (held by the test's finalizer)."""
+    return sorted(n for n, p in gc_pods(kube, ns).items() if p["metadata"].get("deletionTimestamp"))
+
+
+def gc_end(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod's :func:`gc_view`, its condition cut to :data:`GC_CONDITION`'s fields and
+    ``observedGeneration``."""
+    view = gc_view(pod)
+    view["disruption_target"] = [
+        {k: c.get(k) for k in (*GC_CONDITION, "observedGeneration")}
+        for c in view["disruption_target"]
+    ]
+    return view
+
+
+def orphan_end(generation: int) -> dict[str, Any]:
+    """What upstream's collector leaves of an orphan whose generation was ``generation``
+    when it was collected (the deletion raises it): Failed at that generation, deleted
+    with grace 0, the condition at that generation, the finalizer kept."""
+    return {
+        "phase": "Failed",
+        "observed_generation": generation,
+        "deleting": True,
+        "grace": 0,
+        "disruption_target": [{**GC_CONDITION, "observedGeneration": generation}],
+        "finalizers": [HOLD],
+    }
+
+
+@pytest.fixture
+def gc_ns(admin: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace of the case's pods; the test's finalizers released at the end."""
+    yield from scoped_namespace(admin, request)
+
+
+def test_podgc_sigkill_mid_collection(faults: Faults, admin: KubeClient, gc_ns: str) -> None:
+    kube, ns = admin, gc_ns
+    orphans = [f"orphan-{i:02d}" for i in range(ORPHANS)]
+    late = [f"late-{i}" for i in range(LATE)]
+    bystanders = [f"bystander-{i}" for i in range(BYSTANDERS)]
+    with unmanaged_node(kube) as doomed, unmanaged_node(kube) as kept:
+        try:
+            made = in_parallel(
+                lambda n: create(kube, path(ns, "pods"), held_pod(n, doomed)), orphans
+            )
+            in_parallel(lambda n: create(kube, path(ns, "pods"), held_pod(n, kept)), bystanders)
+            for name in bystanders:
+                kube.request(
+                    "PATCH",
+                    path(ns, "pods", name) + "/status",
+                    {"status": {"phase": "Running"}},
+                    content_type="application/merge-patch+json",
+                )
+            before = {n: gc_pods(kube, ns)[n] for n in bystanders}
+            kube.request("DELETE", f"/api/v1/nodes/{doomed}")
+            orphaned = time.monotonic()
+            at_kill: list[str] = []
+            deadline = orphaned + WITHIN
+            while not at_kill and time.monotonic() < deadline:
+                at_kill = collected(kube, ns)
+                time.sleep(0.05)
+            assert at_kill, "no orphan collected"
+            faults.kill("podgc")
+            killed = collected(kube, ns)
+            # Killed mid-collection: the successor has orphans of the first instance to find.
+            assert len(killed) < ORPHANS, killed
+            half_done = sorted(
+                n
+                for n, p in gc_pods(kube, ns).items()
+                if n not in killed and (p.get("status") or {}).get("phase") == "Failed"
+            )
+            made += in_parallel(lambda n: create(kube, path(ns, "pods"), held_pod(n, doomed)), late)
+            generations = {p["metadata"]["name"]: p["metadata"]["generation"] for p in made}
+            faults.replace("podgc")
+            want = sorted(orphans + late)
+            try:
+                wait_for(lambda: collected(kube, ns) == want, "every orphan collected", WITHIN)
+            except pytest.fail.Exception:
+                pytest.fail(f"want {want} collected, got {collected(kube, ns)}")
+            # Nothing left for a sweep to collect: the bystanders stay.
+            time.sleep(1.0)
+            end = gc_pods(kube, ns)
+            assert sorted(end) == sorted(want + bystanders)
+            wrong = {
+                n: gc_end(end[n]) for n in want if gc_end(end[n]) != orphan_end(generations[n])
+            }
+            assert not wrong, {n: (v, orphan_end(generations[n])) for n, v in wrong.items()}
+            changed = {
+                n: gc_view(end[n])
+                for n in bystanders
+                if end[n]["metadata"]["resourceVersion"] != before[n]["metadata"]["resourceVersion"]
+            }
+            assert not changed, changed
+            assert all(gc_view(end[n])["phase"] == "Running" for n in bystanders)
+            faults.check_exits()
+        finally:
+            # The test's finalizers released (the collected pods go) and, before their
+            # node goes, the bystanders deleted at once: no kubelet finishes a deletion.
+            drop_namespace(kube, ns)
+            for name in bystanders:
+                with contextlib.suppress(NotFoundError):
+                    kube.request(
+                        "DELETE",
+                        path(ns, "pods", name),
+                        {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+                    )
+    print(
+        f"podgc SIGKILLed with {len(killed)} of {ORPHANS} orphans deleted "
+        f"({len(half_done)} more Failed, not deleted): all {len(want)} collected "
+        f"{time.monotonic() - orphaned:.1f}s after the node's deletion"
     )
 
 
