@@ -257,8 +257,9 @@ async def test_a_watch_is_one_span_each_side_and_not_the_parent_of_its_events(
     }
 
 
-async def _registered(stub: mpb_grpc.ManagerServiceStub, instance: str) -> Any:
-    """A Session of the controller ``traced`` as ``instance``, its registration answered."""
+async def _registered(stub: Any, instance: str) -> Any:
+    """A Session of the controller ``traced`` as ``instance`` (``stub``: an aio
+    ``ManagerServiceStub``), its registration answered."""
     session = stub.Session()
     await session.write(
         mpb.SessionRequest(registration=mpb.Registration(controller="traced", instance_id=instance))
