@@ -40,6 +40,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -76,6 +77,13 @@ def admin_kube(
         yield api
     finally:
         api.close()
+
+
+def in_parallel(work: Callable[[Any], _T], items: Sequence[Any], workers: int = 8) -> list[_T]:
+    """``work`` of each item on a pool of ``workers`` threads; the results in the items'
+    order (the first exception raised is raised here)."""
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(work, items))
 
 
 def drop_namespace(kube: KubeClient, ns: str) -> None:

@@ -29,8 +29,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +39,9 @@ from cryptography.exceptions import InvalidSignature
 from kubernetes import client, config, watch
 
 from steward.cluster import LocalCluster
-from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
+from steward.kube import ConflictError, KubeClient, NotFoundError
 from tests.conftest import local_cluster
+from tests.controllers.harness import admin_kube, in_parallel
 from tests.controllers.identity.csr import (
     APISERVER_CLIENT,
     CSR_PATH,
@@ -82,27 +82,14 @@ def id_fault_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local
     )
 
 
-def _admin(plane: LocalCluster) -> Iterator[KubeClient]:
-    api = KubeClient(load_access(str(plane.kubeconfig)), user_agent="id-fault-test", workers=8)
-    try:
-        yield api
-    finally:
-        api.close()
-
-
 @pytest.fixture(scope="module")
 def admin(id_fault_cluster: LocalCluster) -> Iterator[KubeClient]:
-    yield from _admin(id_fault_cluster)
+    yield from admin_kube(id_fault_cluster, "id-fault-test", workers=8)
 
 
 @pytest.fixture(scope="module")
 def upstream_admin(cluster: LocalCluster) -> Iterator[KubeClient]:
-    yield from _admin(cluster)
-
-
-def in_parallel(work: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-    with ThreadPoolExecutor(8) as pool:
-        return list(pool.map(work, items))
+    yield from admin_kube(cluster, "id-fault-test", workers=8)
 
 
 # Namespaces ------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,9 +74,15 @@ from typing import Any
 import pytest
 
 from steward.cluster import LocalCluster
-from steward.kube import ConflictError, KubeClient, NotFoundError, load_access
+from steward.kube import ConflictError, KubeClient, NotFoundError
 from tests.conftest import local_cluster
-from tests.controllers.harness import drop_namespace, scoped_namespace, update
+from tests.controllers.harness import (
+    admin_kube,
+    drop_namespace,
+    in_parallel,
+    scoped_namespace,
+    update,
+)
 from tests.controllers.nodes.eviction import (
     KEEP_OFF,
     make_pods,
@@ -126,27 +132,14 @@ def node_fault_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loc
     )
 
 
-def _admin(plane: LocalCluster) -> Iterator[KubeClient]:
-    api = KubeClient(load_access(str(plane.kubeconfig)), user_agent="node-fault-test", workers=8)
-    try:
-        yield api
-    finally:
-        api.close()
-
-
 @pytest.fixture(scope="module")
 def admin(node_fault_cluster: LocalCluster) -> Iterator[KubeClient]:
-    yield from _admin(node_fault_cluster)
+    yield from admin_kube(node_fault_cluster, "node-fault-test", workers=8)
 
 
 @pytest.fixture(scope="module")
 def upstream_admin(cluster: LocalCluster) -> Iterator[KubeClient]:
-    yield from _admin(cluster)
-
-
-def in_parallel(work: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-    with ThreadPoolExecutor(8) as pool:
-        return list(pool.map(work, items))
+    yield from admin_kube(cluster, "node-fault-test", workers=8)
 
 
 @dataclass
