@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -328,6 +328,55 @@ class Stack:
             self._channel.close()
         for service in reversed(self.services):
             service.stop()
+
+
+Flags = Callable[[str], Sequence[str]]
+"""A controller kind's flags beyond the stack's own."""
+
+
+@dataclass
+class Faults:
+    """A fault module's services (one :class:`Stack` for all its cases, each case leaving
+    an active instance of every controller behind) and the names of the instances the
+    cases SIGKILLed: the only ones that may have exited."""
+
+    stack: Stack
+    flags: Flags
+    killed: list[str] = field(default_factory=list)
+
+    def kill(self, kind: str) -> Service:
+        """SIGKILL ``kind``'s active instance."""
+        victim = self.stack.active(kind)
+        victim.kill()
+        self.killed.append(victim.name)
+        return victim
+
+    def replace(self, kind: str) -> None:
+        """Start a successor of ``kind`` with its flags and wait until it holds the lease."""
+        successor = self.stack.start_controller(kind, flags=self.flags(kind))
+        self.stack.wait_holder(kind, successor)
+
+    def check_exits(self) -> None:
+        """Only the instances the cases killed have exited."""
+        exited = sorted(e.split(":", 1)[0] for e in self.stack.exited())
+        assert exited == sorted(self.killed), self.stack.exited()
+
+
+def faults_running(
+    plane: LocalCluster, logs: Path, kinds: Sequence[str], flags: Flags
+) -> Iterator[Faults]:
+    """For a module-scoped fixture: the informer, the manager and one instance of each
+    controller of ``kinds`` on ``plane``, each holding its lease; all stopped at the end."""
+    running = Stack(plane, logs)
+    try:
+        running.start_informer()
+        running.start_manager()
+        first = [running.start_controller(kind, flags=flags(kind)) for kind in kinds]
+        for kind, service in zip(kinds, first, strict=True):
+            running.wait_holder(kind, service)
+        yield Faults(running, flags)
+    finally:
+        running.stop()
 
 
 # The control plane ------------------------------------------------------------------------

@@ -53,7 +53,7 @@ from tests.controllers.identity.csr import (
     request_pem,
     signing_flags,
 )
-from tests.faults.stack import Service, Stack
+from tests.faults.stack import Faults, faults_running
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.integration
@@ -201,48 +201,16 @@ def controller_flags(plane: LocalCluster, kind: str) -> list[str]:
     return flags
 
 
-@dataclass
-class Faults:
-    """The module's services (one :class:`Stack` for all its cases, each case leaving
-    an active instance of every controller behind) and the names of the instances the
-    cases SIGKILLed: the only ones that may have exited."""
-
-    stack: Stack
-    plane: LocalCluster
-    killed: list[str] = field(default_factory=list)
-
-    def kill(self, kind: str) -> Service:
-        victim = self.stack.active(kind)
-        victim.kill()
-        self.killed.append(victim.name)
-        return victim
-
-    def replace(self, kind: str) -> None:
-        successor = self.stack.start_controller(kind, flags=controller_flags(self.plane, kind))
-        self.stack.wait_holder(kind, successor)
-
-    def check_exits(self) -> None:
-        exited = sorted(e.split(":", 1)[0] for e in self.stack.exited())
-        assert exited == sorted(self.killed), self.stack.exited()
-
-
 @pytest.fixture(scope="module")
 def faults(
     id_fault_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Faults]:
-    running = Stack(id_fault_cluster, tmp_path_factory.mktemp("id-faults-logs"))
-    try:
-        running.start_informer()
-        running.start_manager()
-        kinds = (*IDENTITY, "csrsigning")
-        first = [
-            running.start_controller(k, flags=controller_flags(id_fault_cluster, k)) for k in kinds
-        ]
-        for kind, service in zip(kinds, first, strict=True):
-            running.wait_holder(kind, service)
-        yield Faults(running, id_fault_cluster)
-    finally:
-        running.stop()
+    yield from faults_running(
+        id_fault_cluster,
+        tmp_path_factory.mktemp("id-faults-logs"),
+        (*IDENTITY, "csrsigning"),
+        lambda kind: controller_flags(id_fault_cluster, kind),
+    )
 
 
 def burst_until_served(kube: KubeClient, names: list[str]) -> tuple[list[str], int]:

@@ -102,7 +102,7 @@ from tests.controllers.nodes.lifecycle import (
 )
 from tests.controllers.nodes.podgc import HOLD, gc_view
 from tests.controllers.quota.quotas import box, create, path, pod
-from tests.faults.stack import Service, Stack
+from tests.faults.stack import Faults, faults_running
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.integration
@@ -142,44 +142,16 @@ def upstream_admin(cluster: LocalCluster) -> Iterator[KubeClient]:
     yield from admin_kube(cluster, "node-fault-test", workers=8)
 
 
-@dataclass
-class Faults:
-    """The module's services (one :class:`Stack` for all its cases, each case leaving
-    an active instance of every controller behind) and the names of the instances the
-    cases SIGKILLed: the only ones that may have exited."""
-
-    stack: Stack
-    killed: list[str] = field(default_factory=list)
-
-    def kill(self, kind: str) -> Service:
-        victim = self.stack.active(kind)
-        victim.kill()
-        self.killed.append(victim.name)
-        return victim
-
-    def replace(self, kind: str) -> None:
-        successor = self.stack.start_controller(kind, flags=FLAGS.get(kind, ()))
-        self.stack.wait_holder(kind, successor)
-
-    def check_exits(self) -> None:
-        exited = sorted(e.split(":", 1)[0] for e in self.stack.exited())
-        assert exited == sorted(self.killed), self.stack.exited()
-
-
 @pytest.fixture(scope="module")
 def faults(
     node_fault_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Faults]:
-    running = Stack(node_fault_cluster, tmp_path_factory.mktemp("node-faults-logs"))
-    try:
-        running.start_informer()
-        running.start_manager()
-        first = [running.start_controller(kind, flags=FLAGS.get(kind, ())) for kind in KINDS]
-        for kind, service in zip(KINDS, first, strict=True):
-            running.wait_holder(kind, service)
-        yield Faults(running)
-    finally:
-        running.stop()
+    yield from faults_running(
+        node_fault_cluster,
+        tmp_path_factory.mktemp("node-faults-logs"),
+        KINDS,
+        lambda kind: FLAGS.get(kind, ()),
+    )
 
 
 # Quotas ----------------------------------------------------------------------------------
@@ -336,10 +308,12 @@ def mismatches(kube: KubeClient, burst: Burst) -> dict[str, tuple[dict[str, Any]
 
 def quota_end(kube: KubeClient, burst: Burst, what: str) -> QuotaEnd:
     """:func:`settled`, awaited, and still the same a second later."""
-    try:
-        end: QuotaEnd = wait_for(lambda: settled(kube, burst), what, WITHIN)
-    except pytest.fail.Exception:
-        pytest.fail(f"{what}: (status, truth) differ: {mismatches(kube, burst)}")
+    end: QuotaEnd = wait_for(
+        lambda: settled(kube, burst),
+        what,
+        WITHIN,
+        actual=lambda: f"(status, truth) differ: {mismatches(kube, burst)}",
+    )
     time.sleep(1.0)
     assert settled(kube, burst) == end, f"{what}: changed after settling"
     return end
@@ -522,10 +496,12 @@ def test_taint_eviction_sigkill_with_evictions_pending(
         # The timed evictions were pending: the successor must find them again.
         assert not any(n.startswith("short") for n in at_kill), at_kill
         faults.replace("taint-eviction-controller")
-        try:
-            wait_for(lambda: marked(admin, ns) == EVICTED, "exactly the evictions", WITHIN)
-        except pytest.fail.Exception:
-            pytest.fail(f"want {EVICTED} marked for deletion, got {marked(admin, ns)}")
+        wait_for(
+            lambda: marked(admin, ns) == EVICTED,
+            f"exactly {EVICTED} marked for deletion",
+            WITHIN,
+            actual=lambda: marked(admin, ns),
+        )
         # The forever-tolerating pods stay: nothing is left pending to delete them.
         time.sleep(1.5)
         end = pod_states(admin, ns)
@@ -642,10 +618,12 @@ def test_podgc_sigkill_mid_collection(faults: Faults, admin: KubeClient, gc_ns: 
             generations = {p["metadata"]["name"]: p["metadata"]["generation"] for p in made}
             faults.replace("podgc")
             want = sorted(orphans + late)
-            try:
-                wait_for(lambda: collected(kube, ns) == want, "every orphan collected", WITHIN)
-            except pytest.fail.Exception:
-                pytest.fail(f"want {want} collected, got {collected(kube, ns)}")
+            wait_for(
+                lambda: collected(kube, ns) == want,
+                f"every orphan collected: {want}",
+                WITHIN,
+                actual=lambda: collected(kube, ns),
+            )
             # Nothing left for a sweep to collect: the bystanders stay.
             time.sleep(1.0)
             end = gc_pods(kube, ns)
