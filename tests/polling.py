@@ -11,9 +11,16 @@ from typing import Any
 import pytest
 
 
-def wait_for(check: Callable[[], Any], what: str, within: float = 120.0) -> Any:
+def wait_for(
+    check: Callable[[], Any],
+    what: str,
+    within: float = 120.0,
+    *,
+    actual: Callable[[], Any] | None = None,
+) -> Any:
     """Poll ``check`` every 0.25 s until it returns something truthy, and return that; fail
-    after ``within`` seconds, naming ``what`` and the last value seen."""
+    after ``within`` seconds, naming ``what`` and the last value seen, or, when ``check``
+    is a comparison whose value says nothing (``False``), what ``actual`` returns then."""
     deadline = time.monotonic() + within
     last: Any = None
     while time.monotonic() < deadline:
@@ -21,7 +28,8 @@ def wait_for(check: Callable[[], Any], what: str, within: float = 120.0) -> Any:
         if last:
             return last
         time.sleep(0.25)
-    pytest.fail(f"timed out after {within:.0f}s waiting for {what} (last: {last!r})")
+    seen = f"actual: {actual()!r}" if actual is not None else f"last: {last!r}"
+    pytest.fail(f"timed out after {within:.0f}s waiting for {what} ({seen})")
 
 
 async def until(check: Callable[[], Any], what: str, within: float = 60.0) -> Any:
