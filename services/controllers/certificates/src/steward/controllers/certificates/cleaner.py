@@ -132,7 +132,7 @@ class CleanerReconciler:
 
     def __init__(self, ctx: steward.Context) -> None:
         self.mirror = ctx.mirror
-        self.api = ctx.api
+        self.csrs = ctx.client(CSRS)
 
     async def reconcile(self, request: Request) -> Result:
         found = self.mirror.get(CSRS, "", request.name)
@@ -143,7 +143,7 @@ class CleanerReconciler:
         if decided.delete:
             log.info("Cleaning CSR %s: %s", request.name, decided.reason)
             try:
-                await self.api.arequest("DELETE", CSRS.path("", request.name))
+                await self.csrs.delete("", request.name)
             except NotFoundError:
                 pass  # gone already
             except steward.ApiError as err:
