@@ -1,21 +1,22 @@
 """Steward as pods on a real node, exactly as its users deploy it.
 
-One cluster for the module: three kwok nodes and one real node (containerd, runc, a
-kubelet; kube-proxy and CoreDNS), Steward's images built without a daemon and imported
-into the node; Steward's core (informer, manager, ReplicaSet and Deployment controllers)
-the node's static pods, the other controllers the ``local`` overlay's Deployments
-(``steward cluster up --real-nodes 1 --steward-pods``, what ``make up PODS=1`` runs). The
-checks are the process mode's, on pods: Ready through the kubelet's own probes, mirror
-pods of the static core on the host network, mTLS with projected tokens from the
-Deployments' pods to the core at the control-plane address, a DaemonSet's pod run on the
-real node by Steward's DaemonSet controller, Endpoints and EndpointSlices of a Service
-selecting the static informer written by Steward's controllers (upstream's off), Jobs and
-Deployments driven to completion on kwok's nodes, a deleted controller pod and a deleted
-mirror pod survived without a miscounted Job, a rolling update of the Job controller
-without two active instances, a Job's trace in Jaeger, a pod that really burns CPU on the
-real node measured by its kubelet and scaled by Steward's HPA controller (with the metrics
-pipeline, ``ClusterConfig.metrics``); and, last, ``down`` leaves the machine as it found
-it. ``test_self_healing.py`` breaks the cluster harder.
+The package's cluster (``tests/pods/conftest.py``): three kwok nodes and one real node
+(containerd, runc, a kubelet; kube-proxy and CoreDNS), Steward's images built without a
+daemon and imported into the node; Steward's core (informer, manager, ReplicaSet and
+Deployment controllers) the node's static pods, the other controllers the ``local``
+overlay's Deployments (``steward cluster up --real-nodes 1 --steward-pods``, what ``make
+up PODS=1`` runs). The checks are the process mode's, on pods: Ready through the
+kubelet's own probes, mirror pods of the static core on the host network, mTLS with
+projected tokens from the Deployments' pods to the core at the control-plane address, a
+DaemonSet's pod run on the real node by Steward's DaemonSet controller, Endpoints and
+EndpointSlices of a Service selecting the static informer written by Steward's
+controllers (upstream's off), Jobs and Deployments driven to completion on kwok's nodes,
+a deleted controller pod and a deleted mirror pod survived without a miscounted Job, a
+rolling update of the Job controller without two active instances, a Job's trace in
+Jaeger, a pod that really burns CPU on the real node measured by its kubelet and scaled
+by Steward's HPA controller (with the metrics pipeline, ``ClusterConfig.metrics``).
+``test_self_healing.py`` then breaks the same cluster harder, and ``test_teardown.py``
+checks that ``down`` leaves the machine as it found it.
 
 Needs root and Debian's runc, containerd, CNI plugins, mmdebstrap and umoci (``make
 node-packages``); without them it skips, except in CI, where it fails.
@@ -24,14 +25,13 @@ node-packages``); without them it skips, except in CI, where it fails.
 from __future__ import annotations
 
 import json
-import os
 import re
 import ssl
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,13 +40,11 @@ import grpc
 import pytest
 
 from steward import static_core
-from steward.cluster import ClusterConfig, LocalCluster, nodes, pods, usage
+from steward.cluster import LocalCluster, nodes, pods, usage
 from steward.cluster.errors import ClusterError
-from steward.cluster.progress import Progress
 from steward.cluster.registry import steward_controllers
 from steward.security import ClientSecurity
 from steward.v1 import manager_pb2, manager_pb2_grpc
-from tests.conftest import require_real_nodes
 from tests.tracing import jaeger
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -58,20 +56,6 @@ T = TypeVar("T")
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def host_state() -> dict[str, Any]:
-    """What real nodes may change on the machine (see steward.cluster.nodes)."""
-    return {
-        "sysctls": nodes.read_sysctls(),
-        "iptables": nodes.iptables_rules(),
-        "links": nodes.links(),
-        "mounts": sorted(
-            line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
-        ),
-        "cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{nodes.CGROUP_PARENT}")),
-        "dirs": [d for d in (*nodes.HOST_DIRS, str(nodes.RUNTIME_ROOT)) if Path(d).exists()],
-    }
 
 
 def wait(what: str, check: Callable[[], T | None], timeout: float = 180.0) -> T:
@@ -202,38 +186,6 @@ def burst(cluster: LocalCluster, namespace: str, prefix: str, count: int) -> Non
     assert sorted(j["status"].get("succeeded") for j in jobs) == [1] * count
     assert not any(j["status"].get("failed") for j in jobs)
     assert per_job == {f"{prefix}-{i}": 1 for i in range(count)}
-
-
-# ----------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def host_before() -> dict[str, Any]:
-    return host_state()
-
-
-@pytest.fixture(scope="module")
-def pods_cluster(
-    tmp_path_factory: pytest.TempPathFactory, host_before: dict[str, Any]
-) -> Iterator[LocalCluster]:
-    require_real_nodes()
-    cfg = ClusterConfig(
-        name=f"steward-test-pods-{os.getpid()}",
-        state_dir=tmp_path_factory.mktemp("pods-cluster"),
-        nodes=3,
-        real_nodes=1,
-        steward_pods=True,
-        metrics=True,
-        die_with_parent=True,
-    )
-    started = time.monotonic()
-    cluster = LocalCluster.up(cfg, progress=Progress(interval=15.0))
-    print(f"\npods mode up in {time.monotonic() - started:.1f}s")
-    try:
-        yield cluster
-    finally:
-        if (cluster.directory / "state.json").exists():
-            cluster.down(progress=Progress(quiet=True))
 
 
 # ------------------------------------------------------------------------------- tests
@@ -937,26 +889,3 @@ def test_a_pod_burning_cpu_on_the_real_node_is_measured_and_scaled(
         )
     finally:
         kubectl(pods_cluster, "delete", "namespace", ns, "--wait=false", check=False)
-
-
-def test_down_leaves_the_machine_as_it_was(
-    pods_cluster: LocalCluster, host_before: dict[str, Any]
-) -> None:
-    """No process, mount, bridge, rule, cgroup, directory or sysctl of the real node
-    outlives ``down``."""
-    directory = pods_cluster.directory
-    pods_cluster.down(progress=Progress(quiet=True))
-    left = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue  # ended meanwhile
-        if str(directory).encode() in cmdline:
-            left.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
-    after = host_state()
-    for key in host_before:
-        assert after[key] == host_before[key], key
-    assert not left

@@ -60,6 +60,7 @@ from tests.conftest import require_real_nodes
 from tests.faults.stack import restart_component
 from tests.faults.workload import Workload
 from tests.pods import chaos
+from tests.pods.conftest import is_up
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -182,40 +183,46 @@ class Chaos:
 class Sides:
     """The cluster of one side at a time: asked for the other side, it tears the running
     one down first (only one real-node cluster may run on the machine); the tests come
-    grouped by side, so each side's cluster starts once."""
+    grouped by side, so each side's cluster starts once. The Steward side is the
+    package's pods-mode cluster (``tests/pods/conftest.py``, which ``test_pods.py`` used
+    first), the upstream side a cluster of its own."""
 
     def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
         self.tmp_path_factory = tmp_path_factory
         self.current: Chaos | None = None
         self.failed: dict[str, str] = {}
 
-    def get(self, name: str) -> Chaos:
+    def get(self, name: str, request: pytest.FixtureRequest) -> Chaos:
         if self.current is not None and self.current.side == name:
             return self.current
         self.close()
         if name in self.failed:
             pytest.fail(f"the {name} cluster did not start: {self.failed[name]}")
         try:
-            self.current = self._up(name)
+            if name == "steward":
+                self.current = self._begin(name, request.getfixturevalue("pods_cluster"))
+            else:
+                self.current = self._begin(name, self._up(name))
         except Exception as err:
             self.failed[name] = f"{type(err).__name__}: {err}"
             raise
         return self.current
 
-    def _up(self, name: str) -> Chaos:
-        steward_side = name == "steward"
+    def _up(self, name: str) -> LocalCluster:
         cfg = ClusterConfig(
             name=f"steward-test-chaos-{name}-{os.getpid()}",
             state_dir=self.tmp_path_factory.mktemp(f"chaos-{name}-cluster"),
             nodes=3,
             real_nodes=1,
-            steward=False,
-            steward_pods=steward_side,
             die_with_parent=True,
         )
         started = time.monotonic()
         cluster = LocalCluster.up(cfg, progress=Progress(interval=15.0))
         print(f"\nchaos: the {name} cluster is up in {time.monotonic() - started:.1f}s")
+        return cluster
+
+    def _begin(self, name: str, cluster: LocalCluster) -> Chaos:
+        steward_side = name == "steward"
         admin = KubeClient(load_access(str(cluster.kubeconfig)), user_agent="chaos-test")
         env = Chaos(name, cluster, admin, [], [], {})
         self.current = env  # torn down by close() whatever follows
@@ -241,12 +248,15 @@ class Sides:
             assert not missing, f"components without a Ready pod after the start: {missing}"
         return env
 
-    def close(self) -> None:
+    def close(self, *, shared_too: bool = True) -> None:
+        """Take the current side's cluster down; the package's cluster only when
+        ``shared_too`` (to make room for the upstream side's), else it is left to the
+        package (``test_teardown.py``)."""
         env, self.current = self.current, None
         if env is None:
             return
         env.admin.close()
-        if (env.cluster.directory / "state.json").exists():
+        if is_up(env.cluster) and (shared_too or env.side != "steward"):
             env.cluster.down(progress=Progress(quiet=True))
 
 
@@ -257,7 +267,7 @@ def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sides]:
     try:
         yield running
     finally:
-        running.close()
+        running.close(shared_too=False)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -355,9 +365,13 @@ def recover(recovery: Recovery, workload: Workload) -> float:
 
 @pytest.mark.parametrize(("side", "case"), SELECTED)
 def test_recovers_during_a_burst(
-    sides: Sides, side: str, case: str, record_property: Callable[[str, Any], None]
+    sides: Sides,
+    side: str,
+    case: str,
+    request: pytest.FixtureRequest,
+    record_property: Callable[[str, Any], None],
 ) -> None:
-    env, spec = sides.get(side), CASES[case]
+    env, spec = sides.get(side, request), CASES[case]
     cluster = env.cluster
 
     # The cluster must be whole before the case: an earlier case may have broken it.
