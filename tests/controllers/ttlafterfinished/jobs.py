@@ -205,12 +205,13 @@ async def scenario(side: Side) -> dict[str, Any]:
         content_type="application/merge-patch+json",
     )
 
-    def held() -> dict[str, Any] | None:
-        job = get(kube, jobs_path(ns, "complete"))
-        return job if fate(job) != "kept" else None
+    def deleted() -> str | None:
+        now = fate(get(kube, jobs_path(ns, "complete")))
+        return now if now != "kept" else None
 
-    job = await eventually(held, f"{side.name}: complete deleted", side.within)
-    result: dict[str, Any] = {"complete_held": fate(job)}
+    result: dict[str, Any] = {
+        "complete_held": await eventually(deleted, f"{side.name}: complete deleted", side.within)
+    }
     await eventually(
         lambda: get(kube, jobs_path(ns, "failed")) is None, f"{side.name}: failed gone", side.within
     )
