@@ -12,7 +12,7 @@ deleted its pod and the pod waits for the test.
 
 # The scenario
 :func:`scenario` makes, in one namespace of either side: ``complete`` (TTL 2 s, a held
-pod), ``failed`` (TTL 0), ``raised`` (TTL 3 s, raised to an hour just after it finished),
+pod), ``failed`` (TTL 0), ``raised`` (TTL 4 s, raised to an hour just after it finished),
 ``running`` (TTL 0, never finished), ``untimed`` (finished, no TTL) and ``skewed``
 (finished an hour from now, TTL 0). It returns what became of each (:func:`fate`), so
 the differential test compares the two sides' results.
@@ -172,10 +172,13 @@ class Side:
     within: float = 60.0
 
 
+RAISED_FIRST_TTL = 4
+"""``raised``'s TTL when it finishes: at least 3 s until it expires (the finish time is
+written in whole seconds) for the one request that raises it."""
 SCENARIO = {
     "complete": ("Complete", 2),
     "failed": ("Failed", 0),
-    "raised": ("Complete", 3),
+    "raised": ("Complete", RAISED_FIRST_TTL),
     "running": (None, 0),
     "untimed": ("Complete", None),
     "skewed": ("Failed", 0),
@@ -188,15 +191,17 @@ KEPT_FOR = 5.0
 
 async def scenario(side: Side) -> dict[str, Any]:
     """The scenario of the module docs on ``side``: what became of each Job, and of
-    ``complete``'s pod while the Job was held (``pod_deleting``)."""
+    ``complete``'s pod while the Job was held (``pod_deleted``)."""
     kube, ns = side.kube, side.ns
     jobs = {name: create_job(kube, ns, name, ttl) for name, (_, ttl) in SCENARIO.items()}
     pod = held_pod(kube, ns, jobs["complete"])
     started = stamp(-10)
     for name, (kind, _) in SCENARIO.items():
-        if kind is not None:
+        if kind is not None and name != "raised":
             at = stamp(3600) if name == "skewed" else stamp()
             finish(kube, ns, name, kind, at, started)
+    # raised: finished last, its TTL raised by the very next request.
+    finish(kube, ns, "raised", "Complete", stamp(), started)
     finished_at = time.monotonic()
     kube.request(
         "PATCH",
@@ -231,8 +236,8 @@ async def scenario(side: Side) -> dict[str, Any]:
         side.within,
     )
     kept = [name for name in SCENARIO if name not in ("complete", "failed")]
-    # Past raised's first expiry (3 s after it finished), and then some.
-    await asyncio.sleep(max(0.0, finished_at + 3 - time.monotonic()))
+    # Past raised's first expiry, and then some.
+    await asyncio.sleep(max(0.0, finished_at + RAISED_FIRST_TTL - time.monotonic()))
     await stays(
         lambda: all(fate(get(kube, jobs_path(ns, name))) == "kept" for name in kept),
         f"{side.name}: {kept} kept",
