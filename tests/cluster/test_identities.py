@@ -93,7 +93,7 @@ def test_unknown_component_has_no_kubeconfig(cluster: LocalCluster) -> None:
         "controller-nodelifecycle, controller-podgc, controller-replicaset, "
         "controller-resourcequota, controller-root-ca-cert-publisher, controller-serviceaccount, "
         "controller-serviceaccount-token, controller-taint-eviction-controller, "
-        "controller-tokencleaner, controller-ttl"
+        "controller-tokencleaner, controller-ttl, controller-ttl-after-finished"
     )
     with pytest.raises(ValueError, match=re.escape(f"known: {known}")):
         cluster.component_kubeconfig("job-controller")
@@ -474,6 +474,8 @@ EXPECTED_WRITES = {
     "controller-podgc": {("", "pods", "delete"), ("", "pods/status", "patch")},
     # Each node's node.alpha.kubernetes.io/ttl annotation, patched.
     "controller-ttl": {("", "nodes", "patch")},
+    # Jobs whose TTL after finishing has passed, deleted.
+    "controller-ttl-after-finished": {("batch", "jobs", "delete")},
     # Each quota's status (hard and used), nothing else.
     "controller-resourcequota": {("", "resourcequotas/status", "update")},
     # cluster-info's signatures (that ConfigMap only).

@@ -28,7 +28,7 @@ no serviceaccount controller of upstream's, a new namespace would never get its
 wait for: :class:`DefaultAccounts` makes it, as the cluster's admin, in every namespace
 but those labelled :data:`STEWARD_ACCOUNTS`, which are left to Steward's controller.
 
-So are upstream's node, pod and quota controllers (:data:`NODE_CONTROLLERS`), Steward's
+So are upstream's node, pod, Job TTL and quota controllers (:data:`NODE_CONTROLLERS`), Steward's
 taking their place in the RBAC mutation tests (tests/deploy/node_exercises.py). Of what
 they do, the other tests here need one thing: kube-apiserver gives every new node the
 ``node.kubernetes.io/not-ready:NoSchedule`` taint (its TaintNodesByCondition admission),
@@ -64,8 +64,15 @@ IDENTITY_CONTROLLERS = (
 )
 """Upstream's identity and certificate controllers on by default, off in ``apps_cluster``."""
 
-NODE_CONTROLLERS = ("nodelifecycle", "taint-eviction-controller", "podgc", "ttl", "resourcequota")
-"""Upstream's node, pod and quota controllers, off in ``apps_cluster``."""
+NODE_CONTROLLERS = (
+    "nodelifecycle",
+    "taint-eviction-controller",
+    "podgc",
+    "ttl",
+    "ttl-after-finished",
+    "resourcequota",
+)
+"""Upstream's node, pod, Job TTL and quota controllers, off in ``apps_cluster``."""
 
 APPS_CONTROLLERS = ",".join(
     [

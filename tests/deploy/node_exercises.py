@@ -330,6 +330,74 @@ def _ttl_missing(cluster: LocalCluster, node: str) -> str:
     return "" if annotations.get(TTL_ANNOTATION) == "0" else f"annotations {annotations}"
 
 
+# ttl-after-finished ---------------------------------------------------------------------
+NOBODY = "steward-deploy-test/nobody"
+"""A Job's ``spec.managedBy`` no controller answers to: upstream's Job controller in
+``apps_cluster`` leaves the Job to the test, which writes its status."""
+
+
+def run_ttl_after_finished(
+    cluster: LocalCluster, namespace: str, *, deadline: float = 30.0, give_up: GiveUp = _never
+) -> str | None:
+    """A Job that finished (written by the test: it names :data:`NOBODY` as its
+    manager) with ``ttlSecondsAfterFinished: 0`` is deleted, foreground.
+
+    That uses every permission of the controller's role: Jobs come through the informer
+    (their list and watch), the expired Job is read afresh (jobs get) and deleted (jobs
+    delete). The deletion is seen as the Job's deletion timestamp with the
+    ``foregroundDeletion`` finalizer (upstream's garbage collector is off here, so the
+    finalizer stays until the test removes it)."""
+    base = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+    name = f"ttl-{uuid.uuid4().hex[:6]}"
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "managedBy": NOBODY,
+            "ttlSecondsAfterFinished": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox:1.36"}],
+                }
+            },
+        },
+    }
+    cluster.api("POST", base, body, ok=(201,))
+    try:
+        at = _stamp()
+        conditions = [
+            {"type": kind, "status": "True", "reason": "Exercise", "lastTransitionTime": at}
+            for kind in ("SuccessCriteriaMet", "Complete")
+        ]
+        status = {"startTime": at, "completionTime": at, "succeeded": 1, "conditions": conditions}
+        cluster.api("PATCH", f"{base}/{name}/status", {"status": status})
+        end = time.monotonic() + deadline
+        missing = _poll(
+            partial(_deleted_foreground_missing, cluster, f"{base}/{name}"), end, give_up
+        )
+        return f"job {name}: {missing}" if missing else None
+    finally:
+        found = cluster.api("GET", f"{base}/{name}", ok=(200, 404))
+        if found.get("metadata", {}).get("finalizers"):
+            cluster.api(
+                "PATCH", f"{base}/{name}", {"metadata": {"finalizers": None}}, ok=(200, 404)
+            )
+        cluster.api("DELETE", f"{base}/{name}", ok=(200, 202, 404))
+
+
+def _deleted_foreground_missing(cluster: LocalCluster, path: str) -> str:
+    found = cluster.api("GET", path, ok=(200, 404))
+    meta = found.get("metadata")
+    if not meta:
+        return ""  # gone: deleted (and its finalizer removed by a garbage collector)
+    if not meta.get("deletionTimestamp"):
+        return "not deleted"
+    finalizers = meta.get("finalizers") or []
+    return "" if "foregroundDeletion" in finalizers else f"finalizers {finalizers}"
+
+
 # resourcequota --------------------------------------------------------------------------
 def run_resourcequota(
     cluster: LocalCluster, namespace: str, *, deadline: float = 30.0, give_up: GiveUp = _never

@@ -38,14 +38,16 @@ with an Event, the taint eviction controller deletes a pod from a node with a No
 taint it does not tolerate (DisruptionTarget condition and Event first), the pod garbage
 collector deletes the pod of a node that does not exist (marked Failed first) and the
 older of two terminated pods over a threshold of one, the TTL controller annotates a new
-node, the resource quota controller counts a pod and a ConfigMap (``count/configmaps``)
-of a new quota and gives the pod back once deleted; each
-controller dials the informer and the manager with its own projected token, so their
-list/watch and register rules are checked there. It all runs in ``apps_cluster``
+node, the TTL-after-finished controller deletes a Job finished with a TTL of 0 (foreground),
+the resource quota controller counts a pod and a ConfigMap (``count/configmaps``) of a new
+quota and gives the pod back once deleted; each controller dials the informer and the
+manager with its own projected token, so their list/watch and register rules are checked
+there. It all runs in ``apps_cluster``
 (tests/deploy/conftest.py), where upstream's ReplicaSet, Endpoints, DaemonSet,
 HorizontalPodAutoscaler, garbage collector and namespace controllers are off, and its
-identity and certificate controllers, and its node lifecycle, taint eviction, pod GC, TTL
-and resource quota controllers (its endpointslice-controller runs beside Steward's).
+identity and certificate controllers, and its node lifecycle, taint eviction, pod GC, TTL,
+TTL-after-finished and resource quota controllers (its endpointslice-controller runs
+beside Steward's).
 The manifests are rendered with the bootstrap-tokens component (its two controllers, and the
 manager's ``--controllers`` naming them); the three controllers that hold the cluster's keys
 get them from the cluster's files (``tests/deploy/cluster_keys.py``). The exercise must then
@@ -126,6 +128,7 @@ NODELIFECYCLE = "steward-controller-nodelifecycle"
 TAINT_EVICTION = "steward-controller-taint-eviction-controller"
 PODGC = "steward-controller-podgc"
 TTL = "steward-controller-ttl"
+TTL_AFTER_FINISHED = "steward-controller-ttl-after-finished"
 RESOURCEQUOTA = "steward-controller-resourcequota"
 
 
@@ -443,6 +446,9 @@ EXERCISES: dict[str, Callable[[Bench, Identity], tuple[str | None, Process]]] = 
     ),
     PODGC: _identity_exercise(PODGC, "podgc", node.run_podgc, node.PODGC_ARGS),
     TTL: _identity_exercise(TTL, "ttl", node.run_ttl),
+    TTL_AFTER_FINISHED: _identity_exercise(
+        TTL_AFTER_FINISHED, "ttl-after-finished", node.run_ttl_after_finished
+    ),
     RESOURCEQUOTA: _identity_exercise(
         RESOURCEQUOTA, "resourcequota", node.run_resourcequota, node.RESOURCEQUOTA_ARGS
     ),
@@ -629,6 +635,7 @@ SPLIT_RULES = {
     "steward:controller:taint-eviction-controller",
     "steward:controller:podgc",
     "steward:controller:ttl",
+    "steward:controller:ttl-after-finished",
     "steward:controller:resourcequota",
 }
 """Roles whose rules carry several verbs (or resources), each for a call of its own: those

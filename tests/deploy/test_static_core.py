@@ -187,6 +187,7 @@ def test_the_rest_leaves_the_core_out_and_reaches_it_at_the_control_plane(
         "steward-controller-taint-eviction-controller",
         "steward-controller-podgc",
         "steward-controller-ttl",
+        "steward-controller-ttl-after-finished",
         "steward-controller-resourcequota",
     }
     for d in deployments:

@@ -1,14 +1,15 @@
-"""The resource quota, taint eviction, pod GC and node lifecycle controllers SIGKILLed,
-and the informer restarted, in the middle of their work.
+"""The resource quota, taint eviction, pod GC, node lifecycle and TTL-after-finished
+controllers SIGKILLed, and the informer restarted, in the middle of their work.
 
-Steward's informer, manager, ``resourcequota``, ``taint-eviction-controller`` and
-``podgc`` (a short sweep period and quarantine, :data:`FLAGS`) run as processes
+Steward's informer, manager, ``resourcequota``, ``taint-eviction-controller``,
+``podgc`` (a short sweep period and quarantine, :data:`FLAGS`) and
+``ttl-after-finished`` run as processes
 (``stack.py``, one stack for the module, each case leaving an active instance of every
 controller it started behind; ``nodelifecycle`` is started by its case only, the last,
 as it would taint the other cases' kubelet-less nodes) against a control plane of this
 module's own whose kube-controller-manager runs none of the resource quota, taint
-eviction, pod GC and node lifecycle controllers (no nodes: nothing but the test touches a
-node it makes).
+eviction, pod GC, node lifecycle and TTL-after-finished controllers (no nodes: nothing but
+the test touches a node it makes).
 
 - Quotas: :data:`NAMESPACES` namespaces with a quota each (``pods``, ``requests.cpu``,
   ``count/configmaps``) and a burst of pod and ConfigMap creates, deletions and pods
@@ -59,6 +60,14 @@ node it makes).
   conditions Unknown, tainted ``node.kubernetes.io/unreachable`` NoSchedule and
   NoExecute, the other node untouched. The session cluster's controller has upstream's
   grace period (50 s), too long to be the reference.
+- TTL after finished: Jobs (no pods; a ``spec.managedBy`` no controller owns, so the
+  test writes their status) finished at once, some with a TTL of 0, some of
+  :data:`LATER_TTL` seconds. Right after the controller's first deletions it is
+  SIGKILLed with the others pending (their requeues die with it), :data:`LATE` more
+  Jobs finish with a TTL of 0 while it is down, and a successor takes over. As upstream's
+  controller ends (pkg/controller/ttlafterfinished: every finished Job whose TTL has
+  passed deleted), every expired Job must end deleted, and a Job never finished and one
+  finished without a TTL kept.
 """
 
 from __future__ import annotations
@@ -102,14 +111,21 @@ from tests.controllers.nodes.lifecycle import (
 )
 from tests.controllers.nodes.podgc import HOLD, gc_view
 from tests.controllers.quota.quotas import box, create, path, pod
+from tests.controllers.ttlafterfinished.jobs import create_job, finish, jobs_path, stamp
 from tests.faults.stack import Faults, faults_running
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.integration
 
-UPSTREAM_OFF = ("resourcequota", "taint-eviction-controller", "podgc", "nodelifecycle")
+UPSTREAM_OFF = (
+    "resourcequota",
+    "taint-eviction-controller",
+    "podgc",
+    "nodelifecycle",
+    "ttl-after-finished",
+)
 """kube-controller-manager's controllers the module's control plane runs without."""
-KINDS = ("resourcequota", "taint-eviction-controller", "podgc")
+KINDS = ("resourcequota", "taint-eviction-controller", "podgc", "ttl-after-finished")
 FLAGS: dict[str, tuple[str, ...]] = {
     "podgc": ("--pod-gc-check-period=300ms", "--pod-gc-quarantine-time=2s"),
 }
@@ -655,6 +671,64 @@ def test_podgc_sigkill_mid_collection(faults: Faults, admin: KubeClient, gc_ns: 
         f"podgc SIGKILLed with {len(killed)} of {ORPHANS} orphans deleted "
         f"({len(half_done)} more Failed, not deleted): all {len(want)} collected "
         f"{time.monotonic() - orphaned:.1f}s after the node's deletion"
+    )
+
+
+# TTL after finished ----------------------------------------------------------------------
+NOW_JOBS = 10
+LATER_JOBS = 10
+LATER_TTL = 8
+"""Seconds after their finish the pending Jobs expire: long after the kill."""
+LATE_JOBS = 5
+
+
+@pytest.fixture
+def ttl_ns(admin: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace of the case's Jobs, dropped at the end."""
+    yield from scoped_namespace(admin, request)
+
+
+def deleted_jobs(kube: KubeClient, ns: str, names: list[str]) -> list[str]:
+    """Those of ``names`` gone, or being deleted."""
+    items = kube.request("GET", jobs_path(ns)).get("items") or ()
+    left = {j["metadata"]["name"] for j in items if not j["metadata"].get("deletionTimestamp")}
+    return sorted(n for n in names if n not in left)
+
+
+def test_ttl_after_finished_sigkill_with_deletions_pending(
+    faults: Faults, admin: KubeClient, ttl_ns: str
+) -> None:
+    kube, ns = admin, ttl_ns
+    now = [f"now-{i:02d}" for i in range(NOW_JOBS)]
+    later = [f"later-{i:02d}" for i in range(LATER_JOBS)]
+    late = [f"late-{i}" for i in range(LATE_JOBS)]
+    ttls = {**dict.fromkeys(now + late, 0), **dict.fromkeys(later, LATER_TTL)}
+    in_parallel(lambda n: create_job(kube, ns, n, ttls[n]), [*ttls])
+    create_job(kube, ns, "running", 0)
+    create_job(kube, ns, "untimed", None)
+    started = stamp(-5)
+    finish(kube, ns, "untimed", "Complete", stamp(), started)
+    in_parallel(lambda n: finish(kube, ns, n, "Complete", stamp(), started), now + later)
+    finished = time.monotonic()
+    wait_for(lambda: deleted_jobs(kube, ns, now), "the first deletions", WITHIN)
+    faults.kill("ttl-after-finished")
+    at_kill = deleted_jobs(kube, ns, now + later)
+    # The later Jobs' deletions were pending: the successor must find them again.
+    assert not any(n.startswith("later") for n in at_kill), at_kill
+    in_parallel(lambda n: finish(kube, ns, n, "Complete", stamp(), started), late)
+    faults.replace("ttl-after-finished")
+    want = sorted(now + later + late)
+    try:
+        wait_for(lambda: deleted_jobs(kube, ns, want) == want, "every expired Job", WITHIN)
+    except pytest.fail.Exception:
+        pytest.fail(f"want {want} deleted, got {deleted_jobs(kube, ns, want)}")
+    # Nothing is left pending to delete the others.
+    time.sleep(1.5)
+    assert deleted_jobs(kube, ns, ["running", "untimed"]) == []
+    faults.check_exits()
+    print(
+        f"ttl-after-finished SIGKILLed with {len(at_kill)} of {len(want)} Jobs deleted: "
+        f"all deleted {time.monotonic() - finished:.1f}s after they finished"
     )
 
 

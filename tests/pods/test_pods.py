@@ -215,6 +215,7 @@ READY = {
     "steward-controller-taint-eviction-controller": 1,
     "steward-controller-podgc": 1,
     "steward-controller-ttl": 1,
+    "steward-controller-ttl-after-finished": 1,
     "steward-controller-resourcequota": 1,
 }
 """Ready pods of each component: the static core's mirror pods, one per component, and
