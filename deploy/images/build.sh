@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build Steward's images: steward-{informer,manager,controller-job,controller-replicaset,
-# controller-deployment,controller-endpoint,controller-endpointslice,controller-daemonset,
+# controller-replicationcontroller,controller-deployment,controller-endpoint,controller-endpointslice,controller-daemonset,
 # controller-horizontalpodautoscaling,controller-garbagecollector,controller-namespace,
 # controller-serviceaccount,controller-serviceaccount-token,
 # controller-legacy-service-account-token-cleaner,controller-root-ca-cert-publisher,
@@ -76,7 +76,8 @@ if [[ -z "$engine" ]]; then
   exit 1
 fi
 
-for target in informer manager controller-job controller-replicaset controller-deployment \
+for target in informer manager controller-job controller-replicaset \
+  controller-replicationcontroller controller-deployment \
   controller-endpoint controller-endpointslice controller-daemonset \
   controller-horizontalpodautoscaling controller-garbagecollector controller-namespace \
   controller-serviceaccount \

@@ -91,6 +91,7 @@ def test_unknown_component_has_no_kubeconfig(cluster: LocalCluster) -> None:
         "controller-horizontalpodautoscaling, controller-job, "
         "controller-legacy-service-account-token-cleaner, controller-namespace, "
         "controller-nodelifecycle, controller-podgc, controller-replicaset, "
+        "controller-replicationcontroller, "
         "controller-resourcequota, controller-root-ca-cert-publisher, controller-serviceaccount, "
         "controller-serviceaccount-token, controller-taint-eviction-controller, "
         "controller-tokencleaner, controller-ttl, controller-ttl-after-finished"
@@ -124,6 +125,9 @@ ALLOWED = [
     ("controller-job", "watch", "batch", "jobs", "", ""),
     ("controller-deployment", "watch", "apps", "replicasets", "", ""),
     ("controller-replicaset", "list", "", "pods", "", "default"),
+    ("controller-replicationcontroller", "get", "", "replicationcontrollers", "", "default"),
+    ("controller-replicationcontroller", "watch", "", "replicationcontrollers", "", ""),
+    ("controller-replicationcontroller", "list", "", "pods", "", ""),
     ("controller-endpoint", "create", "", "endpoints", "", "default"),
     ("controller-endpoint", "update", "", "endpoints", "", "default"),
     ("controller-endpoint", "delete", "", "endpoints", "", "default"),
@@ -379,6 +383,14 @@ EXPECTED_WRITES = {
     "controller-replicaset": {
         ("apps", "replicasets/status", "update"),
         ("apps", "replicasets/finalizers", "update"),
+        ("", "pods", "create"),
+        ("", "pods", "patch"),
+        ("", "pods", "delete"),
+        ("", "events", "create"),
+    },
+    "controller-replicationcontroller": {
+        ("", "replicationcontrollers/status", "update"),
+        ("", "replicationcontrollers/finalizers", "update"),
         ("", "pods", "create"),
         ("", "pods", "patch"),
         ("", "pods", "delete"),

@@ -53,6 +53,13 @@ def test_every_controller_of_the_workspace_is_declared() -> None:
         "--replace-managed-by=endpointslice-controller.steward.io",
     )
     assert declared["replicaset"].beside_upstream is None
+    # The ReplicationController controller is the ReplicaSet controller's sync for the
+    # other kind: a second definition of the same package, alone as well.
+    assert packages["replicationcontroller"] == "replicaset"
+    assert declared["replicationcontroller"].definition == (
+        "steward.controllers.replicaset.replication:CONTROLLER"
+    )
+    assert declared["replicationcontroller"].beside_upstream is None
     assert packages["endpoint"] == "endpoints"
     assert declared["endpoint"].beside_upstream is None
     # DaemonSets have no spec.managedBy either: Steward's runs only where upstream's is off.

@@ -1,13 +1,14 @@
 """Each controller receives only what it reads: a Job's pods reach the Job controller and
 none of the controllers that do not act on Jobs, counted at both ends.
 
-All seven controllers run in this event loop against one informer of the test's own, as
+All eight controllers run in this event loop against one informer of the test's own, as
 their own identities, watching the test's namespace. A Job of three pods runs to
 completion. The Job controller (the positive control) receives its pods' changes; the
-ReplicaSet, DaemonSet and Deployment controllers (owner filters), and the Endpoints and
-EndpointSlice controllers (pods some Service selects) receive none of them, while the
-informer counts the very changes it withheld from each. The HPA controller reads pods
-through a projection (any pod may belong to a scale target), so it is not among them.
+ReplicaSet, ReplicationController, DaemonSet and Deployment controllers (owner filters),
+and the Endpoints and EndpointSlice controllers (pods some Service selects) receive none
+of them, while the informer counts the very changes it withheld from each. The HPA
+controller reads pods through a projection (any pod may belong to a scale target), so it
+is not among them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from steward.controllers.endpoints.controller import CONTROLLER as ENDPOINTS
 from steward.controllers.endpointslice.controller import CONTROLLER as ENDPOINTSLICE
 from steward.controllers.job.controller import CONTROLLER as JOB
 from steward.controllers.replicaset.controller import CONTROLLER as REPLICASET
+from steward.controllers.replicaset.replication import CONTROLLER as REPLICATIONCONTROLLER
 from steward.informer.store import ResourceTypeName
 from steward.kube import load_access
 from steward.runtime.controller import Controller, ControllerDefinition, ControllerOptions
@@ -39,7 +41,7 @@ __all__ = ["kube"]
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
 POD_TYPE = ResourceTypeName("", "v1", "pods")
-IDLE = (REPLICASET, DAEMONSET, DEPLOYMENT, ENDPOINTS, ENDPOINTSLICE)
+IDLE = (REPLICASET, REPLICATIONCONTROLLER, DAEMONSET, DEPLOYMENT, ENDPOINTS, ENDPOINTSLICE)
 """Controllers that do not act on Jobs."""
 
 

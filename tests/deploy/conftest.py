@@ -5,16 +5,16 @@ upstream's controllers of them would fight Steward's over the same objects on th
 cluster. The tests that run the services (tests/deploy/test_identities.py,
 test_rbac_mutations.py) therefore use ``apps_cluster``: a local control plane of their own
 (one for this package) whose kube-controller-manager runs without its ``replicaset``,
-``deployment``, ``endpoint``, ``daemonset``, ``horizontalpodautoscaling``,
-``garbagecollector`` and ``namespace`` controllers, as a cluster running Steward's would
-(the last two act on objects of every type: with upstream's on, a dependent would be
-collected and a namespace finalized without Steward's, whatever its rights). Nothing here
-waits for a deleted namespace to go or a dependent to be collected but the exercises of
-Steward's collector and namespace controller. Upstream's Job controller
-stays on: the Job exercise names Steward's controller in ``spec.managedBy``. So does
-upstream's ``endpointslice`` controller: Steward's writes only slices labelled as its own,
-and the EndpointSlice exercise checks that it runs beside upstream's, leaving upstream's
-slices alone.
+``replicationcontroller``, ``deployment``, ``endpoint``, ``daemonset``,
+``horizontalpodautoscaling``, ``garbagecollector`` and ``namespace`` controllers, as a
+cluster running Steward's would (the last two act on objects of every type: with
+upstream's on, a dependent would be collected and a namespace finalized without Steward's,
+whatever its rights). Nothing here waits for a deleted namespace to go or a dependent to
+be collected but the exercises of Steward's collector and namespace controller. Upstream's
+Job controller stays on: the Job exercise names Steward's controller in
+``spec.managedBy``. So does upstream's ``endpointslice`` controller: Steward's writes only
+slices labelled as its own, and the EndpointSlice exercise checks that it runs beside
+upstream's, leaving upstream's slices alone.
 
 Upstream's identity and certificate controllers are off too, Steward's taking their place
 in the RBAC mutation tests: ``serviceaccount``, ``root-ca-cert-publisher``,
@@ -78,6 +78,7 @@ APPS_CONTROLLERS = ",".join(
     [
         "*",
         "-replicaset",
+        "-replicationcontroller",
         "-deployment",
         "-endpoint",
         "-daemonset",

@@ -236,20 +236,23 @@ def run_replicaset(
     *,
     deadline: float = 120.0,
     give_up: GiveUp = _never,
+    kind: str = "ReplicaSet",
 ) -> str | None:
-    """A ReplicaSet of two adopts an orphan pod that matches its selector, creates the
-    second pod, reports both ready; scaled to one, it deletes a pod and reports one ready.
-    Its SuccessfulCreate and SuccessfulDelete Events are recorded.
+    """A ReplicaSet (or, with ``kind`` ``ReplicationController``, a ReplicationController
+    selecting by a label map) of two adopts an orphan pod that matches its selector,
+    creates the second pod, reports both ready; scaled to one, it deletes a pod and reports
+    one ready. Its SuccessfulCreate and SuccessfulDelete Events are recorded.
 
-    That uses every permission of the ReplicaSet controller's role: the ReplicaSet is read
-    fresh before adopting (replicasets get), the orphan is patched (pods patch), a pod is
-    created (pods create, with blockOwnerDeletion: replicasets/finalizers update where the
-    admission plugin checks it) and one deleted (pods delete), the status is written
-    (replicasets/status update), Events are posted.
+    That uses every permission of the ReplicaSet (ReplicationController) controller's
+    role: the owner is read fresh before adopting (replicasets get), the orphan is patched
+    (pods patch), a pod is created (pods create, with blockOwnerDeletion:
+    replicasets/finalizers update where the admission plugin checks it) and one deleted
+    (pods delete), the status is written (replicasets/status update), Events are posted.
     """
     uid = uuid.uuid4().hex[:6]
     labels = {"steward-deploy-test": uid}
-    name = f"rs-{uid}"
+    rc = kind == "ReplicationController"
+    name = f"{'rc' if rc else 'rs'}-{uid}"
     cluster.api(
         "POST",
         f"/api/v1/namespaces/{namespace}/pods",
@@ -258,24 +261,30 @@ def run_replicaset(
     )
     template = _pod("unused", labels, restart="Always")
     del template["metadata"]["name"], template["apiVersion"], template["kind"]
-    path = f"/apis/apps/v1/namespaces/{namespace}/replicasets"
+    path = _owners_path(namespace, kind)
     body = {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
+        "apiVersion": "v1" if rc else "apps/v1",
+        "kind": kind,
         "metadata": {"name": name},
-        "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": template},
+        "spec": {
+            "replicas": 2,
+            "selector": dict(labels) if rc else {"matchLabels": labels},
+            "template": template,
+        },
     }
     created = cluster.api("POST", path, body, ok=(201,))
     rs_uid = created["metadata"]["uid"]
     end = time.monotonic() + deadline
     missing = "nothing observed"
     while time.monotonic() < end and not give_up():
-        missing = _replicaset_missing(cluster, namespace, name, uid, rs_uid, 2, "SuccessfulCreate")
+        missing = _replicaset_missing(
+            cluster, namespace, name, uid, rs_uid, 2, "SuccessfulCreate", kind
+        )
         if not missing:
             break
         time.sleep(0.5)
     if missing:
-        return f"ReplicaSet {namespace}/{name} at 2 replicas: {missing}"
+        return f"{kind} {namespace}/{name} at 2 replicas: {missing}"
     scale = {
         "apiVersion": "autoscaling/v1",
         "kind": "Scale",
@@ -284,11 +293,34 @@ def run_replicaset(
     }
     cluster.api("PUT", f"{path}/{name}/scale", scale)
     while time.monotonic() < end and not give_up():
-        missing = _replicaset_missing(cluster, namespace, name, uid, rs_uid, 1, "SuccessfulDelete")
+        missing = _replicaset_missing(
+            cluster, namespace, name, uid, rs_uid, 1, "SuccessfulDelete", kind
+        )
         if not missing:
             return None
         time.sleep(0.5)
-    return f"ReplicaSet {namespace}/{name} scaled to 1: {missing}"
+    return f"{kind} {namespace}/{name} scaled to 1: {missing}"
+
+
+def run_replicationcontroller(
+    cluster: LocalCluster,
+    namespace: str,
+    *,
+    deadline: float = 120.0,
+    give_up: GiveUp = _never,
+) -> str | None:
+    """:func:`run_replicaset` with a ReplicationController: every permission of the
+    ReplicationController controller's role (replicationcontrollers get,
+    replicationcontrollers/status and /finalizers update, pods, Events)."""
+    return run_replicaset(
+        cluster, namespace, deadline=deadline, give_up=give_up, kind="ReplicationController"
+    )
+
+
+def _owners_path(namespace: str, kind: str) -> str:
+    if kind == "ReplicationController":
+        return f"/api/v1/namespaces/{namespace}/replicationcontrollers"
+    return f"/apis/apps/v1/namespaces/{namespace}/replicasets"
 
 
 def _replicaset_missing(
@@ -299,6 +331,7 @@ def _replicaset_missing(
     rs_uid: str,
     replicas: int,
     reason: str,
+    kind: str = "ReplicaSet",
 ) -> str:
     # Scaling down may delete the adopted orphan: it must be there (and adopted) before.
     orphan = cluster.api("GET", f"/api/v1/namespaces/{namespace}/pods/orphan-{uid}", ok=(200, 404))
@@ -308,7 +341,7 @@ def _replicaset_missing(
         not gone and not any(r.get("uid") == rs_uid and r.get("controller") for r in refs)
     ):
         return "the orphan pod was not adopted"
-    rs = cluster.api("GET", f"/apis/apps/v1/namespaces/{namespace}/replicasets/{name}")
+    rs = cluster.api("GET", f"{_owners_path(namespace, kind)}/{name}")
     status = rs.get("status") or {}
     generation = rs["metadata"].get("generation", 0)
     if (

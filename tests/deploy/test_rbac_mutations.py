@@ -8,7 +8,8 @@ rights: the informer serves a watch of pods to a caller with a token (so it revi
 token and the caller's access), the manager leads and registers the Job controller
 (reviewing the controller's token and its register), the Job controller runs a Job to
 completion (adoption, pods, status, Events), the ReplicaSet controller keeps a ReplicaSet's
-pods as it scales (adoption, creation, deletion, status, Events), the Endpoints controller
+pods as it scales (adoption, creation, deletion, status, Events), the ReplicationController
+controller likewise a ReplicationController's, the Endpoints controller
 keeps a Service's Endpoints (creation, update, deletion, and the Event of a refused
 creation), the EndpointSlice controller keeps a Service's EndpointSlices (creation, update
 in place, deletion, and the Event of a refused creation), the DaemonSet controller keeps a
@@ -43,11 +44,11 @@ the resource quota controller counts a pod and a ConfigMap (``count/configmaps``
 quota and gives the pod back once deleted; each controller dials the informer and the
 manager with its own projected token, so their list/watch and register rules are checked
 there. It all runs in ``apps_cluster``
-(tests/deploy/conftest.py), where upstream's ReplicaSet, Endpoints, DaemonSet,
-HorizontalPodAutoscaler, garbage collector and namespace controllers are off, and its
-identity and certificate controllers, and its node lifecycle, taint eviction, pod GC, TTL,
-TTL-after-finished and resource quota controllers (its endpointslice-controller runs
-beside Steward's).
+(tests/deploy/conftest.py), where upstream's ReplicaSet, ReplicationController, Endpoints,
+DaemonSet, HorizontalPodAutoscaler, garbage collector and namespace controllers are off,
+and its identity and certificate controllers, and its node lifecycle, taint eviction, pod
+GC, TTL, TTL-after-finished and resource quota controllers (its endpointslice-controller
+runs beside Steward's).
 The manifests are rendered with the bootstrap-tokens component (its two controllers, and the
 manager's ``--controllers`` naming them); the three controllers that hold the cluster's keys
 get them from the cluster's files (``tests/deploy/cluster_keys.py``). The exercise must then
@@ -110,6 +111,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 INFORMER, MANAGER = "steward-informer", "steward-manager"
 JOB, REPLICASET = "steward-controller-job", "steward-controller-replicaset"
+REPLICATIONCONTROLLER = "steward-controller-replicationcontroller"
 ENDPOINT, ENDPOINTSLICE = "steward-controller-endpoint", "steward-controller-endpointslice"
 DAEMONSET = "steward-controller-daemonset"
 HPA = "steward-controller-horizontalpodautoscaling"
@@ -359,6 +361,16 @@ def exercise_replicaset(bench: Bench, ident: Identity) -> tuple[str | None, Proc
     return _exercise_controller(bench, ident, REPLICASET, "replicaset", exercises.run_replicaset)
 
 
+def exercise_replicationcontroller(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
+    return _exercise_controller(
+        bench,
+        ident,
+        REPLICATIONCONTROLLER,
+        "replicationcontroller",
+        exercises.run_replicationcontroller,
+    )
+
+
 def exercise_endpoint(bench: Bench, ident: Identity) -> tuple[str | None, Process]:
     return _exercise_controller(bench, ident, ENDPOINT, "endpoint", exercises.run_endpoints)
 
@@ -411,6 +423,7 @@ EXERCISES: dict[str, Callable[[Bench, Identity], tuple[str | None, Process]]] = 
     MANAGER: exercise_manager,
     JOB: exercise_job,
     REPLICASET: exercise_replicaset,
+    REPLICATIONCONTROLLER: exercise_replicationcontroller,
     ENDPOINT: exercise_endpoint,
     ENDPOINTSLICE: exercise_endpointslice,
     DAEMONSET: exercise_daemonset,
@@ -478,7 +491,8 @@ def _discovery_granted_to_everyone(bench: Bench, ident: Identity, rule: dict[str
 
 
 def _owned_pod(ref: dict[str, Any]) -> Doc:
-    """A pod (of the Job and ReplicaSet controllers' children) owned through ``ref``."""
+    """A pod (of the Job, ReplicaSet and ReplicationController controllers' children)
+    owned through ``ref``."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -562,6 +576,7 @@ _RS_OWNER = {
     "selector": {"matchLabels": {"owner": "none"}},
     "template": _template("Always"),
 }
+_RC_OWNER = {**_RS_OWNER, "selector": {"owner": "none"}}
 # A Service without a selector: the EndpointSlice controller leaves it alone.
 _SERVICE_OWNER = {"ports": [{"port": 80}]}
 # A DaemonSet for no node (its node selector matches none).
@@ -606,6 +621,10 @@ REDUNDANT_HERE: dict[tuple[str, str], Callable[[Bench, Identity, dict[str, Any]]
     ("steward:controller:replicaset", "replicasets/finalizers"): _owner_references_not_enforced(
         "apps/v1", "ReplicaSet", _RS_OWNER
     ),
+    (
+        "steward:controller:replicationcontroller",
+        "replicationcontrollers/finalizers",
+    ): _owner_references_not_enforced("v1", "ReplicationController", _RC_OWNER),
     ("steward:controller:endpointslice", "services/finalizers"): _owner_references_not_enforced(
         "v1", "Service", _SERVICE_OWNER, _owned_slice
     ),

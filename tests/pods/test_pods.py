@@ -196,6 +196,7 @@ READY = {
     "steward-manager": 1,
     "steward-controller-job": 1,
     "steward-controller-replicaset": 1,
+    "steward-controller-replicationcontroller": 1,
     "steward-controller-deployment": 1,
     "steward-controller-endpoint": 1,
     "steward-controller-endpointslice": 1,

@@ -123,6 +123,7 @@ def owner_of(obj: MirrorObject | Mapping[str, Any], owner: Resource) -> ObjectRe
 # The types of Kubernetes' own controllers -------------------------------------------------
 PODS = Resource("", "v1", "pods", "Pod")
 SERVICES = Resource("", "v1", "services", "Service")
+REPLICATION_CONTROLLERS = Resource("", "v1", "replicationcontrollers", "ReplicationController")
 ENDPOINTS = Resource("", "v1", "endpoints", "Endpoints")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 SECRETS = Resource("", "v1", "secrets", "Secret")

@@ -1,18 +1,24 @@
-"""Fixtures of the ReplicaSet controller's tests.
+"""Fixtures of the ReplicaSet and ReplicationController controllers' tests.
 
-Upstream's ReplicaSet controller cannot be told to leave some ReplicaSets alone (they have
-no ``spec.managedBy``), so Steward's runs in a cluster of its own: ``rs_cluster`` (one per
-test package) has kube-controller-manager without its ``replicaset`` controller. Each
-test gets a fresh namespace there (``rs_namespace``), an in-process informer, and starts
-Steward's controller (``rs_controllers``) watching that namespace, as the identity
-``steward:controller:replicaset`` with only the RBAC of
-``deploy/rbac/controller-replicaset.yaml``. The session's ``cluster`` (all of upstream's
-controllers) is the reference for the differential tests. Setup and checks use admin.
+Upstream's ReplicaSet and ReplicationController controllers cannot be told to leave some
+owners alone (neither kind has ``spec.managedBy``), so Steward's run in a cluster of their
+own: ``rs_cluster`` (one per test package, shared by both kinds) has
+kube-controller-manager without its ``replicaset`` and ``replicationcontroller``
+controllers. Each test gets a fresh namespace there (``rs_namespace``), an in-process
+informer, and starts Steward's controller (``rs_controllers``, ``rc_controllers``)
+watching that namespace, as the identity ``steward:controller:replicaset`` (or
+``:replicationcontroller``) with only the RBAC of ``deploy/rbac/controller-<name>.yaml``.
+The session's ``cluster`` (all of upstream's controllers) is the reference for the
+differential tests. Setup and checks use admin.
+
+:class:`OwnerKind` (:data:`RS`, :data:`RC`) lets a test build, read and change either
+kind through the same helpers (``create_rs``, ``get_rs``, ``update_rs`` take ``owner``).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +27,7 @@ import pytest_asyncio
 
 from steward.cluster import LocalCluster
 from steward.controllers.replicaset.controller import CONTROLLER
+from steward.controllers.replicaset.replication import CONTROLLER as RC_CONTROLLER
 from steward.kube import KubeClient
 from tests.conftest import local_cluster
 from tests.controllers.harness import (
@@ -40,12 +47,16 @@ from tests.controllers.harness import (
 __all__ = ["LABELS", "Starter", "eventually", "upstream_kube", "upstream_namespace"]
 
 IDENTITY = "controller-replicaset"
+RC_IDENTITY = "controller-replicationcontroller"
 
 
 @pytest.fixture(scope="package")
 def rs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """A local control plane without upstream's ReplicaSet controller (3 kwok nodes)."""
-    yield from local_cluster(tmp_path_factory, "rs", controllers="*,-replicaset")
+    """A local control plane without upstream's ReplicaSet and ReplicationController
+    controllers (3 kwok nodes)."""
+    yield from local_cluster(
+        tmp_path_factory, "rs", controllers="*,-replicaset,-replicationcontroller"
+    )
 
 
 @pytest.fixture(scope="package")
@@ -83,20 +94,61 @@ async def rs_controllers(
         yield starter
 
 
+@pytest.fixture(scope="package")
+def rc_identity(rs_cluster: LocalCluster) -> Path:
+    """The ReplicationController controller's kubeconfig
+    (``steward:controller:replicationcontroller``)."""
+    return rs_cluster.component_kubeconfig(RC_IDENTITY)
+
+
+@pytest_asyncio.fixture
+async def rc_controllers(
+    rc_identity: Path, rs_informer: str, rs_namespace: str
+) -> AsyncIterator[Starter]:
+    """Start Steward's ReplicationController controller for the test's namespace; every
+    instance is stopped at the end."""
+    async with controllers(RC_CONTROLLER, rc_identity, rs_informer, rs_namespace) as starter:
+        yield starter
+
+
 # Objects and polling ------------------------------------------------------------------
-def rs_body(name: str, replicas: int, **spec: Any) -> dict[str, Any]:
-    """Upstream's ``newRS``: selector and template labels ``foo=bar``, one container."""
+@dataclass(frozen=True)
+class OwnerKind:
+    """How the tests write one kind of replica owner."""
+
+    kind: str
+    api_version: str
+    prefix: str
+    """The API path prefix of its group version (``/apis/apps/v1``)."""
+    plural: str
+    map_selector: bool
+    """Whether ``spec.selector`` is a plain label map (ReplicationControllers)."""
+
+    def path(self, ns: str, name: str = "") -> str:
+        return resource_path(self.prefix, ns, self.plural, name)
+
+    def selector(self, labels: dict[str, str]) -> dict[str, Any]:
+        return dict(labels) if self.map_selector else {"matchLabels": dict(labels)}
+
+
+RS = OwnerKind("ReplicaSet", "apps/v1", "/apis/apps/v1", "replicasets", map_selector=False)
+RC = OwnerKind("ReplicationController", "v1", "/api/v1", "replicationcontrollers", True)
+
+
+def rs_body(name: str, replicas: int, owner: OwnerKind = RS, **spec: Any) -> dict[str, Any]:
+    """Upstream's ``newRS`` (``newRC`` with ``owner`` :data:`RC`): selector and template
+    labels ``foo=bar``, one container."""
     pod_spec: dict[str, Any] = {"containers": [{"name": "fake-name", "image": "fakeimage"}]}
     pod_spec.update(spec.pop("pod_spec", {}))
     template_meta: dict[str, Any] = {"labels": dict(LABELS)}
     template_meta.update(spec.pop("template_meta", {}))
     return {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
+        "apiVersion": owner.api_version,
+        "kind": owner.kind,
         "metadata": {"name": name, **spec.pop("metadata", {})},
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": dict(LABELS)},
+            "selector": owner.selector(LABELS),
             "template": {"metadata": template_meta, "spec": pod_spec},
             **spec,
         },
@@ -113,23 +165,30 @@ def pod_body(name: str, **meta: Any) -> dict[str, Any]:
     }
 
 
-def rs_path(ns: str, name: str = "") -> str:
-    return resource_path("/apis/apps/v1", ns, "replicasets", name)
+def rs_path(ns: str, name: str = "", owner: OwnerKind = RS) -> str:
+    return owner.path(ns, name)
 
 
-def create_rs(kube: KubeClient, ns: str, body: dict[str, Any]) -> dict[str, Any]:
-    return kube.request("POST", rs_path(ns), body)
+def create_rs(
+    kube: KubeClient, ns: str, body: dict[str, Any], owner: OwnerKind = RS
+) -> dict[str, Any]:
+    return kube.request("POST", owner.path(ns), body)
 
 
-def get_rs(kube: KubeClient, ns: str, name: str) -> dict[str, Any]:
-    return kube.request("GET", rs_path(ns, name))
+def get_rs(kube: KubeClient, ns: str, name: str, owner: OwnerKind = RS) -> dict[str, Any]:
+    return kube.request("GET", owner.path(ns, name))
 
 
 def update_rs(
-    kube: KubeClient, ns: str, name: str, change: Callable[[dict[str, Any]], None]
+    kube: KubeClient,
+    ns: str,
+    name: str,
+    change: Callable[[dict[str, Any]], None],
+    owner: OwnerKind = RS,
 ) -> dict[str, Any]:
-    """Read, change and PUT the ReplicaSet, again on a conflict (``updateRS``)."""
-    return update(kube, rs_path(ns, name), change, f"could not update ReplicaSet {ns}/{name}")
+    """Read, change and PUT the owner, again on a conflict (``updateRS``)."""
+    what = f"could not update {owner.kind} {ns}/{name}"
+    return update(kube, owner.path(ns, name), change, what)
 
 
 def update_pod(
@@ -168,17 +227,19 @@ def stable(rs: dict[str, Any]) -> bool:
     return observed and int(st.get("replicas", 0)) == int(rs["spec"].get("replicas", 1))
 
 
-async def wait_stable_rs(kube: KubeClient, rs: dict[str, Any]) -> dict[str, Any]:
+async def wait_stable_rs(
+    kube: KubeClient, rs: dict[str, Any], owner: OwnerKind = RS
+) -> dict[str, Any]:
     """``WaitRSStable`` with the generation and replicas of ``rs`` as written."""
     ns, name = rs["metadata"]["namespace"], rs["metadata"]["name"]
     generation = rs["metadata"].get("generation", 0)
     want = rs["spec"].get("replicas", 1)
 
     def check() -> dict[str, Any] | None:
-        cur = get_rs(kube, ns, name)
+        cur = get_rs(kube, ns, name, owner)
         st = cur.get("status") or {}
         ok = st.get("observedGeneration", 0) >= generation and st.get("replicas", 0) == want
         return cur if ok else None
 
-    result: dict[str, Any] = await eventually(check, f"ReplicaSet {ns}/{name} stable")
+    result: dict[str, Any] = await eventually(check, f"{owner.kind} {ns}/{name} stable")
     return result

@@ -1,6 +1,10 @@
 """The same ReplicaSet scenarios under upstream's controller (the session ``cluster``)
 and under Steward's (``rs_cluster``): the same final status and the same pods, counted
-by who controls them and whether they are being deleted.
+by who controls them and whether they are being deleted. The same scenarios with
+ReplicationControllers compare upstream's ``replicationcontroller`` controller with
+Steward's (neither kind has ``spec.managedBy``, so the sides are two clusters for both);
+``terminating-replicas`` is for ReplicaSets only (ReplicationControllers have no
+``status.terminatingReplicas``).
 
 # Convergence
 The two sides run on different clusters, and the session cluster carries the load of
@@ -18,14 +22,20 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from steward.controllers.replicaset.controller import CONTROLLER
+from steward.controllers.replicaset.replication import CONTROLLER as RC_CONTROLLER
 from steward.kube import KubeClient
+from tests.controllers.harness import controllers
 from tests.controllers.replicaset.conftest import (
     LABELS,
-    Starter,
+    RC,
+    RS,
+    OwnerKind,
     controller_of,
     create_rs,
     eventually,
@@ -52,17 +62,17 @@ CONVERGE_WITHIN = 180.0
 _GENERATED = re.compile(r"\brs-[a-z0-9]{5}\b")
 
 
-def comparable(kube: KubeClient, ns: str) -> dict[str, Any]:
+def comparable(kube: KubeClient, ns: str, owner: OwnerKind) -> dict[str, Any]:
     """What must be identical: the status (conditions by type, status, reason and message,
     generated pod names masked), whether the generation was observed, and the pods by
-    controller (the ReplicaSet, another, none) and deletion state."""
-    rs = get_rs(kube, ns, "rs")
+    controller (the owner, another, none) and deletion state."""
+    rs = get_rs(kube, ns, "rs", owner)
     st = rs.get("status") or {}
     pods = []
     for pod in list_pods(kube, ns, ""):
         ref = controller_of(pod)
-        owner = "none" if ref is None else ref["name"] if ref["kind"] == "ReplicaSet" else "other"
-        pods.append((owner, bool(pod["metadata"].get("deletionTimestamp"))))
+        by = "none" if ref is None else ref["name"] if ref["kind"] == owner.kind else "other"
+        pods.append((by, bool(pod["metadata"].get("deletionTimestamp"))))
     return {
         "replicas": st.get("replicas", 0),
         "fullyLabeledReplicas": st.get("fullyLabeledReplicas", 0),
@@ -95,12 +105,12 @@ def _can_run(pod: dict[str, Any]) -> bool:
     )
 
 
-def unsettled(kube: KubeClient, ns: str) -> str | None:
+def unsettled(kube: KubeClient, ns: str, owner: OwnerKind) -> str | None:
     """What one side still waits for, or None once it has settled: every pod that can run
     is ready, and the ReplicaSet's status — observed generation, replicas, fully labeled,
     ready and (without minReadySeconds) available replicas — is what its pods in the API
     server say."""
-    rs = get_rs(kube, ns, "rs")
+    rs = get_rs(kube, ns, "rs", owner)
     st = rs.get("status") or {}
     if st.get("observedGeneration") != rs["metadata"]["generation"]:
         return f"generation {rs['metadata']['generation']} not observed yet"
@@ -136,27 +146,32 @@ def unsettled(kube: KubeClient, ns: str) -> str | None:
     return None
 
 
-Step = Callable[[KubeClient, str], Awaitable[None]]
+Step = Callable[[KubeClient, str, OwnerKind], Awaitable[None]]
 
 
 @dataclass
 class Scenario:
     steps: Step
     """What the test does in the namespace (the controller is running)."""
-    done: Callable[[KubeClient, str], bool]
+    done: Callable[[KubeClient, str, OwnerKind], bool]
     """When the end state is reached."""
 
 
-def _rs_stable(kube: KubeClient, ns: str) -> bool:
-    return stable(get_rs(kube, ns, "rs"))
+def _rs_stable(kube: KubeClient, ns: str, owner: OwnerKind) -> bool:
+    return stable(get_rs(kube, ns, "rs", owner))
 
 
-async def _until(kube: KubeClient, ns: str, check: Callable[[KubeClient, str], bool]) -> None:
-    await eventually(lambda: check(kube, ns), f"{check.__name__} in {ns}")
+async def _until(
+    kube: KubeClient,
+    ns: str,
+    owner: OwnerKind,
+    check: Callable[[KubeClient, str, OwnerKind], bool],
+) -> None:
+    await eventually(lambda: check(kube, ns, owner), f"{check.__name__} in {ns}")
 
 
-def _running(kube: KubeClient, ns: str) -> bool:
-    rs = get_rs(kube, ns, "rs")
+def _running(kube: KubeClient, ns: str, owner: OwnerKind) -> bool:
+    rs = get_rs(kube, ns, "rs", owner)
     pods = list_pods(kube, ns)
     return stable(rs) and all(p["status"].get("phase") == "Running" for p in pods)
 
@@ -165,43 +180,43 @@ def _set_replicas(rs: dict[str, Any], replicas: int) -> None:
     rs["spec"]["replicas"] = replicas
 
 
-async def _scale_up_and_down(kube: KubeClient, ns: str) -> None:
-    create_rs(kube, ns, rs_body("rs", 3))
-    await _until(kube, ns, _rs_stable)
+async def _scale_up_and_down(kube: KubeClient, ns: str, owner: OwnerKind) -> None:
+    create_rs(kube, ns, rs_body("rs", 3, owner), owner)
+    await _until(kube, ns, owner, _rs_stable)
     for replicas in (5, 1):
-        update_rs(kube, ns, "rs", functools.partial(_set_replicas, replicas=replicas))
-        await _until(kube, ns, _rs_stable)
+        update_rs(kube, ns, "rs", functools.partial(_set_replicas, replicas=replicas), owner)
+        await _until(kube, ns, owner, _rs_stable)
 
 
-async def _adopt_orphans(kube: KubeClient, ns: str) -> None:
+async def _adopt_orphans(kube: KubeClient, ns: str, owner: OwnerKind) -> None:
     for i in range(3):
         kube.request("POST", f"/api/v1/namespaces/{ns}/pods", pod_body(f"orphan-{i}"))
-    create_rs(kube, ns, rs_body("rs", 2))
+    create_rs(kube, ns, rs_body("rs", 2, owner), owner)
 
 
-def _two_owned(kube: KubeClient, ns: str) -> bool:
+def _two_owned(kube: KubeClient, ns: str, owner: OwnerKind) -> bool:
     pods = list_pods(kube, ns)
-    return _rs_stable(kube, ns) and len(pods) == 2 and all(controller_of(p) for p in pods)
+    return _rs_stable(kube, ns, owner) and len(pods) == 2 and all(controller_of(p) for p in pods)
 
 
-async def _release_on_label_change(kube: KubeClient, ns: str) -> None:
-    create_rs(kube, ns, rs_body("rs", 2))
-    await _until(kube, ns, _running)
+async def _release_on_label_change(kube: KubeClient, ns: str, owner: OwnerKind) -> None:
+    create_rs(kube, ns, rs_body("rs", 2, owner), owner)
+    await _until(kube, ns, owner, _running)
     name = list_pods(kube, ns)[0]["metadata"]["name"]
     update_pod(kube, ns, name, lambda p: p["metadata"].__setitem__("labels", {"foo": "baz"}))
 
 
-def _released_and_replaced(kube: KubeClient, ns: str) -> bool:
+def _released_and_replaced(kube: KubeClient, ns: str, owner: OwnerKind) -> bool:
     released = list_pods(kube, ns, "foo=baz")
     return (
-        _running(kube, ns)
+        _running(kube, ns, owner)
         and len(list_pods(kube, ns)) == 2
         and len(released) == 1
         and controller_of(released[0]) is None
     )
 
 
-async def _quota(kube: KubeClient, ns: str) -> None:
+async def _quota(kube: KubeClient, ns: str, owner: OwnerKind) -> None:
     quota = {"metadata": {"name": "quota"}, "spec": {"hard": {"pods": "2"}}}
     kube.request("POST", f"/api/v1/namespaces/{ns}/resourcequotas", quota)
     await eventually(
@@ -212,49 +227,54 @@ async def _quota(kube: KubeClient, ns: str) -> None:
         ),
         "the quota counted",
     )
-    create_rs(kube, ns, rs_body("rs", 3))
+    create_rs(kube, ns, rs_body("rs", 3, owner), owner)
 
 
-def _failing(kube: KubeClient, ns: str) -> bool:
-    st = get_rs(kube, ns, "rs").get("status") or {}
+def _failing(kube: KubeClient, ns: str, owner: OwnerKind) -> bool:
+    st = get_rs(kube, ns, "rs", owner).get("status") or {}
     conds = [c["type"] for c in st.get("conditions") or ()]
     return st.get("replicas") == 2 and conds == ["ReplicaFailure"]
 
 
-async def _min_ready(kube: KubeClient, ns: str) -> None:
-    create_rs(kube, ns, rs_body("rs", 2, minReadySeconds=3))
+async def _min_ready(kube: KubeClient, ns: str, owner: OwnerKind) -> None:
+    create_rs(kube, ns, rs_body("rs", 2, owner, minReadySeconds=3), owner)
 
 
-def _available(kube: KubeClient, ns: str) -> bool:
-    return (get_rs(kube, ns, "rs").get("status") or {}).get("availableReplicas") == 2
+def _available(kube: KubeClient, ns: str, owner: OwnerKind) -> bool:
+    return (get_rs(kube, ns, "rs", owner).get("status") or {}).get("availableReplicas") == 2
 
 
-async def _terminating(kube: KubeClient, ns: str) -> None:
-    create_rs(kube, ns, rs_body("rs", 3, pod_spec=HELD, template_meta={"finalizers": [HOLD]}))
-    await _until(kube, ns, _rs_stable)
+async def _terminating(kube: KubeClient, ns: str, owner: OwnerKind) -> None:
+    body = rs_body("rs", 3, owner, pod_spec=HELD, template_meta={"finalizers": [HOLD]})
+    create_rs(kube, ns, body, owner)
+    await _until(kube, ns, owner, _rs_stable)
     name = list_pods(kube, ns)[0]["metadata"]["name"]
     kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
 
 
-def _one_terminating(kube: KubeClient, ns: str) -> bool:
-    st = get_rs(kube, ns, "rs").get("status") or {}
-    return _rs_stable(kube, ns) and st.get("terminatingReplicas") == 1
+def _one_terminating(kube: KubeClient, ns: str, owner: OwnerKind) -> bool:
+    st = get_rs(kube, ns, "rs", owner).get("status") or {}
+    return _rs_stable(kube, ns, owner) and st.get("terminatingReplicas") == 1
 
 
-async def _fully_labeled(kube: KubeClient, ns: str) -> None:
-    create_rs(kube, ns, rs_body("rs", 2))
-    await _until(kube, ns, _running)
+async def _fully_labeled(kube: KubeClient, ns: str, owner: OwnerKind) -> None:
+    create_rs(kube, ns, rs_body("rs", 2, owner), owner)
+    await _until(kube, ns, owner, _running)
     extra = {**LABELS, "extra": "yes"}
     update_rs(
-        kube, ns, "rs", lambda r: r["spec"]["template"]["metadata"].__setitem__("labels", extra)
+        kube,
+        ns,
+        "rs",
+        lambda r: r["spec"]["template"]["metadata"].__setitem__("labels", extra),
+        owner,
     )
     name = list_pods(kube, ns)[0]["metadata"]["name"]
     update_pod(kube, ns, name, lambda p: p["metadata"].__setitem__("labels", dict(extra)))
 
 
-def _one_fully_labeled(kube: KubeClient, ns: str) -> bool:
-    st = get_rs(kube, ns, "rs").get("status") or {}
-    return _rs_stable(kube, ns) and st.get("fullyLabeledReplicas") == 1
+def _one_fully_labeled(kube: KubeClient, ns: str, owner: OwnerKind) -> bool:
+    st = get_rs(kube, ns, "rs", owner).get("status") or {}
+    return _rs_stable(kube, ns, owner) and st.get("fullyLabeledReplicas") == 1
 
 
 SCENARIOS = {
@@ -268,22 +288,51 @@ SCENARIOS = {
 }
 
 
-@pytest.mark.parametrize("name", list(SCENARIOS))
+RS_ONLY = {"terminating-replicas"}
+"""Scenarios of a status field ReplicationControllers do not have."""
+CASES = [
+    *(pytest.param(RS, name, id=f"rs-{name}") for name in SCENARIOS),
+    *(pytest.param(RC, name, id=f"rc-{name}") for name in SCENARIOS if name not in RS_ONLY),
+]
+
+
+@pytest.mark.parametrize(("owner", "name"), CASES)
 async def test_same_final_state(
+    owner: OwnerKind,
     name: str,
     upstream_kube: KubeClient,
     upstream_namespace: str,
     rs_kube: KubeClient,
     rs_namespace: str,
-    rs_controllers: Starter,
+    rs_identity: Path,
+    rc_identity: Path,
+    rs_informer: str,
 ) -> None:
     scenario = SCENARIOS[name]
-    rs_controllers.start()
+    definition, identity = (
+        (CONTROLLER, rs_identity) if owner is RS else (RC_CONTROLLER, rc_identity)
+    )
+    async with controllers(definition, identity, rs_informer, rs_namespace) as starter:
+        starter.start()
+        await _compare(
+            scenario, name, owner, upstream_kube, upstream_namespace, rs_kube, rs_namespace
+        )
+
+
+async def _compare(
+    scenario: Scenario,
+    name: str,
+    owner: OwnerKind,
+    upstream_kube: KubeClient,
+    upstream_namespace: str,
+    rs_kube: KubeClient,
+    rs_namespace: str,
+) -> None:
     sides = {"upstream": (upstream_kube, upstream_namespace), "steward": (rs_kube, rs_namespace)}
-    await asyncio.gather(*(scenario.steps(kube, ns) for kube, ns in sides.values()))
+    await asyncio.gather(*(scenario.steps(kube, ns, owner) for kube, ns in sides.values()))
     for side, (kube, ns) in sides.items():
         await eventually(
-            functools.partial(scenario.done, kube, ns),
+            functools.partial(scenario.done, kube, ns, owner),
             f"{name} done on the {side} side ({ns})",
             within=CONVERGE_WITHIN,
         )
@@ -292,9 +341,11 @@ async def test_same_final_state(
     # it waits for; two settled sides that differ fail with the difference.
     deadline = time.monotonic() + CONVERGE_WITHIN
     while True:
-        pending = {side: await asyncio.to_thread(unsettled, *at) for side, at in sides.items()}
-        upstream = await asyncio.to_thread(comparable, *sides["upstream"])
-        steward = await asyncio.to_thread(comparable, *sides["steward"])
+        pending = {
+            side: await asyncio.to_thread(unsettled, *at, owner) for side, at in sides.items()
+        }
+        upstream = await asyncio.to_thread(comparable, *sides["upstream"], owner)
+        steward = await asyncio.to_thread(comparable, *sides["steward"], owner)
         settled = not any(pending.values())
         if (settled and steward == upstream) or time.monotonic() > deadline:
             break

@@ -1,6 +1,8 @@
 """The ReplicaSet controller's pure decisions: selectors and slow start (the runtime's, as
 the ReplicaSet controller relies on them), pods from the template, status (counts,
-ReplicaFailure) and when to look again for availability."""
+ReplicaFailure) and when to look again for availability; and where a
+ReplicationController differs (its owner references, its label-map selector, its status
+without terminatingReplicas)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 import pytest
 
 from steward import selector_matches, slow_start_batches
+from steward.controllers.replicaset.kinds import REPLICA_SET, REPLICATION_CONTROLLER
 from steward.controllers.replicaset.sync import (
     BURST_REPLICAS,
     REPLICA_FAILURE,
@@ -167,3 +170,50 @@ def test_next_check_waits_for_the_first_pod_to_become_available() -> None:
     assert next_check(rs(min_ready=30), active, NOW) == pytest.approx(5.0)
     assert next_check(rs(min_ready=0), active, NOW) is None
     assert next_check(rs(min_ready=30), [pod(ready_ago=100)], NOW) is None
+
+
+def rc(replicas: int = 3) -> dict[str, Any]:
+    """A ReplicationController: :func:`rs` with a label-map selector."""
+    obj = rs(replicas)
+    obj["spec"]["selector"] = {"app": "web"}
+    return obj
+
+
+def test_a_replication_controller_is_the_pods_v1_owner() -> None:
+    (ref,) = pod_from_template(rc(), REPLICATION_CONTROLLER)["metadata"]["ownerReferences"]
+    assert (ref["apiVersion"], ref["kind"], ref["name"], ref["uid"]) == (
+        "v1",
+        "ReplicationController",
+        "web",
+        "rs-uid",
+    )
+    assert ref["controller"] is True and ref["blockOwnerDeletion"] is True
+
+
+def test_a_replication_controllers_selector_is_a_label_map() -> None:
+    selector = REPLICATION_CONTROLLER.selector(rc())
+    assert selector == {"matchLabels": {"app": "web"}}
+    assert selector_matches(selector, {"app": "web", "tier": "front"})
+    assert not selector_matches(selector, {"app": "db"})
+    # Read as a ReplicaSet's, the same map would select nothing (no matchLabels).
+    assert not selector_matches(REPLICA_SET.selector(rc()), {"app": "web"})
+    # An empty map (refused by the API server) selects nothing rather than everything.
+    empty = rc()
+    empty["spec"]["selector"] = {}
+    assert not selector_matches(REPLICATION_CONTROLLER.selector(empty), {"app": "web"})
+
+
+def test_a_replication_controllers_status_has_no_terminating_replicas() -> None:
+    status = calculate_status(rc(), [pod(ready_ago=1)], [pod()], None, NOW, REPLICATION_CONTROLLER)
+    assert status == {
+        "replicas": 1,
+        "fullyLabeledReplicas": 1,
+        "readyReplicas": 1,
+        "availableReplicas": 1,
+    }
+    written = rc()
+    written["status"] = {**status, "observedGeneration": 2}
+    again = calculate_status(
+        written, [pod(ready_ago=1)], [pod()], None, NOW, REPLICATION_CONTROLLER
+    )
+    assert status_current(written, again)

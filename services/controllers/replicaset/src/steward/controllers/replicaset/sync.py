@@ -1,8 +1,9 @@
-"""The ReplicaSet controller's decisions as pure functions: which pods match, how many to
+"""The replica controller's decisions as pure functions: which pods match, how many to
 create or delete, the pods it creates, the status it writes and when to look again.
 
 Nothing here talks to the API server; :mod:`.controller` feeds these the mirror's objects
-and performs the writes.
+and performs the writes. The owner is a ReplicaSet or a ReplicationController (a
+:class:`~.kinds.Kind` says which, where it matters); "rs" names either.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import steward
-from steward import REPLICASETS, copy_json
+from steward import copy_json
+from steward.controllers.replicaset.kinds import REPLICA_SET, Kind
 
 BURST_REPLICAS = 500
 """Most pods one sync creates or deletes (upstream's burstReplicas)."""
@@ -36,11 +38,11 @@ def scale_diff(rs: dict[str, Any], active: int) -> int:
     return max(-BURST_REPLICAS, min(BURST_REPLICAS, diff))
 
 
-def pod_from_template(rs: dict[str, Any]) -> dict[str, Any]:
-    """A new pod of the ReplicaSet: the template's labels, annotations, finalizers and
-    spec, ``generateName`` ``<name>-``, the ReplicaSet as controlling owner."""
+def pod_from_template(rs: dict[str, Any], kind: Kind = REPLICA_SET) -> dict[str, Any]:
+    """A new pod of the owner (of ``kind``): the template's labels, annotations,
+    finalizers and spec, ``generateName`` ``<name>-``, the owner as controlling owner."""
     template = (rs.get("spec") or {}).get("template") or {}
-    return steward.pods.from_template(rs, REPLICASETS, template)
+    return steward.pods.from_template(rs, kind.resource, template)
 
 
 def is_available(pod: dict[str, Any], min_ready: int, now: datetime) -> bool:
@@ -70,11 +72,12 @@ def calculate_status(
     terminating: list[dict[str, Any]],
     failure: Failure | None,
     now: datetime,
+    kind: Kind = REPLICA_SET,
 ) -> dict[str, Any]:
-    """The status the ReplicaSet should have (``observedGeneration`` is set by the
-    writer). The ``ReplicaFailure`` condition is added on a failure (reason FailedCreate
-    or FailedDelete, the error as message) unless present, and removed when a sync
-    succeeds."""
+    """The status the owner should have (``observedGeneration`` is set by the writer).
+    The ``ReplicaFailure`` condition is added on a failure (reason FailedCreate or
+    FailedDelete, the error as message) unless present, and removed when a sync
+    succeeds. ``terminatingReplicas`` only where ``kind`` has it."""
     status = copy_json(rs.get("status") or {})
     min_ready = min_ready_seconds(rs)
     fully = ready = available = 0
@@ -109,7 +112,8 @@ def calculate_status(
     status["fullyLabeledReplicas"] = fully
     status["readyReplicas"] = ready
     status["availableReplicas"] = available
-    status["terminatingReplicas"] = len(terminating)
+    if kind.terminating_replicas:
+        status["terminatingReplicas"] = len(terminating)
     return status
 
 
