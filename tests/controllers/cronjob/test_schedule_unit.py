@@ -37,14 +37,18 @@ NY = ZoneInfo("America/New_York")
 SAO_PAULO = ZoneInfo("America/Sao_Paulo")
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
+def utc(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0, micro: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, micro, tzinfo=UTC)
 
 
-def ny(*args: int, fold: int = 0) -> datetime:
+def ny(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, *, fold: int = 0
+) -> datetime:
     """A New York wall time as a UTC instant (``fold=1``: the second 1:xx of a fall-back
     day). Python never finds a fold=1 datetime equal to one of another zone."""
-    return datetime(*args, tzinfo=NY, fold=fold).astimezone(UTC)  # type: ignore[misc]
+    return datetime(year, month, day, hour, minute, tzinfo=NY, fold=fold).astimezone(UTC)
 
 
 def fires(schedule: str, when: datetime) -> bool:
