@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from steward.controllers.cronjob.schedule import (
-    NEXT_SCHEDULE_DELTA,
     EverySchedule,
     InvalidScheduleError,
     Missed,
@@ -252,7 +251,8 @@ def test_every_counts_elapsed_time_from_the_whole_second() -> None:
     every = parse("@every 1h", "America/New_York")
     start = ny(2026, 11, 1, 0, 30)
     assert every.next(start) == utc(2026, 11, 1, 5, 30)
-    assert every.next(ny(2026, 11, 1, 1, 30)) == ny(2026, 11, 1, 1, 30, fold=1)
+    zoned = datetime(2026, 11, 1, 1, 30, tzinfo=NY)  # 1:30 EDT, as a caller might pass it
+    assert every.next(zoned) == ny(2026, 11, 1, 1, 30, fold=1)
     assert every.next(utc(2026, 7, 9, 10, 0, 0, 750000)) == utc(2026, 7, 9, 11)
 
 
@@ -527,6 +527,13 @@ def test_most_recent_across_fall_back() -> None:
     assert found.time == ny(2026, 11, 1, 1, 30, fold=1)
     assert (found.missed, found.count) == (Missed.FEW, 2)
 
+    # the deadline is elapsed time too: 30 minutes before 1:10 EST is 1:40 EDT
+    every5 = parse("*/5 * * * *", "America/New_York")
+    now = datetime(2026, 11, 1, 1, 10, fold=1, tzinfo=NY)
+    found = most_recent(every5, datetime(2026, 11, 1, tzinfo=NY), now, 1800)
+    assert found.earliest == ny(2026, 11, 1, 1, 40)
+    assert (found.time, found.count) == (ny(2026, 11, 1, 1, 10, fold=1), 6)
+
 
 @pytest.mark.parametrize("schedule", ["59 23 31 2 *", "0 0 , * *"])
 def test_most_recent_invalid(schedule: str) -> None:
@@ -563,6 +570,8 @@ REQUEUE = [
     ),
     # none missed: next after the creation
     ("0 12 * * 5", THU, THU + timedelta(hours=6), 20 * 3600),
+    # lastScheduleTime ahead of now (clock skew): the schedule's time after it
+    ("0 * * * *", THU + timedelta(hours=5), THU, 6 * 3600),
     # never fires again: no requeue
     ("59 23 31 2 *", THU, THU + timedelta(hours=1), None),
 ]
@@ -580,7 +589,7 @@ def test_next_requeue(
     if seconds is None:
         assert delay is None
     else:
-        assert delay == pytest.approx(seconds + NEXT_SCHEDULE_DELTA.total_seconds())
+        assert delay == pytest.approx(seconds + 0.1)  # upstream's nextScheduleDelta
 
 
 # -- against a plain search ---------------------------------------------------------------------
