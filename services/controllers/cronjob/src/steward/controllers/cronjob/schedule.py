@@ -37,15 +37,20 @@ spring-forward day; an hourly one goes from 1:00 to 3:00), and a time that exist
 fires twice (a 1:30 daily schedule fires at 1:30 EDT and again at 1:30 EST on the
 fall-back day). Where midnight does not exist, the day is entered at the first hour
 that does. No time is searched further than five years ahead (a schedule for February 29
-after 2096-03 finds nothing, 2100 not being a leap year).
+after 2096-03 finds nothing, 2100 not being a leap year). Where a calendar day does not
+exist (Pacific/Apia skipped 2011-12-30) robfig searches forever; this search gives up.
+
+Times come back as UTC instants: Python adds, subtracts and compares datetimes of one
+``ZoneInfo`` by their wall clocks, which would take 1:30 EST for 1:30 EDT. Inputs may
+be in any zone; they are read as instants.
 
 # Missed times
 :func:`most_recent` mirrors ``mostRecentScheduleTime``: from the last schedule time (or
 the creation time), or from ``now - startingDeadlineSeconds`` when that is later, it
 finds the most recent time the schedule fired at or before ``now`` and how many times it
-fired meanwhile, estimated from the gap between the first two times (so irregular
-schedules may be over-counted, and after a long weekend a weekday schedule may report
-times missed but none to run, as upstream's). More than 100 is "too many" (upstream's
+fired meanwhile, estimated from the gap between the first two times (so an irregular
+schedule may be over-counted, and may report times missed but none to run: the search
+starts one first gap before the estimate, as upstream's). More than 100 is "too many" (upstream's
 ``TooManyMissedTimes`` Event). A schedule that does not fire twice raises
 :class:`InvalidScheduleError` (the ``InvalidSchedule`` Event).
 """
