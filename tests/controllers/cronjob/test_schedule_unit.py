@@ -631,7 +631,7 @@ def _plain_next(sets: list[list[int] | None], after: datetime) -> datetime | Non
     return None
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, database=None)
 @given(
     spec=_spec(), after=st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2090, 1, 1))
 )
