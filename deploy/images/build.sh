@@ -7,7 +7,7 @@
 # controller-clusterrole-aggregation,controller-csrapproving,controller-csrsigning,
 # controller-csrcleaner,controller-bootstrapsigner,controller-tokencleaner,
 # controller-nodelifecycle,controller-taint-eviction-controller,controller-podgc,
-# controller-ttl,controller-resourcequota}:TAG
+# controller-ttl,controller-resourcequota,controller-cronjob}:TAG
 # (TAG: the first argument, else $STEWARD_IMAGE_TAG, else dev).
 #
 #   deploy/images/build.sh [TAG] [BUILDER FLAGS...]      the default (`make images` runs it)
@@ -92,6 +92,7 @@ for target in informer manager controller-job controller-replicaset controller-d
   controller-podgc \
   controller-ttl \
   controller-resourcequota \
+  controller-cronjob \
   controller-bootstrapsigner \
   controller-tokencleaner; do
   image="${prefix}-${target}:${tag}"
