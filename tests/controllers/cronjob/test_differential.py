@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -131,7 +132,7 @@ async def both(
     """``setup`` on both sides at once, then wait for ``settled`` on each."""
     await asyncio.gather(asyncio.to_thread(setup, steward), asyncio.to_thread(setup, upstream))
     for side in (steward, upstream):
-        await eventually(lambda s=side: settled(s), f"{side.name} settled", WITHIN)
+        await eventually(partial(settled, side), f"{side.name} settled", WITHIN)
 
 
 async def same(steward: Side, upstream: Side, names: list[str], events: set[str]) -> None:
@@ -141,16 +142,19 @@ async def same(steward: Side, upstream: Side, names: list[str], events: set[str]
     for name in names:
         assert status_view(steward, name) == status_view(upstream, name), name
 
-    def recorded(side: Side) -> bool:
-        return events <= {reason for _, reason, _ in side.events()}
-
-    for side in (steward, upstream):
-        await eventually(lambda s=side: recorded(s), f"{side.name}: Events {sorted(events)}")
-
     def normalized(side: Side) -> list[tuple[str, str, str]]:
-        return sorted({e for e in side.events()})
+        return sorted(set(side.events()))
 
-    assert normalized(steward) == normalized(upstream)
+    def agreed() -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]] | None:
+        """Both sides' Events once equal and with ``events``' reasons (Events are sent in
+        the background: one side's may come later); else None."""
+        mine, theirs = normalized(steward), normalized(upstream)
+        return (mine, theirs) if mine == theirs and events <= {r for _, r, _ in mine} else None
+
+    def differ(_: Any) -> str:
+        return f"Events differ: Steward {normalized(steward)}, upstream {normalized(upstream)}"
+
+    await eventually(agreed, "the same Events", WITHIN, failure=differ)
 
 
 # Scenarios --------------------------------------------------------------------------------

@@ -180,6 +180,16 @@ def test_suspended_unknown_zone_deleting_and_unparseable_start_nothing() -> None
     assert status.events[0][2] == 'invalid timeZone: "Mars/Olympus": unknown time zone Mars/Olympus'
 
 
+def test_the_time_zone_places_the_schedule() -> None:
+    """``0 16 * * *`` in Asia/Kolkata (UTC+05:30) is 10:30 UTC: due at NOW; read in UTC
+    it would be 16:00 the day before."""
+    cj = cronjob({"lastScheduleTime": "2026-12-05T00:00:00Z"}, schedule="0 16 * * *")
+    cj["spec"]["timeZone"] = "Asia/Kolkata"
+    assert sync.decide(cj, Status.of(cj), NOW).run == datetime(2026, 12, 7, 10, 30, tzinfo=UTC)
+    del cj["spec"]["timeZone"]
+    assert sync.decide(cj, Status.of(cj), NOW).run == datetime(2026, 12, 6, 16, 0, tzinfo=UTC)
+
+
 def test_the_starting_deadline_bounds_the_search() -> None:
     """``startingDeadlineSeconds`` moves the search's start up to now minus it: the 10:30
     time is 20 s old, so a deadline of 10 s finds nothing to run (nor reports a miss: the

@@ -45,6 +45,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from prometheus_client import Histogram
+
 import steward
 from steward import (
     CRONJOBS,
@@ -75,6 +77,13 @@ QUEUE = "cronjob"
 """Upstream's work queue name."""
 WORKERS = 5
 """CronJobs synced at once (kube-controller-manager's ``--concurrent-cron-job-syncs``)."""
+
+CREATION_SKEW = Histogram(
+    "cronjob_controller_job_creation_skew_duration_seconds",
+    "Time between when a cronjob is scheduled to be run, and when the corresponding job is created",
+    buckets=[float(2**i) for i in range(10)],
+)
+"""Upstream's one metric, with its name, help text and buckets (1 s to 512 s)."""
 
 JOB_FIELDS = (
     "metadata.ownerReferences",
@@ -229,6 +238,8 @@ class CronJobReconciler:
                 return None
             log.info("cronjob %s/%s: job %s exists already", ns, name, body["metadata"]["name"])
         else:
+            made = sync.when(created["metadata"].get("creationTimestamp"))
+            CREATION_SKEW.observe((made - decision.run).total_seconds())
             status.event("Normal", "SuccessfulCreate", f"Created job {created['metadata']['name']}")
         status.add(created, decision.run)
         return sync.after_start(cronjob, status, now)
