@@ -311,3 +311,26 @@ async def test_history_limits(steward: Side, upstream: Side) -> None:
     status = status_view(steward, "kept")
     assert status["lastSuccessfulTime"] == stamp(at - 8 * hour + timedelta(minutes=5))
     await same(steward, upstream, ["kept"], {"SuccessfulDelete", "SawCompletedJob"})
+
+
+async def test_the_due_job_exists_already(steward: Side, upstream: Side) -> None:
+    """A Job of the due time's name the CronJob controls but does not list (a crash
+    between the creation and the status write) is reported (``UnexpectedJob``), then
+    taken as started: listed, ``lastScheduleTime`` set, no second Job and no
+    ``SuccessfulCreate``."""
+    at = due()
+    name = job_name("again", at)
+
+    def setup(side: Side) -> None:
+        owner = side.create_cronjob("again", schedule=hourly(at))
+        made = adopt_later(side, name, owner)
+        side.set_status("again", before(at))
+        own(side, made)
+        side.resume("again")
+
+    await both(steward, upstream, setup, lambda s: status_view(s, "again")["active"])
+    status = status_view(steward, "again")
+    assert status == {"active": [name], "lastScheduleTime": stamp(at), "lastSuccessfulTime": None}
+    assert steward.live_jobs() == [name]
+    await same(steward, upstream, ["again"], {"UnexpectedJob"})
+    assert "SuccessfulCreate" not in {r for _, r, _ in steward.events()}
