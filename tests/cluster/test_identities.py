@@ -85,8 +85,8 @@ def test_kubectl_whoami_names_the_component_in_system_monitoring(
 def test_unknown_component_has_no_kubeconfig(cluster: LocalCluster) -> None:
     known = (
         "informer, manager, controller-bootstrapsigner, controller-clusterrole-aggregation, "
-        "controller-csrapproving, controller-csrcleaner, controller-csrsigning, "
-        "controller-daemonset, controller-deployment, controller-endpoint, "
+        "controller-cronjob, controller-csrapproving, controller-csrcleaner, "
+        "controller-csrsigning, controller-daemonset, controller-deployment, controller-endpoint, "
         "controller-endpointslice, controller-garbagecollector, "
         "controller-horizontalpodautoscaling, controller-job, "
         "controller-legacy-service-account-token-cleaner, controller-namespace, "
@@ -490,6 +490,15 @@ EXPECTED_WRITES = {
     "controller-ttl-after-finished": {("batch", "jobs", "delete")},
     # Each quota's status (hard and used), nothing else.
     "controller-resourcequota": {("", "resourcequotas/status", "update")},
+    # Jobs created and deleted on the schedule; each CronJob's status (and its
+    # finalizers subresource, for the Jobs' blockOwnerDeletion); its Events.
+    "controller-cronjob": {
+        ("batch", "jobs", "create"),
+        ("batch", "jobs", "delete"),
+        ("batch", "cronjobs/status", "update"),
+        ("batch", "cronjobs/finalizers", "update"),
+        ("", "events", "create"),
+    },
     # cluster-info's signatures (that ConfigMap only).
     "controller-bootstrapsigner": {("", "configmaps", "update")},
     "controller-tokencleaner": {("", "secrets", "delete")},

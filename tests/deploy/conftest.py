@@ -87,6 +87,7 @@ APPS_CONTROLLERS = ",".join(
         "-namespace",
         *(f"-{name}" for name in IDENTITY_CONTROLLERS),
         *(f"-{name}" for name in NODE_CONTROLLERS),
+        "-cronjob",
     ]
 )
 """kube-controller-manager's ``--controllers`` in ``apps_cluster`` (``endpointslice`` on,

@@ -41,14 +41,16 @@ collector deletes the pod of a node that does not exist (marked Failed first) an
 older of two terminated pods over a threshold of one, the TTL controller annotates a new
 node, the TTL-after-finished controller deletes a Job finished with a TTL of 0 (foreground),
 the resource quota controller counts a pod and a ConfigMap (``count/configmaps``) of a new
-quota and gives the pod back once deleted; each controller dials the informer and the
-manager with its own projected token, so their list/watch and register rules are checked
-there. It all runs in ``apps_cluster``
+quota and gives the pod back once deleted; and the CronJob controller
+(``tests/deploy/cronjob_exercise.py``) syncs a CronJob due now, reporting a stray Job,
+forgetting a missing one, replacing the running one and starting the Job of the minute;
+each controller dials the informer and the manager with its own projected token, so their
+list/watch and register rules are checked there. It all runs in ``apps_cluster``
 (tests/deploy/conftest.py), where upstream's ReplicaSet, ReplicationController, Endpoints,
 DaemonSet, HorizontalPodAutoscaler, garbage collector and namespace controllers are off,
 and its identity and certificate controllers, and its node lifecycle, taint eviction, pod
-GC, TTL, TTL-after-finished and resource quota controllers (its endpointslice-controller
-runs beside Steward's).
+GC, TTL, TTL-after-finished, resource quota and CronJob controllers (its
+endpointslice-controller runs beside Steward's).
 The manifests are rendered with the bootstrap-tokens component (its two controllers, and the
 manager's ``--controllers`` naming them); the three controllers that hold the cluster's keys
 get them from the cluster's files (``tests/deploy/cluster_keys.py``). The exercise must then
@@ -85,6 +87,7 @@ from tests.deploy import exercises
 from tests.deploy import identity_exercises as identity
 from tests.deploy import node_exercises as node
 from tests.deploy.cluster_keys import KeyedLauncher
+from tests.deploy.cronjob_exercise import run_cronjob
 from tests.deploy.harness import (
     KUBECTL,
     NAMESPACE,
@@ -132,6 +135,7 @@ PODGC = "steward-controller-podgc"
 TTL = "steward-controller-ttl"
 TTL_AFTER_FINISHED = "steward-controller-ttl-after-finished"
 RESOURCEQUOTA = "steward-controller-resourcequota"
+CRONJOB = "steward-controller-cronjob"
 
 
 @dataclass
@@ -465,6 +469,7 @@ EXERCISES: dict[str, Callable[[Bench, Identity], tuple[str | None, Process]]] = 
     RESOURCEQUOTA: _identity_exercise(
         RESOURCEQUOTA, "resourcequota", node.run_resourcequota, node.RESOURCEQUOTA_ARGS
     ),
+    CRONJOB: _identity_exercise(CRONJOB, "cronjob", run_cronjob),
 }
 
 
@@ -509,6 +514,16 @@ def _owned_slice(ref: dict[str, Any]) -> Doc:
         "metadata": {"name": "owned", "ownerReferences": [ref]},
         "addressType": "IPv4",
         "endpoints": [],
+    }
+
+
+def _owned_job(ref: dict[str, Any]) -> Doc:
+    """A Job (of the CronJob controller's children) owned through ``ref``."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "owned", "ownerReferences": [ref]},
+        "spec": _JOB_OWNER,
     }
 
 
@@ -577,6 +592,12 @@ _RS_OWNER = {
     "template": _template("Always"),
 }
 _RC_OWNER = {**_RS_OWNER, "selector": {"owner": "none"}}
+# A suspended CronJob: no controller starts its Jobs.
+_CRONJOB_OWNER = {
+    "schedule": "* * * * *",
+    "suspend": True,
+    "jobTemplate": {"spec": _JOB_OWNER},
+}
 # A Service without a selector: the EndpointSlice controller leaves it alone.
 _SERVICE_OWNER = {"ports": [{"port": 80}]}
 # A DaemonSet for no node (its node selector matches none).
@@ -631,6 +652,9 @@ REDUNDANT_HERE: dict[tuple[str, str], Callable[[Bench, Identity, dict[str, Any]]
     ("steward:controller:daemonset", "daemonsets/finalizers"): _owner_references_not_enforced(
         "apps/v1", "DaemonSet", _DS_OWNER
     ),
+    ("steward:controller:cronjob", "cronjobs/finalizers"): _owner_references_not_enforced(
+        "batch/v1", "CronJob", _CRONJOB_OWNER, _owned_job
+    ),
     ("steward:controller:namespace", "* without delete"): (
         _every_namespaced_type_deletes_by_collection
     ),
@@ -656,6 +680,7 @@ SPLIT_RULES = {
     "steward:controller:ttl",
     "steward:controller:ttl-after-finished",
     "steward:controller:resourcequota",
+    "steward:controller:cronjob",
 }
 """Roles whose rules carry several verbs (or resources), each for a call of its own: those
 that name every type (``*``), and the identity, certificate, node and pod controllers',

@@ -218,6 +218,7 @@ READY = {
     "steward-controller-ttl": 1,
     "steward-controller-ttl-after-finished": 1,
     "steward-controller-resourcequota": 1,
+    "steward-controller-cronjob": 1,
 }
 """Ready pods of each component: the static core's mirror pods, one per component, and
 one pod of each other controller's Deployment."""

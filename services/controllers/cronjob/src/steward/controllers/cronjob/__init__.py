@@ -1,0 +1,1 @@
+"""Steward's cronjob controller (issue 39); for now its schedules, in :mod:`.schedule`."""
