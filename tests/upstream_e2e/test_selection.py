@@ -103,7 +103,7 @@ def test_each_spec_is_counted_in_its_area() -> None:
     auth = e2e.read_spec_list(e2e.SELECTIONS["auth"].spec_list())
     assert {e2e.area_of(n) for n in auth} == set(e2e.AUTH_AREAS)
     nodes = e2e.read_spec_list(e2e.SELECTIONS["nodes"].spec_list())
-    assert {e2e.area_of(n) for n in nodes} == {e2e.QUOTA_AREA, *e2e.NODE_AREAS, e2e.TTL_AREA}
+    assert {e2e.area_of(n) for n in nodes} == {e2e.QUOTA_AREA, *e2e.NODE_AREAS}
     assert (
         e2e.area_of(
             "[It] [sig-api-machinery] OrderedNamespaceDeletion namespace deletion should "
@@ -196,10 +196,9 @@ def test_the_auth_selection_is_the_identity_controllers_areas() -> None:
 
 
 def test_the_nodes_selection_is_the_node_pod_and_quota_controllers_areas() -> None:
-    """ResourceQuota, taint eviction, pod GC, NodeLease and TTL after finished, conformance
-    and not, in ``make e2e``, with the pod GC spec's threshold given to
-    kube-controller-manager; specs that need a feature gate, disruptive ones and other
-    ``[sig-node]`` areas stay out."""
+    """ResourceQuota, taint eviction, pod GC and NodeLease, conformance and not, in ``make
+    e2e``, with the pod GC spec's threshold given to kube-controller-manager; specs that
+    need a feature gate, disruptive ones and other ``[sig-node]`` areas stay out."""
     selection = e2e.SELECTIONS["nodes"]
     for name in [
         "[sig-api-machinery] ResourceQuota should verify ResourceQuota with terminating "
@@ -213,7 +212,6 @@ def test_the_nodes_selection_is_the_node_pod_and_quota_controllers_areas() -> No
         "[sig-node] Pod garbage collector [Feature:PodGarbageCollector] should handle the "
         "creation of 1000 pods [Slow]",
         "[sig-node] NodeLease NodeLease should have OwnerReferences set [NodeConformance]",
-        "[sig-apps] TTLAfterFinished job should be deleted once it finishes after TTL seconds",
     ]:
         assert selected(name, focus=selection.focus, skip=selection.skip), name
     for name in [

@@ -79,9 +79,6 @@ NODE_AREAS = ("NoExecuteTaintManager", "Pod garbage collector", "NodeLease")
 """The ``[sig-node]`` areas whose specs exercise the taint eviction, pod GC and node
 lifecycle controllers (``[sig-node] <area> ...``)."""
 
-TTL_AREA = "TTLAfterFinished"
-"""The ``[sig-apps]`` area of the TTL-after-finished controller's spec."""
-
 CONFORMANCE = (
     r"\[sig-apps\] (Job|Deployment|ReplicaSet|Daemon set) .*\[Conformance\]"
     r"|\[sig-network\] EndpointSlice .*\[Conformance\]"
@@ -170,13 +167,11 @@ NODES = (
     r"\[sig-api-machinery\] ResourceQuota "
     r"|\[sig-node\] "
     r"(NoExecuteTaintManager (Single Pod|Multiple Pods)|Pod garbage collector|NodeLease) "
-    r"|\[sig-apps\] TTLAfterFinished "
 )
 """Every spec of ``[sig-api-machinery] ResourceQuota``, ``[sig-node] NoExecuteTaintManager``,
-``Pod garbage collector`` and ``NodeLease``, and ``[sig-apps] TTLAfterFinished``: quota
-usage counted and replenished, pods evicted from nodes with NoExecute taints, a thousand
-failed pods collected down to the threshold, the kubelet's node Lease, and a finished
-Job deleted after its TTL. The taint specs are ``[Serial]`` (they taint a
+``Pod garbage collector`` and ``NodeLease``: quota usage counted and replenished, pods
+evicted from nodes with NoExecute taints, a thousand failed pods collected down to the
+threshold, and the kubelet's node Lease. The taint specs are ``[Serial]`` (they taint a
 real node) and the pod GC one ``[Slow]`` and ``[Feature:PodGarbageCollector]``, which
 needs kube-controller-manager's ``--terminated-pod-gc-threshold=100``
 (:data:`NODES_KCM_FLAGS`), so this selection skips neither."""
@@ -281,9 +276,9 @@ SELECTIONS = {
             "nodes",
             NODES,
             NODES_SKIP,
-            "every spec of [sig-api-machinery] ResourceQuota, [sig-node] "
-            "NoExecuteTaintManager, Pod garbage collector and NodeLease, and [sig-apps] "
-            "TTLAfterFinished but those that need a feature gate, pod GC at a threshold of 100",
+            "every spec of [sig-api-machinery] ResourceQuota and [sig-node] "
+            "NoExecuteTaintManager, Pod garbage collector and NodeLease but those that need a "
+            "feature gate, pod GC at a threshold of 100",
             kcm_flags=NODES_KCM_FLAGS,
         ),
     )
@@ -674,7 +669,6 @@ def _area_order(area: str) -> tuple[int, str]:
         *AUTH_AREAS,
         QUOTA_AREA,
         *NODE_AREAS,
-        TTL_AREA,
     )
     return (known.index(area) if area in known else len(known), area)
 
