@@ -9,6 +9,7 @@ suite's description, a space, the name) with the regexps the runner hands it (RE
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,8 @@ def test_each_spec_is_counted_in_its_area() -> None:
     assert {e2e.area_of(n) for n in auth} == set(e2e.AUTH_AREAS)
     nodes = e2e.read_spec_list(e2e.SELECTIONS["nodes"].spec_list())
     assert {e2e.area_of(n) for n in nodes} == {e2e.QUOTA_AREA, *e2e.NODE_AREAS}
+    workloads = e2e.read_spec_list(e2e.SELECTIONS["workloads"].spec_list())
+    assert {e2e.area_of(n) for n in workloads} == set(e2e.WORKLOAD_AREAS)
     assert (
         e2e.area_of(
             "[It] [sig-api-machinery] OrderedNamespaceDeletion namespace deletion should "
@@ -174,55 +177,90 @@ def test_the_apimachinery_selection_runs_its_serial_specs() -> None:
     assert "apimachinery" in e2e.DEFAULT_SELECTIONS
 
 
-def test_the_auth_selection_is_the_identity_controllers_areas() -> None:
-    """ServiceAccounts and the Certificates API, conformance and not, in ``make e2e``;
-    feature-gated specs and other ``[sig-auth]`` areas stay out."""
-    selection = e2e.SELECTIONS["auth"]
-    for name in [
-        "[sig-auth] ServiceAccounts should guarantee kube-root-ca.crt exist in any namespace "
-        "[Conformance]",
-        "[sig-auth] ServiceAccounts no secret-based service account token should be auto-generated",
-        "[sig-auth] Certificates API [Privileged:ClusterAdmin] should support building a "
-        "client with a CSR",
-    ]:
-        assert selected(name, focus=selection.focus, skip=selection.skip), name
-    for name in [
-        "[sig-auth] ServiceAccounts should x [FeatureGate:SomeGate]",
-        "[sig-auth] SubjectReview should support SubjectReview API operations [Conformance]",
-        "[sig-auth] ServiceAccounts should y [Feature:SomeFeature]",
-    ]:
-        assert not selected(name, focus=selection.focus, skip=selection.skip), name
-    assert "auth" in e2e.DEFAULT_SELECTIONS
+@dataclass(frozen=True)
+class Expected:
+    """What one selection must and must not take."""
+
+    takes: tuple[str, ...]
+    leaves: tuple[str, ...]
+    kcm_flags: tuple[str, ...] = ()
 
 
-def test_the_nodes_selection_is_the_node_pod_and_quota_controllers_areas() -> None:
-    """ResourceQuota, taint eviction, pod GC and NodeLease, conformance and not, in ``make
-    e2e``, with the pod GC spec's threshold given to kube-controller-manager; specs that
-    need a feature gate, disruptive ones and other ``[sig-node]`` areas stay out."""
-    selection = e2e.SELECTIONS["nodes"]
-    for name in [
-        "[sig-api-machinery] ResourceQuota should verify ResourceQuota with terminating "
-        "scopes. [Conformance]",
-        "[sig-api-machinery] ResourceQuota [Feature:PodPriority] should verify "
-        "ResourceQuota's priority class scope (quota set to pod count: 1) against a pod "
-        "with same priority class.",
-        "[sig-node] NoExecuteTaintManager Single Pod evicts pods from tainted nodes [Serial]",
-        "[sig-node] NoExecuteTaintManager Multiple Pods only evicts pods without "
-        "tolerations from tainted nodes [Serial]",
-        "[sig-node] Pod garbage collector [Feature:PodGarbageCollector] should handle the "
-        "creation of 1000 pods [Slow]",
-        "[sig-node] NodeLease NodeLease should have OwnerReferences set [NodeConformance]",
-    ]:
-        assert selected(name, focus=selection.focus, skip=selection.skip), name
-    for name in [
-        "[sig-api-machinery] ResourceQuota should x [FeatureGate:SomeGate]",
-        "[sig-node] NoExecuteTaintManager Single Pod x [Disruptive] [Serial]",
-        "[sig-node] Pods should x [NodeConformance]",
-        "[sig-node] Taints x [Serial]",
-    ]:
-        assert not selected(name, focus=selection.focus, skip=selection.skip), name
-    assert selection.kcm_flags == ("--terminated-pod-gc-threshold=100",)
-    assert "nodes" in e2e.DEFAULT_SELECTIONS
+EXPECTED = {
+    # ServiceAccounts and the Certificates API, conformance and not; feature-gated specs
+    # and other [sig-auth] areas stay out.
+    "auth": Expected(
+        takes=(
+            "[sig-auth] ServiceAccounts should guarantee kube-root-ca.crt exist in any "
+            "namespace [Conformance]",
+            "[sig-auth] ServiceAccounts no secret-based service account token should be "
+            "auto-generated",
+            "[sig-auth] Certificates API [Privileged:ClusterAdmin] should support building a "
+            "client with a CSR",
+        ),
+        leaves=(
+            "[sig-auth] ServiceAccounts should x [FeatureGate:SomeGate]",
+            "[sig-auth] SubjectReview should support SubjectReview API operations [Conformance]",
+            "[sig-auth] ServiceAccounts should y [Feature:SomeFeature]",
+        ),
+    ),
+    # ResourceQuota, taint eviction, pod GC and NodeLease, conformance and not, with the
+    # pod GC spec's threshold; feature-gated, disruptive and other [sig-node] specs out.
+    "nodes": Expected(
+        takes=(
+            "[sig-api-machinery] ResourceQuota should verify ResourceQuota with terminating "
+            "scopes. [Conformance]",
+            "[sig-api-machinery] ResourceQuota [Feature:PodPriority] should verify "
+            "ResourceQuota's priority class scope (quota set to pod count: 1) against a pod "
+            "with same priority class.",
+            "[sig-node] NoExecuteTaintManager Single Pod evicts pods from tainted nodes [Serial]",
+            "[sig-node] NoExecuteTaintManager Multiple Pods only evicts pods without "
+            "tolerations from tainted nodes [Serial]",
+            "[sig-node] Pod garbage collector [Feature:PodGarbageCollector] should handle the "
+            "creation of 1000 pods [Slow]",
+            "[sig-node] NodeLease NodeLease should have OwnerReferences set [NodeConformance]",
+        ),
+        leaves=(
+            "[sig-api-machinery] ResourceQuota should x [FeatureGate:SomeGate]",
+            "[sig-node] NoExecuteTaintManager Single Pod x [Disruptive] [Serial]",
+            "[sig-node] Pods should x [NodeConformance]",
+            "[sig-node] Taints x [Serial]",
+        ),
+        kcm_flags=("--terminated-pod-gc-threshold=100",),
+    ),
+    # CronJob, ReplicationController and TTLAfterFinished, conformance, slow and not; the
+    # cloud provider's spec, feature-gated ones and other [sig-apps] areas stay out.
+    "workloads": Expected(
+        takes=(
+            "[sig-apps] CronJob should not schedule jobs when suspended [Conformance] [Slow]",
+            "[sig-apps] CronJob should support timezone",
+            "[sig-apps] ReplicationController should adopt matching pods on creation [Conformance]",
+            "[sig-apps] TTLAfterFinished job should be deleted once it finishes after TTL seconds",
+        ),
+        leaves=(
+            "[sig-apps] ReplicationController should serve a basic image on each replica "
+            "with a private image [Provider:gce]",
+            "[sig-apps] CronJob should x [FeatureGate:SomeGate]",
+            "[sig-apps] StatefulSet Basic StatefulSet functionality should x [Conformance]",
+            "[sig-apps] ReplicaSet should x [Conformance]",
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_a_controllers_selection_takes_its_areas_and_no_other(name: str) -> None:
+    """Each selection of Steward's controllers' areas is in ``make e2e``, takes its
+    areas' specs, conformance and not, and leaves out what needs a feature gate, breaks
+    the cluster, or belongs to another area; with the kube-controller-manager flags its
+    specs need."""
+    selection, expected = e2e.SELECTIONS[name], EXPECTED[name]
+    for spec in expected.takes:
+        assert selected(spec, focus=selection.focus, skip=selection.skip), spec
+    for spec in expected.leaves:
+        assert not selected(spec, focus=selection.focus, skip=selection.skip), spec
+    assert selection.kcm_flags == expected.kcm_flags
+    assert name in e2e.DEFAULT_SELECTIONS
 
 
 def test_the_table_lists_the_areas_in_order() -> None:

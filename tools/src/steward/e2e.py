@@ -79,6 +79,10 @@ NODE_AREAS = ("NoExecuteTaintManager", "Pod garbage collector", "NodeLease")
 """The ``[sig-node]`` areas whose specs exercise the taint eviction, pod GC and node
 lifecycle controllers (``[sig-node] <area> ...``)."""
 
+WORKLOAD_AREAS = ("CronJob", "ReplicationController", "TTLAfterFinished")
+"""The ``[sig-apps]`` areas of the CronJob, ReplicationController and TTL-after-finished
+controllers (``[sig-apps] <area> ...``)."""
+
 CONFORMANCE = (
     r"\[sig-apps\] (Job|Deployment|ReplicaSet|Daemon set) .*\[Conformance\]"
     r"|\[sig-network\] EndpointSlice .*\[Conformance\]"
@@ -182,6 +186,19 @@ NODES_SKIP = r"\[Disruptive\]|\[Flaky\]|\[FeatureGate:[^\]]+\]"
 NODES_KCM_FLAGS = ("--terminated-pod-gc-threshold=100",)
 """The pod GC spec's setting, as upstream's job that runs it gives kube-controller-manager."""
 
+WORKLOADS = r"\[sig-apps\] (" + "|".join(WORKLOAD_AREAS) + ") "
+"""Every spec of ``[sig-apps] CronJob``, ``ReplicationController`` and
+``TTLAfterFinished``: Jobs made on schedule (concurrency policies, suspend, history
+limits, time zones, missed schedules), pods kept by a ReplicationController (adoption,
+release, a quota's failure condition, scale), and a finished Job deleted after its TTL.
+Two CronJob specs are ``[Slow]`` (each watches a minute's schedule for several minutes)."""
+
+WORKLOADS_SKIP = (
+    r"\[Disruptive\]|\[Flaky\]|\[Feature:[^\]]+\]|\[FeatureGate:[^\]]+\]|\[Provider:[^\]]+\]"
+)
+"""Left out of :data:`WORKLOADS`: specs that need a feature gate or a cloud provider (the
+ReplicationController's private image on GCE)."""
+
 
 SERIAL_ELSEWHERE = (
     r"\[sig-" + _none_of([f"apps] {area} " for area in SERIAL_AREAS]) + r".*\[Serial\]"
@@ -281,11 +298,26 @@ SELECTIONS = {
             "feature gate, pod GC at a threshold of 100",
             kcm_flags=NODES_KCM_FLAGS,
         ),
+        Selection(
+            "workloads",
+            WORKLOADS,
+            WORKLOADS_SKIP,
+            "every spec of [sig-apps] CronJob, ReplicationController and TTLAfterFinished but "
+            "those that need a feature gate or a cloud provider",
+        ),
     )
 }
 """The named selections (``--selection``), each with its spec list."""
 
-DEFAULT_SELECTIONS = ("conformance", "network", "autoscaling", "apimachinery", "auth", "nodes")
+DEFAULT_SELECTIONS = (
+    "conformance",
+    "network",
+    "autoscaling",
+    "apimachinery",
+    "auth",
+    "nodes",
+    "workloads",
+)
 """What ``make e2e`` runs, one after the other (a cluster per side for each)."""
 
 PASSED, FAILED, NOT_RUNNABLE, NOT_RUN = "passed", "failed", "not runnable", "not run"
@@ -324,8 +356,8 @@ class Side:
 
 def area_of(name: str) -> str:
     """The area of a spec: one of :data:`AREAS`, :data:`APIMACHINERY_AREAS`,
-    :data:`AUTH_AREAS`, :data:`QUOTA_AREA` or :data:`NODE_AREAS` (some are more than one
-    word), :data:`HPA_AREA` for the HPA specs, else the first word after
+    :data:`AUTH_AREAS`, :data:`QUOTA_AREA`, :data:`NODE_AREAS` or :data:`WORKLOAD_AREAS`
+    (some are more than one word), :data:`HPA_AREA` for the HPA specs, else the first word after
     ``[sig-apps]`` or ``[sig-network]`` (:data:`NETWORK_AREAS`), else ``other``."""
     for area in AREAS:
         if f"[sig-apps] {area} " in name:
@@ -340,6 +372,9 @@ def area_of(name: str) -> str:
         return QUOTA_AREA
     for area in NODE_AREAS:
         if f"[sig-node] {area} " in name:
+            return area
+    for area in WORKLOAD_AREAS:
+        if f"[sig-apps] {area} " in name:
             return area
     if "[sig-autoscaling] [Feature:HPA] " in name:
         return HPA_AREA
@@ -669,6 +704,7 @@ def _area_order(area: str) -> tuple[int, str]:
         *AUTH_AREAS,
         QUOTA_AREA,
         *NODE_AREAS,
+        *WORKLOAD_AREAS,
     )
     return (known.index(area) if area in known else len(known), area)
 
