@@ -27,7 +27,7 @@ import datetime
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from steward.cluster import LocalCluster
+from steward.cluster import LocalCluster, binaries
+from steward.cluster.process import spawn, stop
+from steward.cluster.progress import Progress
 from steward.controllers.certificates.approving import CONTROLLER as APPROVING
 from steward.controllers.certificates.cleaner import CONTROLLER as CLEANER
 from steward.controllers.certificates.signing import CONTROLLER as SIGNING
@@ -407,10 +409,12 @@ def snapshot(csr: dict[str, Any], ca: x509.Certificate) -> Snapshot:
 # Scenarios ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Material:
-    """What a scenario makes on either side: names and requests, made once."""
+    """What a scenario makes on either side: names, requests and the certificates a test
+    writes as a signer would, made once."""
 
     suffix: str
     requests: dict[str, bytes]
+    certificates: dict[str, bytes] = field(default_factory=dict)
 
 
 Scenario = Callable[[KubeClient, x509.Certificate, Material], Awaitable[dict[str, Snapshot]]]
@@ -635,3 +639,174 @@ SCENARIOS: dict[str, tuple[Callable[[str], Material], Scenario]] = {
     "approved_by_admin": (client_material, approved_by_admin),
 }
 """Each scenario: what it makes (of the test's suffix) and what it does with it."""
+
+
+# The cleaner against upstream's -----------------------------------------------------------
+CUSTOM_SIGNER = "example.com/steward-test"
+"""A signer no controller signs for: the test plays the signer."""
+HOUR = datetime.timedelta(hours=1)
+RECENT = datetime.timedelta(minutes=30)
+"""How long ago a condition that must not count yet was updated (far from any deadline,
+so that Steward's cleaner, which looks again at each CSR's deadline, does not reach it
+during the test either)."""
+
+CLEANER_CASES: dict[str, tuple[tuple[str, datetime.timedelta, str], ...]] = {
+    # Upstream's rules in its order: a case past the rule's deadline and one short of it.
+    "approved-issued-old": (("Approved", 2 * HOUR, "approval"), ("cert", HOUR, "valid")),
+    "approved-issued-recent": (("Approved", RECENT, "approval"), ("cert", HOUR, "valid")),
+    "denied-old": (("Denied", 2 * HOUR, "approval"),),
+    "denied-recent": (("Denied", RECENT, "approval"),),
+    "failed-old": (("Failed", 2 * HOUR, "status"),),
+    "failed-recent": (("Failed", RECENT, "status"),),
+    "approved-failed-old": (("Approved", RECENT, "approval"), ("Failed", 2 * HOUR, "status")),
+    # Pending for more than 24 h cannot be made: creationTimestamp is the server's.
+    "pending": (),
+    "expired": (("Approved", datetime.timedelta(0), "approval"), ("cert", HOUR, "expired")),
+    "approved-unissued-old": (("Approved", 25 * HOUR, "approval"),),
+    "approved-unissued-recent": (("Approved", 2 * HOUR, "approval"),),
+}
+"""Each CSR of the cleaner's scenario: its conditions (type, how long ago updated,
+through which subresource) and the certificate a test-played signer writes
+(``valid``: for two days; ``expired``: a minute ago), in order. Every request is of
+:data:`CUSTOM_SIGNER`, so no approver or signer on either side touches it."""
+CLEANED = frozenset(
+    {
+        "approved-issued-old",
+        "denied-old",
+        "failed-old",
+        "approved-failed-old",
+        "expired",
+        "approved-unissued-old",
+    }
+)
+"""The cases upstream's rules delete (what a side is waited on for, then checked)."""
+
+
+def cleaner_material(suffix: str) -> Material:
+    key = ec_key()
+    now = datetime.datetime.now(datetime.UTC)
+    return Material(
+        suffix,
+        {case: request_pem(key, f"someone-{case}") for case in CLEANER_CASES},
+        {
+            "valid": self_signed(key, "x", now - HOUR, now + 48 * HOUR),
+            "expired": self_signed(key, "x", now - 3 * HOUR, now - datetime.timedelta(minutes=1)),
+        },
+    )
+
+
+def cleaner_snapshot(csr: dict[str, Any]) -> Snapshot:
+    """What a remaining CSR holds, comparable across two clusters: its spec but for who
+    made it (each cluster's admin), its conditions without their times (set relative to
+    the moment each side wrote them), its certificate (the same bytes on both sides)."""
+    spec = {
+        k: v
+        for k, v in (csr.get("spec") or {}).items()
+        if k not in ("username", "uid", "groups", "extra")
+    }
+    status = csr.get("status") or {}
+    return {
+        "spec": spec,
+        "conditions": conditions(csr),
+        "certificate": status.get("certificate", ""),
+        "labels": csr["metadata"].get("labels") or {},
+        "annotations": csr["metadata"].get("annotations") or {},
+        "finalizers": csr["metadata"].get("finalizers") or [],
+    }
+
+
+async def make_cleaner_cases(kube: KubeClient, m: Material) -> dict[str, str]:
+    """The CSRs of :data:`CLEANER_CASES` on one side; their names by case."""
+    names = {case: f"csr-clean-{case}-{m.suffix}" for case in CLEANER_CASES}
+
+    async def make(case: str) -> None:
+        body = csr_body(names[case], m.requests[case], CUSTOM_SIGNER, ["client auth"])
+        await call(kube, "POST", CSR_PATH, body)
+        for kind, age, how in CLEANER_CASES[case]:
+            if kind == "cert":
+                await set_certificate(kube, names[case], m.certificates[how])
+            else:
+                await add_condition(kube, names[case], kind, updated=ago(age), subresource=how)
+
+    await asyncio.gather(*(make(case) for case in CLEANER_CASES))
+    return names
+
+
+async def after_cleaning(
+    kube: KubeClient, m: Material, cleaner: contextlib.AbstractAsyncContextManager[Any]
+) -> dict[str, Snapshot | None]:
+    """The cases made, then ``cleaner`` started (upstream's sweeps at its start); once the
+    cases upstream's rules delete are gone (or :data:`WITHIN` has passed) and nothing
+    else went for two seconds more, each case's :func:`cleaner_snapshot` (None: deleted).
+    The CSRs left are deleted at the end."""
+    names = await make_cleaner_cases(kube, m)
+    try:
+        async with cleaner:
+
+            def swept() -> bool:
+                return all(get_csr(kube, names[case]) is None for case in CLEANED)
+
+            with contextlib.suppress(AssertionError, pytest.fail.Exception):
+                await eventually(swept, "the sweep", WITHIN)
+            remaining = {case for case in names if get_csr(kube, names[case]) is not None}
+            await stays(
+                lambda: all(get_csr(kube, names[case]) is not None for case in remaining),
+                "the CSRs left by the sweep",
+                2.0,
+            )
+            found: dict[str, Snapshot | None] = {}
+            for case, name in names.items():
+                csr = get_csr(kube, name)
+                found[case] = None if csr is None else cleaner_snapshot(csr)
+            return found
+    finally:
+        for name in names.values():
+            delete_csr(kube, name)
+
+
+@contextlib.asynccontextmanager
+async def upstream_cleaner(plane: LocalCluster, log: Path) -> AsyncIterator[None]:
+    """kube-controller-manager running only ``csrcleaner`` on ``plane``, started now and
+    stopped after the block: upstream's cleaner lists every CSR when it starts (then
+    hourly). It runs as the plane's admin, without serving or leader election, and
+    starts its controllers 2 to 4 s after its informers
+    (``--controller-start-interval``): upstream's cleaner does not wait for its informer's
+    first list, which would otherwise race the sweep at its start."""
+    binary = binaries.resolve(["kube-controller-manager"], out=Progress(quiet=True))
+    argv = [
+        str(binary["kube-controller-manager"]),
+        f"--kubeconfig={plane.kubeconfig}",
+        "--controllers=csrcleaner",
+        "--leader-elect=false",
+        "--secure-port=0",
+        "--controller-start-interval=2s",
+        "--v=2",
+    ]
+    _, record = spawn("kube-controller-manager-csrcleaner", argv, log, die_with_parent=True)
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(stop, [record])
+
+
+@contextlib.asynccontextmanager
+async def steward_cleaner(plane: LocalCluster) -> AsyncIterator[None]:
+    """Steward's csrcleaner alone on ``plane``, as its own identity, started now."""
+    async with (
+        in_loop_informer(plane) as informer,
+        controllers(
+            CLEANER, plane.component_kubeconfig("controller-csrcleaner"), informer, workers=1
+        ) as cleaner,
+    ):
+        cleaner.start()
+        yield
+
+
+def expect_cleaned(found: dict[str, Snapshot | None]) -> None:
+    """What upstream's rules fix of :func:`after_cleaning`, on either side."""
+    assert {case for case, snap in found.items() if snap is None} == CLEANED
+    for case, snap in found.items():
+        if snap is not None:
+            assert len(snap["conditions"]) == len(
+                [c for c in CLEANER_CASES[case] if c[0] != "cert"]
+            )
