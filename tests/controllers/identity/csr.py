@@ -480,6 +480,58 @@ async def kubelet_bootstrap(
                 delete_csr(kube, name)
 
 
+def granted_later_material(suffix: str) -> Material:
+    return Material(
+        suffix,
+        {
+            "node": request_pem(ec_key(), f"system:node:later-{suffix}", ("system:nodes",)),
+            "self": request_pem(ec_key(), f"system:node:self-later-{suffix}", ("system:nodes",)),
+        },
+    )
+
+
+async def granted_later(kube: KubeClient, ca: x509.Certificate, m: Material) -> dict[str, Snapshot]:
+    """A bootstrapping kubelet and a node ask for client certificates while allowed to
+    create CSRs but neither ``nodeclient`` nor ``selfnodeclient``: the reviews say no and
+    both stay pending (upstream's approver retries them with backoff; no change of the CSR
+    follows). Then bindings grant the two permissions: both are approved (each with its
+    recognizer's message) and issued, with nothing else done to the CSRs."""
+    s = m.suffix
+    boot_user, boot_group = f"system:bootstrap:later-{s}", f"system:bootstrappers:later-{s}"
+    node_user = f"system:node:self-later-{s}"
+    names = {k: f"csr-later-{k}-{s}" for k in m.requests}
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(
+            bound(kube, f"csr-later-boot-create-{s}", BOOTSTRAPPER_ROLE, group=boot_group)
+        )
+        stack.enter_context(
+            bound(kube, f"csr-later-self-create-{s}", BOOTSTRAPPER_ROLE, user=node_user)
+        )
+        try:
+            body = csr_body(names["node"], m.requests["node"], KUBELET_CLIENT, CLIENT_USAGES)
+            await create_as(kube, body, boot_user, boot_group)
+            body = csr_body(names["self"], m.requests["self"], KUBELET_CLIENT, CLIENT_USAGES)
+            await create_as(kube, body, node_user, "system:nodes")
+            await stays(
+                lambda: not any(condition_types(get_csr(kube, n)) for n in names.values()),
+                "both requests pending while the reviews say no",
+                2.0,
+            )
+            found = {f"{k}-refused": snapshot(get_csr(kube, n) or {}, ca) for k, n in names.items()}
+            stack.enter_context(
+                bound(kube, f"csr-later-boot-nodeclient-{s}", NODECLIENT_ROLE, group=boot_group)
+            )
+            stack.enter_context(
+                bound(kube, f"csr-later-self-client-{s}", SELFNODECLIENT_ROLE, user=node_user)
+            )
+            for k, name in names.items():
+                found[k] = snapshot(await until_issued(kube, name), ca)
+            return found
+        finally:
+            for name in names.values():
+                delete_csr(kube, name)
+
+
 def client_material(suffix: str) -> Material:
     return Material(
         suffix,
@@ -627,8 +679,20 @@ def expect_approved_by_admin(found: dict[str, Snapshot]) -> None:
     assert found["all-sans"]["certificate"]["lifetime_seconds"] == 7200 + 300
 
 
+def expect_granted_later(found: dict[str, Snapshot]) -> None:
+    """What upstream's semantics fix of :func:`granted_later`, on either side."""
+    message = "Auto approving {}kubelet client certificate after SubjectAccessReview."
+    assert found["node-refused"] == found["self-refused"] == {"conditions": []}
+    assert found["node"]["conditions"] == [("Approved", "True", "AutoApproved", message.format(""))]
+    assert found["self"]["conditions"] == [
+        ("Approved", "True", "AutoApproved", message.format("self "))
+    ]
+    assert found["node"]["certificate"]["verified_by_ca"]
+
+
 EXPECTED: dict[str, Callable[[dict[str, Snapshot]], None]] = {
     "kubelet_bootstrap": expect_kubelet_bootstrap,
+    "granted_later": expect_granted_later,
     "approved_by_admin": expect_approved_by_admin,
 }
 """Checks of each scenario's snapshots that hold on either side (so that two sides
@@ -637,6 +701,7 @@ agreeing on nothing happening fails)."""
 SCENARIOS: dict[str, tuple[Callable[[str], Material], Scenario]] = {
     "kubelet_bootstrap": (kubelet_bootstrap_material, kubelet_bootstrap),
     "approved_by_admin": (client_material, approved_by_admin),
+    "granted_later": (granted_later_material, granted_later),
 }
 """Each scenario: what it makes (of the test's suffix) and what it does with it."""
 
