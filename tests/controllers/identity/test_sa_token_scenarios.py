@@ -4,6 +4,8 @@ with their service account, and a deleted token's name removed from its account.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from steward.cluster import LocalCluster
@@ -40,12 +42,26 @@ __all__ = [
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
+KEY_FLAG = "--service-account-private-key-file="
+NO_KEY = "Controller is disabled because there is no private key"
+"""What kube-controller-manager logs when it leaves its tokens controller out."""
+
 
 async def test_nothing_else_populates_tokens_here(
-    id_kube: KubeClient, token_namespace: str
+    id_cluster: LocalCluster, id_kube: KubeClient, token_namespace: str
 ) -> None:
     """The control: without Steward's controller, no one in ``id_cluster`` populates a
-    token Secret (so the other tests see Steward's work alone)."""
+    token Secret (so the other tests see Steward's work alone). kube-controller-manager
+    there has no signing key and said it leaves its tokens controller out (the window
+    below alone would not show it: upstream's can take seconds after the plane is up)."""
+    kcm = next(p for p in id_cluster.state.processes if p.name == "kube-controller-manager")
+    assert not [a for a in kcm.argv if a.startswith(KEY_FLAG) and a != KEY_FLAG], kcm.argv
+    said = await eventually(
+        lambda: NO_KEY in Path(kcm.log).read_text(errors="replace"),
+        "the tokens controller out",
+        30.0,
+    )
+    assert said
     ns = token_namespace
     create(id_kube, ns, "serviceaccounts", service_account("idle"))
     create(id_kube, ns, "secrets", token_secret("idle-token", "idle"))
