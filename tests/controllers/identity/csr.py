@@ -39,9 +39,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from steward.cluster import LocalCluster, binaries
-from steward.cluster.process import spawn, stop
-from steward.cluster.progress import Progress
+from steward.cluster import LocalCluster
 from steward.controllers.certificates.approving import CONTROLLER as APPROVING
 from steward.controllers.certificates.cleaner import CONTROLLER as CLEANER
 from steward.controllers.certificates.signing import CONTROLLER as SIGNING
@@ -54,6 +52,7 @@ from tests.controllers.harness import (
     stays,
     upstream_kube,
 )
+from tests.controllers.identity.kcm import controller_manager
 
 __all__ = ["Starter", "eventually", "stays", "upstream_kube"]
 
@@ -831,27 +830,17 @@ async def after_cleaning(
 
 @contextlib.asynccontextmanager
 async def upstream_cleaner(plane: LocalCluster, log: Path) -> AsyncIterator[None]:
-    """kube-controller-manager running only ``csrcleaner`` on ``plane``, started now and
-    stopped after the block: upstream's cleaner lists every CSR when it starts (then
-    hourly). It runs as the plane's admin, without serving or leader election, and
-    starts its controllers 2 to 4 s after its informers
-    (``--controller-start-interval``): upstream's cleaner does not wait for its informer's
-    first list, which would otherwise race the sweep at its start."""
-    binary = binaries.resolve(["kube-controller-manager"], out=Progress(quiet=True))
-    argv = [
-        str(binary["kube-controller-manager"]),
-        f"--kubeconfig={plane.kubeconfig}",
-        "--controllers=csrcleaner",
-        "--leader-elect=false",
-        "--secure-port=0",
-        "--controller-start-interval=2s",
-        "--v=2",
-    ]
-    _, record = spawn("kube-controller-manager-csrcleaner", argv, log, die_with_parent=True)
+    """Upstream's csrcleaner alone on ``plane`` (:func:`controller_manager`), started now
+    and stopped after the block: it lists every CSR when it starts (then hourly). Its
+    controllers start 2 to 4 s after its informers (``--controller-start-interval``):
+    upstream's cleaner does not wait for its informer's first list, which would
+    otherwise race the sweep at its start."""
+    manager = controller_manager(plane, "csrcleaner", log, "--controller-start-interval=2s")
+    manager.__enter__()  # here: the process dies with the thread that started it
     try:
         yield
     finally:
-        await asyncio.to_thread(stop, [record])
+        await asyncio.to_thread(manager.__exit__, None, None, None)
 
 
 @contextlib.asynccontextmanager
