@@ -10,8 +10,9 @@ import asyncio
 
 import pytest
 
+from steward import SECRETS
 from steward.kube import KubeClient
-from tests.controllers.harness import Starter, eventually, stays
+from tests.controllers.harness import Running, Starter, eventually, stays
 from tests.controllers.identity.satokens import (
     WITHIN,
     cleaner_controllers,
@@ -41,6 +42,12 @@ LAST_USED = "kubernetes.io/legacy-token-last-used"
 LONG_AGO = {LAST_USED: "2020-01-01"}
 
 
+def mirrored_label(running: Running, ns: str, name: str) -> str | None:
+    """The invalid-since label of Secret ``ns/name`` in ``running``'s mirror."""
+    found = running.controller.mirror.get(SECRETS, ns, name)
+    return None if found is None else (found.meta.labels or {}).get(INVALID)
+
+
 async def test_unused_tokens_labelled_then_deleted(
     id_kube: KubeClient, token_namespace: str, cleaner_controllers: Starter, tracked_long_ago: None
 ) -> None:
@@ -60,7 +67,7 @@ async def test_unused_tokens_labelled_then_deleted(
     create(id_kube, ns, "pods", pod_using("user", "legacy", "mounted"))
     await asyncio.sleep(2.0)  # every Secret created more than a period ago
 
-    cleaner_controllers.start(PERIOD)
+    first = cleaner_controllers.start(PERIOD)
     await eventually(
         lambda: get(id_kube, ns, "secrets", "expired") is None, "the expired token deleted", WITHIN
     )
@@ -77,6 +84,12 @@ async def test_unused_tokens_labelled_then_deleted(
     assert secret is not None
     secret["metadata"]["labels"][INVALID] = "2020-01-02"
     id_kube.request("PUT", f"/api/v1/namespaces/{ns}/secrets/unused", secret)
+    # The restarted cleaner looks once, at its start, with what the shared informer has
+    # then: wait until it has the moved label (seen in the running one's mirror), else a
+    # stale look keeps the token (or deletes at an old resourceVersion, refused) for 24 h.
+    await eventually(
+        lambda: mirrored_label(first, ns, "unused") == "2020-01-02", "the label mirrored", WITHIN
+    )
     await cleaner_controllers.stop()
     cleaner_controllers.running.clear()
     cleaner_controllers.start(PERIOD)
