@@ -135,6 +135,16 @@ def test_the_bootstrap_tokens_component_adds_the_controllers_off_by_default() ->
     for name in OFF_BY_DEFAULT:
         assert find(docs, "Deployment", name)["metadata"]["namespace"] == NAMESPACE
         assert "--standby" in container(find(docs, "Deployment", name))["args"], name
+    # The token cleaner's Secrets rules bound in kube-system only, as upstream's Role.
+    binding = find(docs, "RoleBinding", "steward-controller-tokencleaner")
+    assert binding["metadata"]["namespace"] == "kube-system"
+    assert binding["roleRef"]["name"] == "steward:controller:tokencleaner"
+    assert not [
+        d
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding"
+        and d["roleRef"]["name"] == "steward:controller:tokencleaner"
+    ]
 
 
 @pytest.mark.unit

@@ -207,8 +207,9 @@ def identity_for(
 ) -> Identity:
     """A fresh ServiceAccount with copies of ``deployment``'s bindings; the copy of
     ``role`` lacks rule number ``rule``, or only its ``part`` when given (no mutation when
-    ``role`` is None). Bindings that are RoleBindings go to a fresh namespace, where the
-    manager (whose --namespace is its pod's namespace) then keeps its Leases."""
+    ``role`` is None). RoleBindings in Steward's namespace go to a fresh namespace, where
+    the manager (whose --namespace is its pod's namespace) then keeps its Leases; those
+    of another namespace (the token cleaner's, in kube-system) stay there."""
     tag = uuid.uuid4().hex[:6]
     original_sa = service_account_of(bench.docs, deployment)
     sa = f"{original_sa}-{tag}"
@@ -241,7 +242,8 @@ def identity_for(
         doc = copy.deepcopy(original)
         doc["metadata"] = {"name": f"{original['metadata']['name']}-{tag}"}
         if doc["kind"] == "RoleBinding":
-            doc["metadata"]["namespace"] = lease_ns
+            namespace = original["metadata"].get("namespace", NAMESPACE)
+            doc["metadata"]["namespace"] = lease_ns if namespace == NAMESPACE else namespace
         doc["roleRef"]["name"] = names[original["roleRef"]["name"]]
         doc["subjects"] = [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
         objects.append(doc)

@@ -4,8 +4,10 @@ Steward's controllers run in this process against ``id_cluster`` (where upstream
 off, as by default) as their own identities, with only the RBAC of
 ``deploy/rbac/controller-bootstrapsigner.yaml`` and ``controller-tokencleaner.yaml``.
 The session's ``cluster`` does not run upstream's either (off by default), so the
-reference side is a control plane of this module's own, ``bootstrap_up``: one kwok node,
-kube-controller-manager with ``--controllers=*,bootstrapsigner,tokencleaner``.
+reference side, ``bootstrap_up``, is that cluster with a second kube-controller-manager
+of the module's own running only ``bootstrapsigner`` and ``tokencleaner``
+(:mod:`tests.controllers.identity.kcm`); ``kube-public/cluster-info``, which the
+scenarios write there, is removed after the module.
 
 Token ids are random per test and the same on both sides; a scenario removes its
 Secrets at the end. ``kube-public/cluster-info`` (one per cluster; no kubeadm here makes
@@ -28,8 +30,8 @@ import pytest_asyncio
 from steward.cluster import LocalCluster
 from steward.controllers.bootstrap import cleaner, signer
 from steward.kube import KubeClient, NotFoundError
-from tests.conftest import local_cluster
 from tests.controllers.harness import Starter, admin_kube, controllers, eventually, in_loop_informer
+from tests.controllers.identity.kcm import controller_manager
 
 WITHIN = 60.0
 """Seconds a side may take to reach a scenario's point (a deadline, not a measurement)."""
@@ -38,12 +40,19 @@ CLUSTER_INFO = "/api/v1/namespaces/kube-public/configmaps/cluster-info"
 
 
 @pytest.fixture(scope="module")
-def bootstrap_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """A control plane whose kube-controller-manager runs upstream's bootstrapsigner and
-    tokencleaner (off by default): the reference side."""
-    yield from local_cluster(
-        tmp_path_factory, "bootstrap-up", nodes=1, controllers="*,bootstrapsigner,tokencleaner"
-    )
+def bootstrap_up(
+    cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
+    """The session's cluster with upstream's bootstrapsigner and tokencleaner (off by
+    default) running for the module: the reference side."""
+    log = tmp_path_factory.mktemp("bootstrap-up") / "kube-controller-manager.log"
+    with controller_manager(cluster, "bootstrapsigner,tokencleaner", log):
+        try:
+            yield cluster
+        finally:
+            for api in admin_kube(cluster):
+                with contextlib.suppress(NotFoundError):
+                    api.request("DELETE", CLUSTER_INFO)
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ import datetime
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ from tests.controllers.harness import (
     stays,
     upstream_kube,
 )
+from tests.controllers.identity.kcm import controller_manager
 
 __all__ = ["Starter", "eventually", "stays", "upstream_kube"]
 
@@ -407,10 +408,12 @@ def snapshot(csr: dict[str, Any], ca: x509.Certificate) -> Snapshot:
 # Scenarios ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Material:
-    """What a scenario makes on either side: names and requests, made once."""
+    """What a scenario makes on either side: names, requests and the certificates a test
+    writes as a signer would, made once."""
 
     suffix: str
     requests: dict[str, bytes]
+    certificates: dict[str, bytes] = field(default_factory=dict)
 
 
 Scenario = Callable[[KubeClient, x509.Certificate, Material], Awaitable[dict[str, Snapshot]]]
@@ -470,6 +473,58 @@ async def kubelet_bootstrap(
             found = {k: snapshot(csr, ca) for k, csr in issued.items()}
             for k in ("wrong-org", "wrong-cn"):
                 found[k] = snapshot(get_csr(kube, names[k]) or {}, ca)
+            return found
+        finally:
+            for name in names.values():
+                delete_csr(kube, name)
+
+
+def granted_later_material(suffix: str) -> Material:
+    return Material(
+        suffix,
+        {
+            "node": request_pem(ec_key(), f"system:node:later-{suffix}", ("system:nodes",)),
+            "self": request_pem(ec_key(), f"system:node:self-later-{suffix}", ("system:nodes",)),
+        },
+    )
+
+
+async def granted_later(kube: KubeClient, ca: x509.Certificate, m: Material) -> dict[str, Snapshot]:
+    """A bootstrapping kubelet and a node ask for client certificates while allowed to
+    create CSRs but neither ``nodeclient`` nor ``selfnodeclient``: the reviews say no and
+    both stay pending (upstream's approver retries them with backoff; no change of the CSR
+    follows). Then bindings grant the two permissions: both are approved (each with its
+    recognizer's message) and issued, with nothing else done to the CSRs."""
+    s = m.suffix
+    boot_user, boot_group = f"system:bootstrap:later-{s}", f"system:bootstrappers:later-{s}"
+    node_user = f"system:node:self-later-{s}"
+    names = {k: f"csr-later-{k}-{s}" for k in m.requests}
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(
+            bound(kube, f"csr-later-boot-create-{s}", BOOTSTRAPPER_ROLE, group=boot_group)
+        )
+        stack.enter_context(
+            bound(kube, f"csr-later-self-create-{s}", BOOTSTRAPPER_ROLE, user=node_user)
+        )
+        try:
+            body = csr_body(names["node"], m.requests["node"], KUBELET_CLIENT, CLIENT_USAGES)
+            await create_as(kube, body, boot_user, boot_group)
+            body = csr_body(names["self"], m.requests["self"], KUBELET_CLIENT, CLIENT_USAGES)
+            await create_as(kube, body, node_user, "system:nodes")
+            await stays(
+                lambda: not any(condition_types(get_csr(kube, n)) for n in names.values()),
+                "both requests pending while the reviews say no",
+                2.0,
+            )
+            found = {f"{k}-refused": snapshot(get_csr(kube, n) or {}, ca) for k, n in names.items()}
+            stack.enter_context(
+                bound(kube, f"csr-later-boot-nodeclient-{s}", NODECLIENT_ROLE, group=boot_group)
+            )
+            stack.enter_context(
+                bound(kube, f"csr-later-self-client-{s}", SELFNODECLIENT_ROLE, user=node_user)
+            )
+            for k, name in names.items():
+                found[k] = snapshot(await until_issued(kube, name), ca)
             return found
         finally:
             for name in names.values():
@@ -623,8 +678,20 @@ def expect_approved_by_admin(found: dict[str, Snapshot]) -> None:
     assert found["all-sans"]["certificate"]["lifetime_seconds"] == 7200 + 300
 
 
+def expect_granted_later(found: dict[str, Snapshot]) -> None:
+    """What upstream's semantics fix of :func:`granted_later`, on either side."""
+    message = "Auto approving {}kubelet client certificate after SubjectAccessReview."
+    assert found["node-refused"] == found["self-refused"] == {"conditions": []}
+    assert found["node"]["conditions"] == [("Approved", "True", "AutoApproved", message.format(""))]
+    assert found["self"]["conditions"] == [
+        ("Approved", "True", "AutoApproved", message.format("self "))
+    ]
+    assert found["node"]["certificate"]["verified_by_ca"]
+
+
 EXPECTED: dict[str, Callable[[dict[str, Snapshot]], None]] = {
     "kubelet_bootstrap": expect_kubelet_bootstrap,
+    "granted_later": expect_granted_later,
     "approved_by_admin": expect_approved_by_admin,
 }
 """Checks of each scenario's snapshots that hold on either side (so that two sides
@@ -633,5 +700,167 @@ agreeing on nothing happening fails)."""
 SCENARIOS: dict[str, tuple[Callable[[str], Material], Scenario]] = {
     "kubelet_bootstrap": (kubelet_bootstrap_material, kubelet_bootstrap),
     "approved_by_admin": (client_material, approved_by_admin),
+    "granted_later": (granted_later_material, granted_later),
 }
 """Each scenario: what it makes (of the test's suffix) and what it does with it."""
+
+
+# The cleaner against upstream's -----------------------------------------------------------
+CUSTOM_SIGNER = "example.com/steward-test"
+"""A signer no controller signs for: the test plays the signer."""
+HOUR = datetime.timedelta(hours=1)
+RECENT = datetime.timedelta(minutes=30)
+"""How long ago a condition that must not count yet was updated (far from any deadline,
+so that Steward's cleaner, which looks again at each CSR's deadline, does not reach it
+during the test either)."""
+
+CLEANER_CASES: dict[str, tuple[tuple[str, datetime.timedelta, str], ...]] = {
+    # Upstream's rules in its order: a case past the rule's deadline and one short of it.
+    "approved-issued-old": (("Approved", 2 * HOUR, "approval"), ("cert", HOUR, "valid")),
+    "approved-issued-recent": (("Approved", RECENT, "approval"), ("cert", HOUR, "valid")),
+    "denied-old": (("Denied", 2 * HOUR, "approval"),),
+    "denied-recent": (("Denied", RECENT, "approval"),),
+    "failed-old": (("Failed", 2 * HOUR, "status"),),
+    "failed-recent": (("Failed", RECENT, "status"),),
+    "approved-failed-old": (("Approved", RECENT, "approval"), ("Failed", 2 * HOUR, "status")),
+    # Pending for more than 24 h cannot be made: creationTimestamp is the server's.
+    "pending": (),
+    "expired": (("Approved", datetime.timedelta(0), "approval"), ("cert", HOUR, "expired")),
+    "approved-unissued-old": (("Approved", 25 * HOUR, "approval"),),
+    "approved-unissued-recent": (("Approved", 2 * HOUR, "approval"),),
+}
+"""Each CSR of the cleaner's scenario: its conditions (type, how long ago updated,
+through which subresource) and the certificate a test-played signer writes
+(``valid``: for two days; ``expired``: a minute ago), in order. Every request is of
+:data:`CUSTOM_SIGNER`, so no approver or signer on either side touches it."""
+CLEANED = frozenset(
+    {
+        "approved-issued-old",
+        "denied-old",
+        "failed-old",
+        "approved-failed-old",
+        "expired",
+        "approved-unissued-old",
+    }
+)
+"""The cases upstream's rules delete (what a side is waited on for, then checked)."""
+
+
+def cleaner_material(suffix: str) -> Material:
+    key = ec_key()
+    now = datetime.datetime.now(datetime.UTC)
+    return Material(
+        suffix,
+        {case: request_pem(key, f"someone-{case}") for case in CLEANER_CASES},
+        {
+            "valid": self_signed(key, "x", now - HOUR, now + 48 * HOUR),
+            "expired": self_signed(key, "x", now - 3 * HOUR, now - datetime.timedelta(minutes=1)),
+        },
+    )
+
+
+def cleaner_snapshot(csr: dict[str, Any]) -> Snapshot:
+    """What a remaining CSR holds, comparable across two clusters: its spec but for who
+    made it (each cluster's admin), its conditions without their times (set relative to
+    the moment each side wrote them), its certificate (the same bytes on both sides)."""
+    spec = {
+        k: v
+        for k, v in (csr.get("spec") or {}).items()
+        if k not in ("username", "uid", "groups", "extra")
+    }
+    status = csr.get("status") or {}
+    return {
+        "spec": spec,
+        "conditions": conditions(csr),
+        "certificate": status.get("certificate", ""),
+        "labels": csr["metadata"].get("labels") or {},
+        "annotations": csr["metadata"].get("annotations") or {},
+        "finalizers": csr["metadata"].get("finalizers") or [],
+    }
+
+
+async def make_cleaner_cases(kube: KubeClient, m: Material) -> dict[str, str]:
+    """The CSRs of :data:`CLEANER_CASES` on one side; their names by case."""
+    names = {case: f"csr-clean-{case}-{m.suffix}" for case in CLEANER_CASES}
+
+    async def make(case: str) -> None:
+        body = csr_body(names[case], m.requests[case], CUSTOM_SIGNER, ["client auth"])
+        await call(kube, "POST", CSR_PATH, body)
+        for kind, age, how in CLEANER_CASES[case]:
+            if kind == "cert":
+                await set_certificate(kube, names[case], m.certificates[how])
+            else:
+                await add_condition(kube, names[case], kind, updated=ago(age), subresource=how)
+
+    await asyncio.gather(*(make(case) for case in CLEANER_CASES))
+    return names
+
+
+async def after_cleaning(
+    kube: KubeClient, m: Material, cleaner: contextlib.AbstractAsyncContextManager[Any]
+) -> dict[str, Snapshot | None]:
+    """The cases made, then ``cleaner`` started (upstream's sweeps at its start); once the
+    cases upstream's rules delete are gone (or :data:`WITHIN` has passed) and nothing
+    else went for two seconds more, each case's :func:`cleaner_snapshot` (None: deleted).
+    The CSRs left are deleted at the end."""
+    names = await make_cleaner_cases(kube, m)
+    try:
+        async with cleaner:
+
+            def swept() -> bool:
+                return all(get_csr(kube, names[case]) is None for case in CLEANED)
+
+            with contextlib.suppress(AssertionError, pytest.fail.Exception):
+                await eventually(swept, "the sweep", WITHIN)
+            remaining = {case for case in names if get_csr(kube, names[case]) is not None}
+            await stays(
+                lambda: all(get_csr(kube, names[case]) is not None for case in remaining),
+                "the CSRs left by the sweep",
+                2.0,
+            )
+            found: dict[str, Snapshot | None] = {}
+            for case, name in names.items():
+                csr = get_csr(kube, name)
+                found[case] = None if csr is None else cleaner_snapshot(csr)
+            return found
+    finally:
+        for name in names.values():
+            delete_csr(kube, name)
+
+
+@contextlib.asynccontextmanager
+async def upstream_cleaner(plane: LocalCluster, log: Path) -> AsyncIterator[None]:
+    """Upstream's csrcleaner alone on ``plane`` (:func:`controller_manager`), started now
+    and stopped after the block: it lists every CSR when it starts (then hourly). Its
+    controllers start 2 to 4 s after its informers (``--controller-start-interval``):
+    upstream's cleaner does not wait for its informer's first list, which would
+    otherwise race the sweep at its start."""
+    manager = controller_manager(plane, "csrcleaner", log, "--controller-start-interval=2s")
+    manager.__enter__()  # here: the process dies with the thread that started it
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(manager.__exit__, None, None, None)
+
+
+@contextlib.asynccontextmanager
+async def steward_cleaner(plane: LocalCluster) -> AsyncIterator[None]:
+    """Steward's csrcleaner alone on ``plane``, as its own identity, started now."""
+    async with (
+        in_loop_informer(plane) as informer,
+        controllers(
+            CLEANER, plane.component_kubeconfig("controller-csrcleaner"), informer, workers=1
+        ) as cleaner,
+    ):
+        cleaner.start()
+        yield
+
+
+def expect_cleaned(found: dict[str, Snapshot | None]) -> None:
+    """What upstream's rules fix of :func:`after_cleaning`, on either side."""
+    assert {case for case, snap in found.items() if snap is None} == CLEANED
+    for case, snap in found.items():
+        if snap is not None:
+            assert len(snap["conditions"]) == len(
+                [c for c in CLEANER_CASES[case] if c[0] != "cert"]
+            )

@@ -1,14 +1,14 @@
 """Fixtures and scenarios of the serviceaccount-token and legacy token cleaner tests.
 
 Steward's controllers run in this event loop, each as its own identity with only its
-RBAC of ``deploy/rbac/``, against ``sa_cluster``: a control plane like ``id_cluster``
-(without upstream's identity controllers) but of its own, since in ``id_cluster``
-kube-controller-manager still runs its tokens controller (it starts that one whatever
-``--controllers`` says, whenever it has a signing key): only a plane whose
-kube-controller-manager has no key leaves the token Secrets to Steward's (and the
-cleaner's Secrets unchanged by anyone else while it looks at them). The tokens
-controller is given the plane's own service account signing key and CA (its state
-directory's ``pki/sa.key`` and ``pki/ca.crt``, the files kube-controller-manager is given
+RBAC of ``deploy/rbac/``, against ``id_cluster``. kube-controller-manager starts its
+tokens controller whatever ``--controllers`` says whenever it has a signing key; the
+local control plane gives it none when its ``serviceaccount-token`` is off, as in
+``id_cluster`` (``steward.cluster.controller_manager``), so there the token Secrets are
+left to Steward's (and the cleaner's Secrets unchanged by anyone else while it looks at
+them); ``test_nothing_else_populates_tokens_here`` checks it. The tokens controller is
+given the plane's own service account signing key and CA (its state directory's
+``pki/sa.key`` and ``pki/ca.crt``, the files kube-controller-manager is given
 elsewhere), so kube-apiserver accepts what it signs. The session's ``cluster`` (every
 upstream controller on) is the reference side of the differential tests.
 
@@ -37,15 +37,12 @@ from steward.cluster import LocalCluster
 from steward.controllers.serviceaccounttoken import cleaner, tokens
 from steward.controllers.serviceaccounttoken.signing import key_id
 from steward.kube import KubeClient, NotFoundError
-from tests.conftest import local_cluster
 from tests.controllers.harness import (
     Starter,
-    admin_kube,
     controllers,
     drop_namespace,
     in_loop_informer,
 )
-from tests.controllers.identity.conftest import UPSTREAM_OFF
 
 TOKEN_TYPE = "kubernetes.io/service-account-token"
 WITHIN = 60.0
@@ -80,53 +77,31 @@ def plain_namespace(kube: KubeClient, request: pytest.FixtureRequest) -> Iterato
         drop_namespace(kube, name)
 
 
-@pytest.fixture(scope="module")
-def sa_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """A local control plane like ``id_cluster`` whose kube-controller-manager has no
-    ``--service-account-private-key-file`` (an empty one, after the file the local
-    cluster passes): kube-controller-manager starts its tokens controller whatever
-    ``--controllers`` says, and only without a key does it leave it out."""
-    controllers = ",".join(["*", *(f"-{name}" for name in UPSTREAM_OFF)])
-    yield from local_cluster(
-        tmp_path_factory,
-        "satokens",
-        nodes=1,
-        controllers=controllers,
-        kcm_flags=("--service-account-private-key-file=",),
-    )
-
-
 @pytest.fixture
-def sa_kube(sa_cluster: LocalCluster) -> Iterator[KubeClient]:
-    """Admin client of ``sa_cluster``."""
-    yield from admin_kube(sa_cluster, workers=8)
-
-
-@pytest.fixture
-def token_namespace(sa_kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace of ``sa_cluster``."""
-    yield from plain_namespace(sa_kube, request)
+def token_namespace(id_kube: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace of ``id_cluster``."""
+    yield from plain_namespace(id_kube, request)
 
 
 @pytest_asyncio.fixture
-async def token_controllers(sa_cluster: LocalCluster) -> AsyncIterator[Starter]:
+async def token_controllers(id_cluster: LocalCluster) -> AsyncIterator[Starter]:
     """A starter of Steward's serviceaccount-token controller over every namespace of
-    ``sa_cluster``, as ``steward:controller:serviceaccount-token``."""
-    identity = sa_cluster.component_kubeconfig("controller-serviceaccount-token")
+    ``id_cluster``, as ``steward:controller:serviceaccount-token``."""
+    identity = id_cluster.component_kubeconfig("controller-serviceaccount-token")
     async with (
-        in_loop_informer(sa_cluster) as informer,
+        in_loop_informer(id_cluster) as informer,
         controllers(tokens.CONTROLLER, identity, informer, "", workers=5) as starter,
     ):
         yield starter
 
 
 @pytest_asyncio.fixture
-async def cleaner_controllers(sa_cluster: LocalCluster) -> AsyncIterator[Starter]:
+async def cleaner_controllers(id_cluster: LocalCluster) -> AsyncIterator[Starter]:
     """A starter of Steward's legacy-service-account-token-cleaner over every namespace
-    of ``sa_cluster``, as ``steward:controller:legacy-service-account-token-cleaner``."""
-    identity = sa_cluster.component_kubeconfig("controller-legacy-service-account-token-cleaner")
+    of ``id_cluster``, as ``steward:controller:legacy-service-account-token-cleaner``."""
+    identity = id_cluster.component_kubeconfig("controller-legacy-service-account-token-cleaner")
     async with (
-        in_loop_informer(sa_cluster) as informer,
+        in_loop_informer(id_cluster) as informer,
         controllers(cleaner.CONTROLLER, identity, informer, "", workers=2) as starter,
     ):
         yield starter
@@ -305,13 +280,13 @@ def set_tracked_since(kube: KubeClient, since: str) -> str:
 
 
 @pytest.fixture
-def tracked_long_ago(sa_kube: KubeClient) -> Iterator[None]:
-    """``sa_cluster`` has tracked legacy token use since 2020-01-01 while the test runs."""
-    previous = set_tracked_since(sa_kube, "2020-01-01")
+def tracked_long_ago(id_kube: KubeClient) -> Iterator[None]:
+    """``id_cluster`` has tracked legacy token use since 2020-01-01 while the test runs."""
+    previous = set_tracked_since(id_kube, "2020-01-01")
     try:
         yield
     finally:
-        set_tracked_since(sa_kube, previous or today())
+        set_tracked_since(id_kube, previous or today())
 
 
 def labels_of(kube: KubeClient, ns: str, name: str) -> dict[str, str] | None:

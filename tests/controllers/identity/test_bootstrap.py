@@ -1,5 +1,6 @@
 """Steward's bootstrapsigner and tokencleaner against ``id_cluster``, side by side with
-upstream's (``bootstrap_up``: kube-controller-manager with both on)."""
+upstream's (``bootstrap_up``: the session's cluster with a kube-controller-manager of the
+module's own running both)."""
 
 from __future__ import annotations
 

@@ -163,10 +163,11 @@ def test_the_flag_reads_and_checks_the_file(tmp_path: Path) -> None:
 
 
 def test_the_declaration() -> None:
-    # KCM's alias, one worker, the informers' 12 h resync, never beside upstream's, and
-    # only the ConfigMaps named kube-root-ca.crt, whole.
+    # KCM's alias, one worker, upstream's queue name, the informers' 12 h resync, never
+    # beside upstream's, and only the ConfigMaps named kube-root-ca.crt, whole.
     assert CONTROLLER.name == "root-ca-cert-publisher"
     assert CONTROLLER.options.max_concurrent_reconciles == 1
+    assert CONTROLLER.options.queue_name == "root_ca_cert_publisher"
     assert CONTROLLER.options.resync_period == RESYNC_PERIOD == 43200
     assert CONTROLLER.beside_upstream is None
     subs = {r.plural: s for r, s in CONTROLLER.subscriptions().items()}

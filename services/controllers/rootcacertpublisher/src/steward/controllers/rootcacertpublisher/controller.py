@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 NAME = "root-ca-cert-publisher"
 """The controller's name with the manager (kube-controller-manager's --controllers alias of
 its root-ca-certificate-publisher-controller)."""
+QUEUE = "root_ca_cert_publisher"
+"""The work queue's name (its ``workqueue_*{name=...}`` metrics), upstream's."""
 WORKERS = 1
 """Namespaces synced at once: kube-controller-manager runs the publisher with one worker
 and no flag to change it."""
@@ -202,7 +204,9 @@ CONTROLLER = (
     )
     .flags(add_flags)
     .with_options(
-        steward.ControllerOptions(max_concurrent_reconciles=WORKERS, resync_period=RESYNC_PERIOD)
+        steward.ControllerOptions(
+            max_concurrent_reconciles=WORKERS, resync_period=RESYNC_PERIOD, queue_name=QUEUE
+        )
     )
     .beside_upstream(None)
     .describe(
