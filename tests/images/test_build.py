@@ -2,10 +2,11 @@
 
 The session builds the images once (cached across runs by their inputs: a warm cache
 makes this instant), then reads the archive as an OCI image layout (every blob against
-its digest and size), checks the configuration and every layer entry, runs each image's
-entry point with ``--help`` in a chroot as 65532:65532 and the informer's in runc (read-only
-root file system, tmpfs on /tmp), and imports the archive into a containerd of the test's
-own. Needs root, mmdebstrap, umoci, runc and containerd (``make node-packages``) and Go
+its digest and size), checks the configuration, every layer entry and the venvs' split
+(one shared layer, each venv's own layer holding its distributions alone), runs each
+image's entry point with ``--help`` in a chroot as 65532:65532 and the informer's in runc
+(read-only root file system, tmpfs on /tmp), and imports the archive into a containerd of
+the test's own. Needs root, mmdebstrap, umoci, runc and containerd (``make node-packages``) and Go
 for the pause program: without them the tests skip, except in CI, where they fail.
 """
 
@@ -18,6 +19,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -36,7 +38,7 @@ from steward.cluster import binaries
 from steward.cluster.errors import ClusterError
 from steward.cluster.progress import Progress
 from steward.images.common import images_root
-from steward.images.venvs import find_uv
+from steward.images.venvs import Member, conflicts, find_uv, split_layers
 from tests.conftest import skip_or_fail
 
 TAG = "dev"
@@ -210,6 +212,11 @@ def test_names_and_result(built: images.BuiltImages) -> None:
         assert 0 < info.size < info.unpacked_size
     base = {info.layers[0] for name, info in built.images.items() if name in SERVICE_NAMES}
     assert len(base) == 1, "the service images share one base layer"
+    shared = {info.layers[1] for name, info in built.images.items() if name in SERVICE_NAMES}
+    assert len(shared) == 1, "the service images share one venv layer"
+    assert all(len(built.images[name].layers) == 3 for name in SERVICE_NAMES)
+    # Stored once: the shared layer and the base are most of every image.
+    assert len(built.layers) == 2 + len(images.VENVS) + 1  # base, shared, own, pause
     assert built.base_packages["python3.11"].startswith("3.11.")
 
 
@@ -345,15 +352,138 @@ def test_base_layer_is_stripped(built: images.BuiltImages, layout: Layout) -> No
     assert {"usr/bin/python3.11", "etc/passwd", "etc/group", "etc/nsswitch.conf"} <= names
     assert "var/lib/dpkg/status.d/python3.11" in files
     assert "usr/lib/python3.11/__pycache__/os.cpython-311.pyc" in files
-    for spec_venv in {spec.venv for spec in images.IMAGES}:
-        name = next(s.ref(TAG) for s in images.IMAGES if s.venv == spec_venv)
-        venv_layer = built.images[name].layers[1]
-        _, _, venv_members = _members(layout, venv_layer)
-        assert all(m.name == "opt" or m.name.startswith("opt/") for m in venv_members)
-        venv_files = {m.name for m in venv_members if m.isfile()}
-        site = "opt/steward/venv/lib/python3.11/site-packages"
-        assert f"{site}/steward/__pycache__/__init__.cpython-311.pyc" in venv_files
-        assert not [n for n in venv_files if n.endswith(("uv_cache.json", "direct_url.json"))]
+
+
+# ------------------------------------------------------------------------ the venvs' split
+
+SITE = "opt/steward/venv/lib/python3.11/site-packages"
+
+
+def _normalize(name: str) -> str:
+    """A distribution's name as its dist-info directory spells it (PEP 503, then ``_``)."""
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _exported_names(packages: tuple[str, ...]) -> set[str]:
+    """The third-party distributions ``uv export`` locks for ``packages``, normalised."""
+    cmd = [find_uv(), "export", "--frozen", "--no-dev", "--no-emit-workspace", "--no-hashes"]
+    cmd += ["--format", "requirements.txt", "--no-header", "--no-annotate"]
+    for package in packages:
+        cmd += ["--package", package]
+    root = binaries.repo_root()
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=root)
+    return {
+        _normalize(re.split(r"[=;\s]", line, maxsplit=1)[0])
+        for line in done.stdout.split("\n")
+        if line
+    }
+
+
+@dataclass(frozen=True)
+class VenvLayer:
+    """A venv layer's entries: every path → whether it is a directory; its dist-infos
+    by normalised name; its regular files."""
+
+    entries: dict[str, bool]
+    dists: dict[str, str]
+    files: set[str]
+
+
+def _venv_layer(layout: Layout, digest: str) -> VenvLayer:
+    _, _, members = _members(layout, digest)
+    entries = {m.name: m.isdir() for m in members}
+    dists = {}
+    for name in entries:
+        parent, _, base = name.rpartition("/")
+        if parent == SITE and base.endswith(".dist-info"):
+            dists[_normalize(base.removesuffix(".dist-info").rsplit("-", 1)[0])] = name
+    return VenvLayer(entries, dists, {m.name for m in members if m.isfile() or m.issym()})
+
+
+def _recorded(layout: Layout, digest: str, layer: VenvLayer) -> set[str]:
+    """The files the RECORDs of ``layer``'s dist-infos list (paths in the layer), with
+    the bytecode of each module they list."""
+    blob = layout.blob(digest)
+    with tarfile.open(blob, "r:gz") as tar:
+        records = {d: tar.extractfile(f"{d}/RECORD") for d in layer.dists.values()}
+        text = {d: f.read().decode() for d, f in records.items() if f is not None}
+    listed: set[str] = set()
+    for record in text.values():
+        for line in record.splitlines():
+            rel = os.path.normpath(f"{SITE}/{line.rsplit(',', 2)[0]}")
+            listed.add(rel)
+            if rel.endswith(".py"):
+                parent, _, module = rel.rpartition("/")
+                listed.add(f"{parent}/__pycache__/{module[:-3]}.cpython-311.pyc")
+    return listed
+
+
+@pytest.mark.integration
+def test_venv_layers_split(built: images.BuiltImages, layout: Layout) -> None:
+    """The shared layer: the venv's skeleton, steward and the third-party packages every
+    venv locks, no controller. Each venv's own layer: its distributions and the
+    third-party packages only it needs, every file one of theirs (their RECORDs, and
+    bytecode), none the shared layer has; one layer per venv, whichever images carry it."""
+    informer = built.images[images.IMAGES[0].ref(TAG)]
+    shared = _venv_layer(layout, informer.layers[1])
+    assert {
+        f"{SITE}/steward/__pycache__/__init__.cpython-311.pyc",
+        "opt/steward/venv/pyvenv.cfg",
+        "opt/steward/venv/bin/python",
+    } <= shared.files
+    assert all(n == "opt" or n.startswith("opt/") for n in shared.entries)
+    exported = {v.name: _exported_names(v.packages) for v in images.VENVS}
+    common = set.intersection(*exported.values())
+    assert {"grpcio", "protobuf", "opentelemetry_sdk", "kubernetes"} <= common
+    assert set(shared.dists) == common | {"steward"}
+    assert not [n for n in shared.files if n.endswith(("uv_cache.json", "direct_url.json"))]
+    own_digests: dict[str, set[str]] = {}
+    for spec in images.IMAGES:
+        own_digests.setdefault(spec.venv, set()).add(built.images[spec.ref(TAG)].layers[2])
+    assert all(len(d) == 1 for d in own_digests.values()), own_digests
+    for venv in images.VENVS:
+        digest = next(iter(own_digests[venv.name]))
+        own = _venv_layer(layout, digest)
+        workspace = {_normalize(p) for p in venv.packages}
+        if venv.name == "services":
+            workspace |= {"steward_serving"}
+        assert set(own.dists) == workspace | (exported[venv.name] - common), venv.name
+        clashes = [
+            p
+            for p, d in own.entries.items()
+            if p in shared.entries and not (d and shared.entries[p])
+        ]
+        assert clashes == [], venv.name
+        unrecorded = own.files - _recorded(layout, digest, own)
+        assert unrecorded == set(), venv.name
+        assert not [n for n in own.files if n.endswith(("uv_cache.json", "direct_url.json"))]
+        assert f"{SITE}/steward/__init__.py" not in own.files, venv.name
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "venv", [v for v in images.VENVS if v.name != "services"], ids=lambda v: v.name
+)
+def test_controller_image_declares_its_controllers_alone(
+    venv: images.Venv, layout: Layout, rootfs: dict[str, Path]
+) -> None:
+    """``python -m steward list`` in a controller's image names the controllers of its
+    distribution, no other: its entry points are in its own layer, none in the shared."""
+    specs = [s for s in images.IMAGES if s.venv == venv.name]
+    name = specs[0].ref(TAG)
+    run = layout.configs[name]["config"]
+    chroot = _which("chroot")
+    assert chroot
+    done = subprocess.run(
+        [chroot, f"--userspec={run['User']}", str(rootfs[name]), "python", "-m", "steward", "list"],
+        env=dict(item.split("=", 1) for item in run["Env"]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == sorted(s.args[-1] for s in specs)
 
 
 # ---------------------------------------------------------------------------- running them
@@ -638,10 +768,10 @@ def test_second_build_is_cached(built: images.BuiltImages, pause_binary: Path) -
 
 
 REBUILT = ("informer", "manager", "controller-job", "controller-csrsigning")
-"""The images the reproducibility check builds again: one of each kind of venv (the
-services' shared one, a controller's own, a distribution with several controllers). The
-recipe is the same for every image, so a rebuild of all of them (about seven minutes on
-two cores) would check the same thing again."""
+"""The images the reproducibility check builds again: the shared layer and one of each
+kind of own layer (the services', a controller's, a distribution with several
+controllers and a third-party package of its own). The recipe is the same for every own
+layer, so a rebuild of all of them would check the same thing again."""
 
 
 @pytest.mark.integration
@@ -715,6 +845,50 @@ def test_write_tar_is_deterministic(tmp_path: Path) -> None:
     assert members["B"].issym() and members["B"].linkname == "d/f.txt"
     assert all(m.mtime == 7 and m.uid == 0 and m.gid == 0 for m in members.values())
     assert members["a" * 120].pax_headers == {"path": "a" * 120}
+
+
+def _requirement(name: str, version: str) -> str:
+    return f"{name}=={version} \\\n    --hash=sha256:{name}{version}"
+
+
+@pytest.mark.unit
+def test_split_layers() -> None:
+    """What every venv locks alike is shared, entry by entry (its text: a version apart is
+    not alike); the rest, and the workspace packages not all install, is each venv's."""
+    steward = Member("steward", "0.1.0", Path("/src"))
+    job = Member("steward-job-controller", "0.1.0", Path("/src/job"))
+    certs = Member("steward-certificates-controllers", "0.1.0", Path("/src/certs"))
+    grpc, six1, six2 = (
+        _requirement("grpcio", "1"),
+        _requirement("six", "1"),
+        _requirement("six", "2"),
+    )
+    crypto = _requirement("cryptography", "50")
+    plans = split_layers(
+        {
+            "job": (f"# exported\n{grpc}\n{six1}\n", (steward, job)),
+            "certs": (f"{crypto}\n{grpc}\n\n{six2}\n", (certs, steward)),
+        }
+    )
+    assert plans.shared.requirements == f"{grpc}\n"
+    assert plans.shared.members == (steward,)
+    assert plans.own["job"].requirements == f"{six1}\n"
+    assert plans.own["job"].members == (job,)
+    assert plans.own["certs"].requirements == f"{crypto}\n{six2}\n"
+    assert plans.own["certs"].members == (certs,)
+    assert plans.own["certs"].describe() == (
+        "venv certs: steward-certificates-controllers, 2 third-party packages"
+    )
+    alone = split_layers({"only": (f"{grpc}\n", (steward,))})
+    assert alone.own["only"].requirements == "" and alone.own["only"].members == ()
+
+
+@pytest.mark.unit
+def test_conflicts_between_layers() -> None:
+    shared = {"opt": True, "opt/site": True, "opt/site/a.py": False, "opt/site/d": True}
+    own = {"opt": True, "opt/site": True, "opt/site/a.py": False, "opt/site/d": False}
+    assert conflicts(shared, own) == ["opt/site/a.py", "opt/site/d"]
+    assert conflicts(shared, {"opt": True, "opt/site": True, "opt/site/b.py": False}) == []
 
 
 @pytest.mark.unit
