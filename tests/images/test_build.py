@@ -180,21 +180,30 @@ def layout(built: images.BuiltImages, tmp_path_factory: pytest.TempPathFactory) 
 @pytest.fixture(scope="module")
 def rootfs(layout: Layout, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     """Each image's root file system, its layers unpacked in order (images with the same
-    layers share one)."""
+    layers share one). Images share their lower layers (base, the venvs' shared layer):
+    a root starts as a hard-linked copy of the root of its layers but the last, which a
+    layer above never changes (``test_venv_layers_split``), and only its last layer is
+    unpacked."""
     made: dict[tuple[str, ...], Path] = {}
-    roots: dict[str, Path] = {}
-    for name, manifest in layout.manifests.items():
-        layers = tuple(layer["digest"] for layer in manifest["layers"])
+
+    def root_of(layers: tuple[str, ...]) -> Path:
         if layers not in made:
             root = tmp_path_factory.mktemp("rootfs")
             root.chmod(0o755)  # as a snapshot's root is; mktemp makes it 0700
-            for digest in layers:
-                subprocess.run(
-                    ["tar", "-x", "-z", "-f", str(layout.blob(digest)), "-C", str(root)],
-                    check=True,
-                )
+            if len(layers) > 1:
+                below = root_of(layers[:-1])
+                subprocess.run(["cp", "-a", "-l", f"{below}/.", str(root)], check=True)
+            subprocess.run(
+                ["tar", "-x", "-z", "-f", str(layout.blob(layers[-1])), "-C", str(root)],
+                check=True,
+            )
             made[layers] = root
-        roots[name] = made[layers]
+        return made[layers]
+
+    roots = {
+        name: root_of(tuple(layer["digest"] for layer in manifest["layers"]))
+        for name, manifest in layout.manifests.items()
+    }
     yield roots
     for root in made.values():
         shutil.rmtree(root, ignore_errors=True)
@@ -214,9 +223,12 @@ def test_names_and_result(built: images.BuiltImages) -> None:
     assert len(base) == 1, "the service images share one base layer"
     shared = {info.layers[1] for name, info in built.images.items() if name in SERVICE_NAMES}
     assert len(shared) == 1, "the service images share one venv layer"
-    assert all(len(built.images[name].layers) == 3 for name in SERVICE_NAMES)
-    # Stored once: the shared layer and the base are most of every image.
-    assert len(built.layers) == 2 + len(images.VENVS) + 1  # base, shared, own, pause
+    # base, shared, a third-party layer for some, their own; each stored once
+    assert all(len(built.images[name].layers) in (3, 4) for name in SERVICE_NAMES)
+    own = {built.images[name].layers[-1] for name in SERVICE_NAMES}
+    assert len(own) == len(images.VENVS)
+    third_party = {built.images[n].layers[2] for n in SERVICE_NAMES} - own
+    assert len(built.layers) == 2 + len(third_party) + len(own) + 1  # with pause's
     assert built.base_packages["python3.11"].startswith("3.11.")
 
 
@@ -421,9 +433,11 @@ def _recorded(layout: Layout, digest: str, layer: VenvLayer) -> set[str]:
 @pytest.mark.integration
 def test_venv_layers_split(built: images.BuiltImages, layout: Layout) -> None:
     """The shared layer: the venv's skeleton, steward and the third-party packages every
-    venv locks, no controller. Each venv's own layer: its distributions and the
-    third-party packages only it needs, every file one of theirs (their RECORDs, and
-    bytecode), none the shared layer has; one layer per venv, whichever images carry it."""
+    venv locks, no controller. A venv's third-party layer (when it needs more): those
+    packages alone, shared by the venvs that need the same. Its own layer: its
+    distributions alone. Every file of a layer one of its distributions' (their RECORDs,
+    and bytecode), none that a layer below holds; one layer each, whichever images carry
+    it."""
     informer = built.images[images.IMAGES[0].ref(TAG)]
     shared = _venv_layer(layout, informer.layers[1])
     assert {
@@ -436,28 +450,37 @@ def test_venv_layers_split(built: images.BuiltImages, layout: Layout) -> None:
     common = set.intersection(*exported.values())
     assert {"grpcio", "protobuf", "opentelemetry_sdk", "kubernetes"} <= common
     assert set(shared.dists) == common | {"steward"}
+    skeleton = {"pyvenv.cfg", "bin/python", "bin/python3", "bin/python3.11"}
+    unrecorded = shared.files - _recorded(layout, informer.layers[1], shared)
+    assert unrecorded == {f"opt/steward/venv/{n}" for n in skeleton}
     assert not [n for n in shared.files if n.endswith(("uv_cache.json", "direct_url.json"))]
-    own_digests: dict[str, set[str]] = {}
+    chains: dict[str, set[tuple[str, ...]]] = {}
     for spec in images.IMAGES:
-        own_digests.setdefault(spec.venv, set()).add(built.images[spec.ref(TAG)].layers[2])
-    assert all(len(d) == 1 for d in own_digests.values()), own_digests
+        chains.setdefault(spec.venv, set()).add(built.images[spec.ref(TAG)].layers[2:])
+    assert all(len(c) == 1 for c in chains.values()), chains
     for venv in images.VENVS:
-        digest = next(iter(own_digests[venv.name]))
-        own = _venv_layer(layout, digest)
+        (chain,) = chains[venv.name]
+        extras = exported[venv.name] - common
         workspace = {_normalize(p) for p in venv.packages}
         if venv.name == "services":
             workspace |= {"steward_serving"}
-        assert set(own.dists) == workspace | (exported[venv.name] - common), venv.name
-        clashes = [
-            p
-            for p, d in own.entries.items()
-            if p in shared.entries and not (d and shared.entries[p])
-        ]
-        assert clashes == [], venv.name
-        unrecorded = own.files - _recorded(layout, digest, own)
-        assert unrecorded == set(), venv.name
-        assert not [n for n in own.files if n.endswith(("uv_cache.json", "direct_url.json"))]
-        assert f"{SITE}/steward/__init__.py" not in own.files, venv.name
+        expected = [extras, workspace] if extras else [workspace]
+        assert len(chain) == len(expected), venv.name
+        below = dict(shared.entries)
+        for digest, dists in zip(chain, expected, strict=True):
+            layer = _venv_layer(layout, digest)
+            assert set(layer.dists) == dists, venv.name
+            clashes = [p for p, d in layer.entries.items() if p in below and not (d and below[p])]
+            assert clashes == [], venv.name
+            below.update(layer.entries)
+            assert layer.files <= _recorded(layout, digest, layer), venv.name
+            assert not [n for n in layer.files if n.endswith(("uv_cache.json", "direct_url.json"))]
+    # The certificate and service-account-token controllers need the same packages
+    # beyond the shared ones (cryptography): one layer serves both.
+    certs = next(s for s in images.IMAGES if s.service == "controller-csrsigning").venv
+    tokens = next(s for s in images.IMAGES if s.service == "controller-serviceaccount-token").venv
+    assert exported[certs] - common == exported[tokens] - common != set()
+    assert next(iter(chains[certs]))[0] == next(iter(chains[tokens]))[0]
 
 
 @pytest.mark.integration
@@ -854,33 +877,40 @@ def _requirement(name: str, version: str) -> str:
 @pytest.mark.unit
 def test_split_layers() -> None:
     """What every venv locks alike is shared, entry by entry (its text: a version apart is
-    not alike); the rest, and the workspace packages not all install, is each venv's."""
+    not alike); the rest of a venv's requirements is its third-party layer, one for venvs
+    that need the same; the workspace packages not all install are each venv's own."""
     steward = Member("steward", "0.1.0", Path("/src"))
     job = Member("steward-job-controller", "0.1.0", Path("/src/job"))
     certs = Member("steward-certificates-controllers", "0.1.0", Path("/src/certs"))
-    grpc, six1, six2 = (
-        _requirement("grpcio", "1"),
-        _requirement("six", "1"),
-        _requirement("six", "2"),
-    )
+    tokens = Member("steward-serviceaccounttoken-controllers", "0.1.0", Path("/src/tokens"))
+    grpc, six1, six2 = (_requirement(*r) for r in (("grpcio", "1"), ("six", "1"), ("six", "2")))
     crypto = _requirement("cryptography", "50")
     plans = split_layers(
         {
             "job": (f"# exported\n{grpc}\n{six1}\n", (steward, job)),
             "certs": (f"{crypto}\n{grpc}\n\n{six2}\n", (certs, steward)),
+            "tokens": (f"{crypto}\n{grpc}\n{six2}\n", (steward, tokens)),
         }
     )
     assert plans.shared.requirements == f"{grpc}\n"
     assert plans.shared.members == (steward,)
-    assert plans.own["job"].requirements == f"{six1}\n"
-    assert plans.own["job"].members == (job,)
-    assert plans.own["certs"].requirements == f"{crypto}\n{six2}\n"
-    assert plans.own["certs"].members == (certs,)
-    assert plans.own["certs"].describe() == (
-        "venv certs: steward-certificates-controllers, 2 third-party packages"
-    )
+    assert plans.third_party["job"].requirements == f"{six1}\n"
+    assert plans.third_party["certs"].requirements == f"{crypto}\n{six2}\n"
+    assert plans.third_party["certs"] == plans.third_party["tokens"] != plans.third_party["job"]
+    assert plans.third_party["certs"].describe().endswith(": cryptography, six")
+    assert [p.members for p in plans.own.values()] == [(job,), (certs,), (tokens,)]
+    assert all(p.requirements == "" for p in plans.own.values())
+    assert plans.chain("certs") == (plans.shared, plans.third_party["certs"], plans.own["certs"])
+    layers = plans.layers(["tokens", "certs"])
+    assert [p.name for p in layers] == [
+        "shared",
+        plans.third_party["certs"].name,
+        "certs",
+        "tokens",
+    ]
     alone = split_layers({"only": (f"{grpc}\n", (steward,))})
-    assert alone.own["only"].requirements == "" and alone.own["only"].members == ()
+    assert alone.third_party == {} and alone.own["only"].members == ()
+    assert alone.chain("only") == (alone.shared, alone.own["only"])
 
 
 @pytest.mark.unit

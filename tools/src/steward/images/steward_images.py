@@ -53,6 +53,7 @@ from steward.images.venvs import (
     SERVICES,
     VENV,
     LayerPlan,
+    VenvPlans,
     build_wheels,
     conflicts,
     feed_plans,
@@ -149,9 +150,7 @@ def build_images(
         base = ensure_base(out=out, epoch=epoch, rebuild=rebuild_base)
         uv_version = run([uv, "--version"], out=out, label="uv").strip()
         planned = plan_venvs(uv, repo, out)
-        venvs = {image.venv for image in wanted}
-        # The shared layer first, then each wanted venv's own.
-        plans = [planned.shared, *(planned.own[name] for name in sorted(venvs))]
+        plans = planned.layers(image.venv for image in wanted)
         key = _inputs_key(
             images=wanted,
             plans=plans,
@@ -177,7 +176,7 @@ def build_images(
                 wanted=wanted,
                 repo=repo,
                 uv=uv,
-                plans=plans,
+                planned=planned,
                 base=base,
                 tag=tag,
                 epoch=epoch,
@@ -229,7 +228,7 @@ def _build(
     wanted: Sequence[ImageSpec],
     repo: Path,
     uv: str,
-    plans: Sequence[LayerPlan],
+    planned: VenvPlans,
     base: Base,
     tag: str,
     epoch: int,
@@ -245,29 +244,22 @@ def _build(
     with tempfile.TemporaryDirectory(prefix=".tmp-build-", dir=images_root()) as tmp_name:
         tmp = Path(tmp_name)
         wheels = tmp / "wheels"
+        plans = planned.layers(image.venv for image in wanted)
         build_wheels(uv, repo, (m for p in plans for m in p.members), wheels, out)
         out.say(f"images: workspace wheels built ({time.monotonic() - started:.0f}s)")
         scratch = tmp / "root"
         scratch.mkdir()
         run(["tar", "-x", "-f", str(base.layer), "-C", str(scratch)], out=out, label="unpack base")
-        shared = plans[0]  # the shared layer first (build_images orders them)
         venv_layers: dict[str, tuple[Path, str]] = {}
-        below: dict[str, bool] = {}
+        entries: dict[str, dict[str, bool]] = {}
         for plan in plans:
             began = time.monotonic()
-            skeleton = base.python_version if plan is shared else None
+            skeleton = base.python_version if plan is planned.shared else None
             install_layer(uv, repo, scratch, plan, wheels, out, python_version=skeleton)
-            entries = _opt(scratch)
-            if plan is shared:
-                below = entries
-            elif clashes := conflicts(below, entries):
-                raise ImageError(
-                    f"venv {plan.name}'s layer would replace the shared layer's "
-                    + ", ".join(clashes[:5])
-                    + (" …" if len(clashes) > 5 else "")
-                )
+            entries[plan.name] = _opt(scratch)
             layer = tmp / f"venv-{plan.name}.tar"
-            diff_id, size = write_tar(layer, scratch, epoch=epoch, paths=list(entries))
+            paths = list(entries[plan.name])
+            diff_id, size = write_tar(layer, scratch, epoch=epoch, paths=paths)
             shutil.rmtree(scratch / "opt")
             what = plan.describe()
             unpacked[f"sha256:{diff_id}"] = (size, what)
@@ -275,14 +267,33 @@ def _build(
             out.say(
                 f"images: venv {plan.name} {size / 1e6:.1f} MB ({time.monotonic() - began:.0f}s)"
             )
+        for venv in sorted({image.venv for image in wanted}):
+            below: dict[str, bool] = {}
+            for plan in planned.chain(venv):
+                if clashes := conflicts(below, entries[plan.name]):
+                    raise ImageError(
+                        f"venv {venv}: layer {plan.name} would replace what a layer below "
+                        "holds: " + ", ".join(clashes[:5]) + (" …" if len(clashes) > 5 else "")
+                    )
+                below.update(entries[plan.name])
         layout = Layout(tmp / "layout", epoch, out)
         layout.init()
         layout.new("base")
         layout.add_layer("base", base.layer, unpacked[base.diff_id][1])
-        layout.add_layer("base", *venv_layers[shared.name], new_tag="venv")
+        # umoci's tags of the images so far: base, then each layer above it on the last.
+        tags: dict[tuple[str, ...], str] = {(): "base"}
         names: dict[str, str] = {}
         for image in wanted:
-            layout.add_layer("venv", *venv_layers[image.venv], new_tag=image.service)
+            chain = planned.chain(image.venv)
+            for depth, plan in enumerate(chain):
+                done = tuple(p.name for p in chain[: depth + 1])
+                if done in tags:
+                    continue
+                last = depth == len(chain) - 1
+                new_tag = image.service if last else f"stack-{len(tags)}"
+                layout.add_layer(tags[done[:-1]], *venv_layers[plan.name], new_tag=new_tag)
+                if not last:
+                    tags[done] = new_tag
             layout.configure(
                 image.service,
                 user=USER,
@@ -291,8 +302,8 @@ def _build(
                 workingdir=WORKDIR,
             )
             names[image.service] = image.ref(tag)
-        layout.remove("base")
-        layout.remove("venv")
+        for internal in tags.values():
+            layout.remove(internal)
         if pause_binary is not None:
             add_pause(layout, pause_binary, tmp, epoch, unpacked)
             names["pause"] = PAUSE_IMAGE

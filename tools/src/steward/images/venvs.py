@@ -9,23 +9,26 @@ made of two layers over the base:
   (grpcio, protobuf, opentelemetry, kubernetes, ...) and the workspace packages every one
   of them installs (``steward``, the author library). Built once, stored once in the
   archive and imported once by containerd;
-- **a venv's own layer**: what that venv installs beyond the shared layer, its files
-  under the same ``/opt/steward/venv`` so that the two layers stack into one venv. For a
-  controller's venv (one per distribution: ``steward-certificates-controllers`` serves
-  three images) that is its distribution (its package files, its dist-info with the
-  ``steward.controllers`` entry points, console scripts if any) and any third-party
-  package only it needs (cryptography); for ``services`` (steward-informer +
-  steward-manager, with steward-serving) the three distributions and the packages they
-  add. The services take the same scheme: their venv is a superset of the shared one
-  today, and sharing it saves building and storing a 190 MB layer again.
+- **a third-party layer**, for a venv that needs packages the others do not (the
+  certificate and service-account-token controllers' cryptography and cffi; the services'
+  grpcio-health-checking and grpcio-reflection with those): named by a digest of its
+  requirements, so venvs that need the same packages share it;
+- **a venv's own layer**: its workspace packages beyond the shared ones, under the same
+  ``/opt/steward/venv`` so that the layers stack into one venv. For a controller's venv
+  (one per distribution: ``steward-certificates-controllers`` serves three images) that
+  is its distribution alone: its package files, its dist-info with the
+  ``steward.controllers`` entry points, console scripts if any; for ``services``
+  (steward-informer + steward-manager) those two and steward-serving. The services take
+  the same scheme: their venv is a superset of the shared one today, and sharing it
+  saves building and storing a 190 MB layer again.
 
 What is shared is computed from the lock, not declared: ``uv export --frozen --no-dev
 --no-emit-workspace`` of each venv's packages (with hashes; installed
 ``--require-hashes --no-deps`` for CPython 3.11 on ``x86_64-manylinux_2_36``, bookworm's
 glibc), an entry shared when every venv exports it with the same text (name, version,
 markers and hashes); the workspace packages are wheels built by ``uv build`` (hatchling
-pinned) and installed by name from them. A file that a venv's layer would put where the
-shared layer has one is an error (the upper layer would silently replace it).
+pinned) and installed by name from them. A file that a layer would put where a layer
+below it has one is an error (the upper layer would silently replace it).
 
 Everything is byte-compiled, as the Dockerfile does: the pods run with a read-only root
 file system, so no ``.pyc`` could be written at run time and every start would compile
@@ -41,6 +44,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import shutil
 import tomllib
 from collections.abc import Iterable, Iterator
@@ -171,27 +175,55 @@ class LayerPlan:
     """Workspace packages it installs."""
 
     def describe(self) -> str:
-        """What the layer holds, for its history and the build's report."""
-        third_party = len(requirement_entries(self.requirements))
+        """What the layer holds, for its history and the build's report: its members and
+        its third-party packages (their number past five)."""
+        names = [_requirement_name(e) for e in requirement_entries(self.requirements)]
         held = [m.name for m in self.members]
-        if third_party:
-            held.append(f"{third_party} third-party packages")
+        held += names if len(names) <= 5 else [f"{len(names)} third-party packages"]
         return f"venv {self.name}: " + (", ".join(held) or "nothing")
+
+
+def _requirement_name(entry: str) -> str:
+    """The distribution an exported requirement entry names (``grpcio==1.85.3 ...``)."""
+    return re.split(r"[=<>!~;\s\[]", entry, maxsplit=1)[0]
 
 
 @dataclass(frozen=True)
 class VenvPlans:
-    """The layers of every venv: the shared one, and each venv's own by its name."""
+    """The layers of every venv: the shared one; the third-party packages a venv needs
+    beyond it, when any (venvs that need the same share the layer); and each venv's own,
+    its workspace packages."""
 
     shared: LayerPlan
+    third_party: dict[str, LayerPlan]
+    """By venv name; only venvs with packages beyond the shared ones."""
     own: dict[str, LayerPlan]
+    """By venv name."""
+
+    def chain(self, venv: str) -> tuple[LayerPlan, ...]:
+        """The layers of ``venv``'s images above the base, lowest first."""
+        extra = (self.third_party[venv],) if venv in self.third_party else ()
+        return (self.shared, *extra, self.own[venv])
+
+    def layers(self, venvs: Iterable[str]) -> list[LayerPlan]:
+        """The layers of ``venvs``' images above the base, each once, the shared first."""
+        found: dict[str, LayerPlan] = {}
+        for venv in sorted(venvs):
+            for plan in self.chain(venv):
+                found.setdefault(plan.name, plan)
+        return list(found.values())
+
+
+THIRD_PARTY = "third-party-"
+"""The prefix of a third-party layer's name, then a digest of its requirements."""
 
 
 def split_layers(exports: dict[str, tuple[str, tuple[Member, ...]]]) -> VenvPlans:
     """The layers of venvs given as name → (exported third-party requirements, workspace
     members): the shared layer holds the requirement entries every venv exports with the
-    same text and the members every venv installs; each venv's own layer the rest of its
-    own, in its export's order."""
+    same text and the members every venv installs; a venv's third-party layer the rest of
+    its requirements, in its export's order (named by their digest, so venvs that need
+    the same packages share it); its own layer the rest of its members."""
     if not exports:
         raise ImageError("no venvs to plan")
     entries = {name: requirement_entries(text) for name, (text, _) in exports.items()}
@@ -203,15 +235,16 @@ def split_layers(exports: dict[str, tuple[str, tuple[Member, ...]]]) -> VenvPlan
         join_requirements(e for e in first if e in common),
         tuple(sorted(common_members, key=lambda m: m.name)),
     )
-    own = {
-        name: LayerPlan(
-            name,
-            join_requirements(e for e in entries[name] if e not in common),
-            tuple(sorted(set(members) - common_members, key=lambda m: m.name)),
-        )
-        for name, (_, members) in exports.items()
-    }
-    return VenvPlans(shared, own)
+    third_party: dict[str, LayerPlan] = {}
+    own: dict[str, LayerPlan] = {}
+    for name, (_, members) in exports.items():
+        extra = join_requirements(e for e in entries[name] if e not in common)
+        if extra:
+            digest = hashlib.sha256(extra.encode()).hexdigest()[:12]
+            third_party[name] = LayerPlan(f"{THIRD_PARTY}{digest}", extra, ())
+        mine = tuple(sorted(set(members) - common_members, key=lambda m: m.name))
+        own[name] = LayerPlan(name, "", mine)
+    return VenvPlans(shared, third_party, own)
 
 
 def plan_venvs(uv: str, root: Path, out: Progress) -> VenvPlans:
