@@ -430,6 +430,17 @@ def _recorded(layout: Layout, digest: str, layer: VenvLayer) -> set[str]:
     return listed
 
 
+def _uncompiled(layer: VenvLayer) -> list[str]:
+    """The modules of ``layer`` without their bytecode beside them in the layer."""
+    missing = []
+    for name in sorted(layer.files):
+        if name.startswith(f"{SITE}/") and name.endswith(".py"):
+            parent, _, module = name.rpartition("/")
+            if f"{parent}/__pycache__/{module[:-3]}.cpython-311.pyc" not in layer.files:
+                missing.append(name)
+    return missing
+
+
 @pytest.mark.integration
 def test_venv_layers_split(built: images.BuiltImages, layout: Layout) -> None:
     """The shared layer: the venv's skeleton, steward and the third-party packages every
@@ -454,6 +465,7 @@ def test_venv_layers_split(built: images.BuiltImages, layout: Layout) -> None:
     unrecorded = shared.files - _recorded(layout, informer.layers[1], shared)
     assert unrecorded == {f"opt/steward/venv/{n}" for n in skeleton}
     assert not [n for n in shared.files if n.endswith(("uv_cache.json", "direct_url.json"))]
+    assert _uncompiled(shared) == []
     chains: dict[str, set[tuple[str, ...]]] = {}
     for spec in images.IMAGES:
         chains.setdefault(spec.venv, set()).add(built.images[spec.ref(TAG)].layers[2:])
@@ -474,6 +486,7 @@ def test_venv_layers_split(built: images.BuiltImages, layout: Layout) -> None:
             assert clashes == [], venv.name
             below.update(layer.entries)
             assert layer.files <= _recorded(layout, digest, layer), venv.name
+            assert _uncompiled(layer) == [], venv.name
             assert not [n for n in layer.files if n.endswith(("uv_cache.json", "direct_url.json"))]
     # The certificate and service-account-token controllers need the same packages
     # beyond the shared ones (cryptography): one layer serves both.
