@@ -26,8 +26,9 @@
 #   deploy/images/build.sh --engine[=docker|podman] [TAG]
 #     deploy/images/Dockerfile, one target per service, with docker (its daemon running),
 #     else podman; the images are tagged ${STEWARD_IMAGE_PREFIX:-steward}-<service>:TAG in
-#     that engine's store. For machines with an engine; the same venvs, another base
-#     (python:3.11-slim-bookworm), not byte-for-byte reproducible.
+#     that engine's store. For machines with an engine; the same venvs in the same layers
+#     (the stage `venv`, shared by every target and built once, then each target's own),
+#     another base (python:3.11-slim-bookworm), not byte-for-byte reproducible.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

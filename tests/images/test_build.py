@@ -2,10 +2,11 @@
 
 The session builds the images once (cached across runs by their inputs: a warm cache
 makes this instant), then reads the archive as an OCI image layout (every blob against
-its digest and size), checks the configuration and every layer entry, runs each image's
-entry point with ``--help`` in a chroot as 65532:65532 and the informer's in runc (read-only
-root file system, tmpfs on /tmp), and imports the archive into a containerd of the test's
-own. Needs root, mmdebstrap, umoci, runc and containerd (``make node-packages``) and Go
+its digest and size), checks the configuration, every layer entry and the venvs' split
+(one shared layer, each venv's own layer holding its distributions alone), runs each
+image's entry point with ``--help`` in a chroot as 65532:65532 and the informer's in runc
+(read-only root file system, tmpfs on /tmp), and imports the archive into a containerd of
+the test's own. Needs root, mmdebstrap, umoci, runc and containerd (``make node-packages``) and Go
 for the pause program: without them the tests skip, except in CI, where they fail.
 """
 
@@ -18,6 +19,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -36,7 +38,7 @@ from steward.cluster import binaries
 from steward.cluster.errors import ClusterError
 from steward.cluster.progress import Progress
 from steward.images.common import images_root
-from steward.images.venvs import find_uv
+from steward.images.venvs import Member, conflicts, find_uv, split_layers
 from tests.conftest import skip_or_fail
 
 TAG = "dev"
@@ -178,21 +180,30 @@ def layout(built: images.BuiltImages, tmp_path_factory: pytest.TempPathFactory) 
 @pytest.fixture(scope="module")
 def rootfs(layout: Layout, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     """Each image's root file system, its layers unpacked in order (images with the same
-    layers share one)."""
+    layers share one). Images share their lower layers (base, the venvs' shared layer):
+    a root starts as a hard-linked copy of the root of its layers but the last, which a
+    layer above never changes (``test_venv_layers_split``), and only its last layer is
+    unpacked."""
     made: dict[tuple[str, ...], Path] = {}
-    roots: dict[str, Path] = {}
-    for name, manifest in layout.manifests.items():
-        layers = tuple(layer["digest"] for layer in manifest["layers"])
+
+    def root_of(layers: tuple[str, ...]) -> Path:
         if layers not in made:
             root = tmp_path_factory.mktemp("rootfs")
             root.chmod(0o755)  # as a snapshot's root is; mktemp makes it 0700
-            for digest in layers:
-                subprocess.run(
-                    ["tar", "-x", "-z", "-f", str(layout.blob(digest)), "-C", str(root)],
-                    check=True,
-                )
+            if len(layers) > 1:
+                below = root_of(layers[:-1])
+                subprocess.run(["cp", "-a", "-l", f"{below}/.", str(root)], check=True)
+            subprocess.run(
+                ["tar", "-x", "-z", "-f", str(layout.blob(layers[-1])), "-C", str(root)],
+                check=True,
+            )
             made[layers] = root
-        roots[name] = made[layers]
+        return made[layers]
+
+    roots = {
+        name: root_of(tuple(layer["digest"] for layer in manifest["layers"]))
+        for name, manifest in layout.manifests.items()
+    }
     yield roots
     for root in made.values():
         shutil.rmtree(root, ignore_errors=True)
@@ -210,6 +221,14 @@ def test_names_and_result(built: images.BuiltImages) -> None:
         assert 0 < info.size < info.unpacked_size
     base = {info.layers[0] for name, info in built.images.items() if name in SERVICE_NAMES}
     assert len(base) == 1, "the service images share one base layer"
+    shared = {info.layers[1] for name, info in built.images.items() if name in SERVICE_NAMES}
+    assert len(shared) == 1, "the service images share one venv layer"
+    # base, shared, a third-party layer for some, their own; each stored once
+    assert all(len(built.images[name].layers) in (3, 4) for name in SERVICE_NAMES)
+    own = {built.images[name].layers[-1] for name in SERVICE_NAMES}
+    assert len(own) == len(images.VENVS)
+    third_party = {built.images[n].layers[2] for n in SERVICE_NAMES} - own
+    assert len(built.layers) == 2 + len(third_party) + len(own) + 1  # with pause's
     assert built.base_packages["python3.11"].startswith("3.11.")
 
 
@@ -345,15 +364,162 @@ def test_base_layer_is_stripped(built: images.BuiltImages, layout: Layout) -> No
     assert {"usr/bin/python3.11", "etc/passwd", "etc/group", "etc/nsswitch.conf"} <= names
     assert "var/lib/dpkg/status.d/python3.11" in files
     assert "usr/lib/python3.11/__pycache__/os.cpython-311.pyc" in files
-    for spec_venv in {spec.venv for spec in images.IMAGES}:
-        name = next(s.ref(TAG) for s in images.IMAGES if s.venv == spec_venv)
-        venv_layer = built.images[name].layers[1]
-        _, _, venv_members = _members(layout, venv_layer)
-        assert all(m.name == "opt" or m.name.startswith("opt/") for m in venv_members)
-        venv_files = {m.name for m in venv_members if m.isfile()}
-        site = "opt/steward/venv/lib/python3.11/site-packages"
-        assert f"{site}/steward/__pycache__/__init__.cpython-311.pyc" in venv_files
-        assert not [n for n in venv_files if n.endswith(("uv_cache.json", "direct_url.json"))]
+
+
+# ------------------------------------------------------------------------ the venvs' split
+
+SITE = "opt/steward/venv/lib/python3.11/site-packages"
+
+
+def _normalize(name: str) -> str:
+    """A distribution's name as its dist-info directory spells it (PEP 503, then ``_``)."""
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _exported_names(packages: tuple[str, ...]) -> set[str]:
+    """The third-party distributions ``uv export`` locks for ``packages``, normalised."""
+    cmd = [find_uv(), "export", "--frozen", "--no-dev", "--no-emit-workspace", "--no-hashes"]
+    cmd += ["--format", "requirements.txt", "--no-header", "--no-annotate"]
+    for package in packages:
+        cmd += ["--package", package]
+    root = binaries.repo_root()
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=root)
+    return {
+        _normalize(re.split(r"[=;\s]", line, maxsplit=1)[0])
+        for line in done.stdout.split("\n")
+        if line
+    }
+
+
+@dataclass(frozen=True)
+class VenvLayer:
+    """A venv layer's entries: every path → whether it is a directory; its dist-infos
+    by normalised name; its regular files."""
+
+    entries: dict[str, bool]
+    dists: dict[str, str]
+    files: set[str]
+
+
+def _venv_layer(layout: Layout, digest: str) -> VenvLayer:
+    _, _, members = _members(layout, digest)
+    entries = {m.name: m.isdir() for m in members}
+    dists = {}
+    for name in entries:
+        parent, _, base = name.rpartition("/")
+        if parent == SITE and base.endswith(".dist-info"):
+            dists[_normalize(base.removesuffix(".dist-info").rsplit("-", 1)[0])] = name
+    return VenvLayer(entries, dists, {m.name for m in members if m.isfile() or m.issym()})
+
+
+def _recorded(layout: Layout, digest: str, layer: VenvLayer) -> set[str]:
+    """The files the RECORDs of ``layer``'s dist-infos list (paths in the layer), with
+    the bytecode of each module they list."""
+    blob = layout.blob(digest)
+    with tarfile.open(blob, "r:gz") as tar:
+        records = {d: tar.extractfile(f"{d}/RECORD") for d in layer.dists.values()}
+        text = {d: f.read().decode() for d, f in records.items() if f is not None}
+    listed: set[str] = set()
+    for record in text.values():
+        for line in record.splitlines():
+            rel = os.path.normpath(f"{SITE}/{line.rsplit(',', 2)[0]}")
+            listed.add(rel)
+            if rel.endswith(".py"):
+                parent, _, module = rel.rpartition("/")
+                listed.add(f"{parent}/__pycache__/{module[:-3]}.cpython-311.pyc")
+    return listed
+
+
+def _uncompiled(layer: VenvLayer) -> list[str]:
+    """The modules of ``layer`` without their bytecode beside them in the layer."""
+    missing = []
+    for name in sorted(layer.files):
+        if name.startswith(f"{SITE}/") and name.endswith(".py"):
+            parent, _, module = name.rpartition("/")
+            if f"{parent}/__pycache__/{module[:-3]}.cpython-311.pyc" not in layer.files:
+                missing.append(name)
+    return missing
+
+
+@pytest.mark.integration
+def test_venv_layers_split(built: images.BuiltImages, layout: Layout) -> None:
+    """The shared layer: the venv's skeleton, steward and the third-party packages every
+    venv locks, no controller. A venv's third-party layer (when it needs more): those
+    packages alone, shared by the venvs that need the same. Its own layer: its
+    distributions alone. Every file of a layer one of its distributions' (their RECORDs,
+    and bytecode), none that a layer below holds; one layer each, whichever images carry
+    it."""
+    informer = built.images[images.IMAGES[0].ref(TAG)]
+    shared = _venv_layer(layout, informer.layers[1])
+    assert {
+        f"{SITE}/steward/__pycache__/__init__.cpython-311.pyc",
+        "opt/steward/venv/pyvenv.cfg",
+        "opt/steward/venv/bin/python",
+    } <= shared.files
+    assert all(n == "opt" or n.startswith("opt/") for n in shared.entries)
+    exported = {v.name: _exported_names(v.packages) for v in images.VENVS}
+    common = set.intersection(*exported.values())
+    assert {"grpcio", "protobuf", "opentelemetry_sdk", "kubernetes"} <= common
+    assert set(shared.dists) == common | {"steward"}
+    skeleton = {"pyvenv.cfg", "bin/python", "bin/python3", "bin/python3.11"}
+    unrecorded = shared.files - _recorded(layout, informer.layers[1], shared)
+    assert unrecorded == {f"opt/steward/venv/{n}" for n in skeleton}
+    assert not [n for n in shared.files if n.endswith(("uv_cache.json", "direct_url.json"))]
+    assert _uncompiled(shared) == []
+    chains: dict[str, set[tuple[str, ...]]] = {}
+    for spec in images.IMAGES:
+        chains.setdefault(spec.venv, set()).add(built.images[spec.ref(TAG)].layers[2:])
+    assert all(len(c) == 1 for c in chains.values()), chains
+    for venv in images.VENVS:
+        (chain,) = chains[venv.name]
+        extras = exported[venv.name] - common
+        workspace = {_normalize(p) for p in venv.packages}
+        if venv.name == "services":
+            workspace |= {"steward_serving"}
+        expected = [extras, workspace] if extras else [workspace]
+        assert len(chain) == len(expected), venv.name
+        below = dict(shared.entries)
+        for digest, dists in zip(chain, expected, strict=True):
+            layer = _venv_layer(layout, digest)
+            assert set(layer.dists) == dists, venv.name
+            clashes = [p for p, d in layer.entries.items() if p in below and not (d and below[p])]
+            assert clashes == [], venv.name
+            below.update(layer.entries)
+            assert layer.files <= _recorded(layout, digest, layer), venv.name
+            assert _uncompiled(layer) == [], venv.name
+            assert not [n for n in layer.files if n.endswith(("uv_cache.json", "direct_url.json"))]
+    # The certificate and service-account-token controllers need the same packages
+    # beyond the shared ones (cryptography): one layer serves both.
+    certs = next(s for s in images.IMAGES if s.service == "controller-csrsigning").venv
+    tokens = next(s for s in images.IMAGES if s.service == "controller-serviceaccount-token").venv
+    assert exported[certs] - common == exported[tokens] - common != set()
+    assert next(iter(chains[certs]))[0] == next(iter(chains[tokens]))[0]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "venv", [v for v in images.VENVS if v.name != "services"], ids=lambda v: v.name
+)
+def test_controller_image_declares_its_controllers_alone(
+    venv: images.Venv, layout: Layout, rootfs: dict[str, Path]
+) -> None:
+    """``python -m steward list`` in a controller's image names the controllers of its
+    distribution, no other: its entry points are in its own layer, none in the shared."""
+    specs = [s for s in images.IMAGES if s.venv == venv.name]
+    name = specs[0].ref(TAG)
+    run = layout.configs[name]["config"]
+    chroot = _which("chroot")
+    assert chroot
+    done = subprocess.run(
+        [chroot, f"--userspec={run['User']}", str(rootfs[name]), "python", "-m", "steward", "list"],
+        env=dict(item.split("=", 1) for item in run["Env"]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == sorted(s.args[-1] for s in specs)
 
 
 # ---------------------------------------------------------------------------- running them
@@ -638,10 +804,10 @@ def test_second_build_is_cached(built: images.BuiltImages, pause_binary: Path) -
 
 
 REBUILT = ("informer", "manager", "controller-job", "controller-csrsigning")
-"""The images the reproducibility check builds again: one of each kind of venv (the
-services' shared one, a controller's own, a distribution with several controllers). The
-recipe is the same for every image, so a rebuild of all of them (about seven minutes on
-two cores) would check the same thing again."""
+"""The images the reproducibility check builds again: the shared layer and one of each
+kind of own layer (the services', a controller's, a distribution with several
+controllers and a third-party package of its own). The recipe is the same for every own
+layer, so a rebuild of all of them would check the same thing again."""
 
 
 @pytest.mark.integration
@@ -715,6 +881,57 @@ def test_write_tar_is_deterministic(tmp_path: Path) -> None:
     assert members["B"].issym() and members["B"].linkname == "d/f.txt"
     assert all(m.mtime == 7 and m.uid == 0 and m.gid == 0 for m in members.values())
     assert members["a" * 120].pax_headers == {"path": "a" * 120}
+
+
+def _requirement(name: str, version: str) -> str:
+    return f"{name}=={version} \\\n    --hash=sha256:{name}{version}"
+
+
+@pytest.mark.unit
+def test_split_layers() -> None:
+    """What every venv locks alike is shared, entry by entry (its text: a version apart is
+    not alike); the rest of a venv's requirements is its third-party layer, one for venvs
+    that need the same; the workspace packages not all install are each venv's own."""
+    steward = Member("steward", "0.1.0", Path("/src"))
+    job = Member("steward-job-controller", "0.1.0", Path("/src/job"))
+    certs = Member("steward-certificates-controllers", "0.1.0", Path("/src/certs"))
+    tokens = Member("steward-serviceaccounttoken-controllers", "0.1.0", Path("/src/tokens"))
+    grpc, six1, six2 = (_requirement(*r) for r in (("grpcio", "1"), ("six", "1"), ("six", "2")))
+    crypto = _requirement("cryptography", "50")
+    plans = split_layers(
+        {
+            "job": (f"# exported\n{grpc}\n{six1}\n", (steward, job)),
+            "certs": (f"{crypto}\n{grpc}\n\n{six2}\n", (certs, steward)),
+            "tokens": (f"{crypto}\n{grpc}\n{six2}\n", (steward, tokens)),
+        }
+    )
+    assert plans.shared.requirements == f"{grpc}\n"
+    assert plans.shared.members == (steward,)
+    assert plans.third_party["job"].requirements == f"{six1}\n"
+    assert plans.third_party["certs"].requirements == f"{crypto}\n{six2}\n"
+    assert plans.third_party["certs"] == plans.third_party["tokens"] != plans.third_party["job"]
+    assert plans.third_party["certs"].describe().endswith(": cryptography, six")
+    assert [p.members for p in plans.own.values()] == [(job,), (certs,), (tokens,)]
+    assert all(p.requirements == "" for p in plans.own.values())
+    assert plans.chain("certs") == (plans.shared, plans.third_party["certs"], plans.own["certs"])
+    layers = plans.layers(["tokens", "certs"])
+    assert [p.name for p in layers] == [
+        "shared",
+        plans.third_party["certs"].name,
+        "certs",
+        "tokens",
+    ]
+    alone = split_layers({"only": (f"{grpc}\n", (steward,))})
+    assert alone.third_party == {} and alone.own["only"].members == ()
+    assert alone.chain("only") == (alone.shared, alone.own["only"])
+
+
+@pytest.mark.unit
+def test_conflicts_between_layers() -> None:
+    shared = {"opt": True, "opt/site": True, "opt/site/a.py": False, "opt/site/d": True}
+    own = {"opt": True, "opt/site": True, "opt/site/a.py": False, "opt/site/d": False}
+    assert conflicts(shared, own) == ["opt/site/a.py", "opt/site/d"]
+    assert conflicts(shared, {"opt": True, "opt/site": True, "opt/site/b.py": False}) == []
 
 
 @pytest.mark.unit

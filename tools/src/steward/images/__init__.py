@@ -32,8 +32,10 @@ a part (each one's documentation says how):
 
 - :mod:`~steward.images.base`: the base layer, Debian's ``python3.11`` from
   ``mmdebstrap``, stripped and cached once per machine;
-- :mod:`~steward.images.venvs`: one layer per virtual environment (the services', one
-  per controller), installed with uv and byte-compiled by the base's interpreter;
+- :mod:`~steward.images.venvs`: the virtual environment in layers, one that every
+  service image shares (steward and the third-party packages) and one of each venv's own
+  (a controller's distribution; the services'), installed with uv and byte-compiled by
+  the base's interpreter;
 - :mod:`~steward.images.layout`: deterministic layer tars and umoci's OCI layouts;
 - :mod:`~steward.images.steward_images`: the service images' configuration, the pause
   image and the cached archive;

@@ -1,19 +1,20 @@
 """Steward's images: the informer, the manager, one per controller, and pause.
 
-Each service image is the base layer (:mod:`steward.images.base`) and its venv's layer
-(:mod:`steward.images.venvs`), configured as ``deploy/images/Dockerfile``'s runtime
-stage: user ``65532:65532``, working directory ``/tmp``,
-``PATH=/opt/steward/venv/bin:/usr/bin:/bin``, ``PYTHONDONTWRITEBYTECODE=1``,
+Each service image is the base layer (:mod:`steward.images.base`), the venvs' shared
+layer and its venv's own layer (:mod:`steward.images.venvs`), configured as
+``deploy/images/Dockerfile``'s runtime stage: user ``65532:65532``, working directory
+``/tmp``, ``PATH=/opt/steward/venv/bin:/usr/bin:/bin``, ``PYTHONDONTWRITEBYTECODE=1``,
 ``PYTHONUNBUFFERED=1``, ``HOME=/tmp``, ``TMPDIR=/tmp``; the entry point in exec form.
 Every file is owned by root and not writable by group or others (``/tmp`` alone is
 ``1777``); nothing in the image needs to be writable. The pause image is ``/pause``
 alone, user ``65535:65535``.
 
-Results are cached by a digest of the inputs (the recipe, the base, each venv's exported
+Results are cached by a digest of the inputs (the recipe, the base, each layer's
 requirements, the workspace members' pyproject files, readmes and sources, uv's version,
 the tag, the epoch, the pause binary) in ``cache_root()/images/archives/<digest>/``: a
-second call with nothing changed returns at once. A change rebuilds every venv (about a
-minute on two cores, mostly byte-compilation); the base stays.
+second call with nothing changed returns at once. A change rebuilds the venvs' layers:
+the shared one (most of the time, mostly byte-compilation) and each venv's small own
+layer; the base stays.
 """
 
 from __future__ import annotations
@@ -49,12 +50,15 @@ from steward.images.layout import BuiltArchive, Layout, describe, write_tar
 from steward.images.venvs import (
     CONTROLLERS,
     HATCHLING,
+    SERVICES,
     VENV,
-    VenvPlan,
+    LayerPlan,
+    VenvPlans,
     build_wheels,
+    conflicts,
     feed_plans,
     find_uv,
-    install_venv,
+    install_layer,
     plan_venvs,
 )
 
@@ -80,6 +84,7 @@ class ImageSpec:
 
     service: str
     venv: str
+    """The venv it runs (:data:`~steward.images.venvs.VENVS`' name): its own layer."""
     args: tuple[str, ...]
     """The entry point's arguments after the interpreter (``-m steward.informer``; a
     controller's: ``-m steward run <name>``, from the registry)."""
@@ -97,17 +102,17 @@ class ImageSpec:
 
 
 IMAGES = (
-    ImageSpec("informer", "services", ("-m", "steward.informer")),
-    ImageSpec("manager", "services", ("-m", "steward.manager")),
-    *(ImageSpec(f"controller-{c.name}", f"controller-{c.name}", c.launch) for c in CONTROLLERS),
+    ImageSpec("informer", SERVICES.name, ("-m", "steward.informer")),
+    ImageSpec("manager", SERVICES.name, ("-m", "steward.manager")),
+    *(ImageSpec(f"controller-{c.name}", c.distribution, c.launch) for c in CONTROLLERS),
 )
 
 
 @dataclass(frozen=True)
 class BuiltImages(BuiltArchive):
     """What :func:`build_images` made: its images by the name containerd lists, e.g.
-    ``docker.io/library/steward-informer:dev``; the base layer is shared by the service
-    images."""
+    ``docker.io/library/steward-informer:dev``; the base layer and the venvs' shared layer
+    are shared by the service images."""
 
     base_key: str
     base_packages: dict[str, str]
@@ -144,8 +149,8 @@ def build_images(
     with locked(out):
         base = ensure_base(out=out, epoch=epoch, rebuild=rebuild_base)
         uv_version = run([uv, "--version"], out=out, label="uv").strip()
-        venvs = {image.venv for image in wanted}
-        plans = [plan for plan in plan_venvs(uv, repo, out) if plan.venv.name in venvs]
+        planned = plan_venvs(uv, repo, out)
+        plans = planned.layers(image.venv for image in wanted)
         key = _inputs_key(
             images=wanted,
             plans=plans,
@@ -171,7 +176,7 @@ def build_images(
                 wanted=wanted,
                 repo=repo,
                 uv=uv,
-                plans=plans,
+                planned=planned,
                 base=base,
                 tag=tag,
                 epoch=epoch,
@@ -198,7 +203,7 @@ def selected(only: Collection[str] | None) -> tuple[ImageSpec, ...]:
 def _inputs_key(
     *,
     images: Sequence[ImageSpec],
-    plans: Sequence[VenvPlan],
+    plans: Sequence[LayerPlan],
     base: Base,
     tag: str,
     epoch: int,
@@ -223,7 +228,7 @@ def _build(
     wanted: Sequence[ImageSpec],
     repo: Path,
     uv: str,
-    plans: Sequence[VenvPlan],
+    planned: VenvPlans,
     base: Base,
     tag: str,
     epoch: int,
@@ -239,34 +244,56 @@ def _build(
     with tempfile.TemporaryDirectory(prefix=".tmp-build-", dir=images_root()) as tmp_name:
         tmp = Path(tmp_name)
         wheels = tmp / "wheels"
+        plans = planned.layers(image.venv for image in wanted)
         build_wheels(uv, repo, (m for p in plans for m in p.members), wheels, out)
         out.say(f"images: workspace wheels built ({time.monotonic() - started:.0f}s)")
         scratch = tmp / "root"
         scratch.mkdir()
         run(["tar", "-x", "-f", str(base.layer), "-C", str(scratch)], out=out, label="unpack base")
         venv_layers: dict[str, tuple[Path, str]] = {}
+        entries: dict[str, dict[str, bool]] = {}
         for plan in plans:
             began = time.monotonic()
-            install_venv(uv, repo, scratch, plan, wheels, base.python_version, out)
-            layer = tmp / f"venv-{plan.venv.name}.tar"
-            opt = ["opt", *(f"opt/{p}" for p in walk(scratch / "opt"))]
-            diff_id, size = write_tar(layer, scratch, epoch=epoch, paths=opt)
+            skeleton = base.python_version if plan is planned.shared else None
+            install_layer(uv, repo, scratch, plan, wheels, out, python_version=skeleton)
+            entries[plan.name] = _opt(scratch)
+            layer = tmp / f"venv-{plan.name}.tar"
+            paths = list(entries[plan.name])
+            diff_id, size = write_tar(layer, scratch, epoch=epoch, paths=paths)
             shutil.rmtree(scratch / "opt")
-            what = f"venv {plan.venv.name}: " + ", ".join(m.name for m in plan.members)
+            what = plan.describe()
             unpacked[f"sha256:{diff_id}"] = (size, what)
-            venv_layers[plan.venv.name] = (layer, what)
+            venv_layers[plan.name] = (layer, what)
             out.say(
-                f"images: venv {plan.venv.name} {size / 1e6:.0f} MB "
-                f"({time.monotonic() - began:.0f}s)"
+                f"images: venv {plan.name} {size / 1e6:.1f} MB ({time.monotonic() - began:.0f}s)"
             )
+        for venv in sorted({image.venv for image in wanted}):
+            below: dict[str, bool] = {}
+            for plan in planned.chain(venv):
+                if clashes := conflicts(below, entries[plan.name]):
+                    raise ImageError(
+                        f"venv {venv}: layer {plan.name} would replace what a layer below "
+                        "holds: " + ", ".join(clashes[:5]) + (" …" if len(clashes) > 5 else "")
+                    )
+                below.update(entries[plan.name])
         layout = Layout(tmp / "layout", epoch, out)
         layout.init()
         layout.new("base")
         layout.add_layer("base", base.layer, unpacked[base.diff_id][1])
+        # umoci's tags of the images so far: base, then each layer above it on the last.
+        tags: dict[tuple[str, ...], str] = {(): "base"}
         names: dict[str, str] = {}
         for image in wanted:
-            layer, what = venv_layers[image.venv]
-            layout.add_layer("base", layer, what, new_tag=image.service)
+            chain = planned.chain(image.venv)
+            for depth, plan in enumerate(chain):
+                done = tuple(p.name for p in chain[: depth + 1])
+                if done in tags:
+                    continue
+                last = depth == len(chain) - 1
+                new_tag = image.service if last else f"stack-{len(tags)}"
+                layout.add_layer(tags[done[:-1]], *venv_layers[plan.name], new_tag=new_tag)
+                if not last:
+                    tags[done] = new_tag
             layout.configure(
                 image.service,
                 user=USER,
@@ -275,7 +302,8 @@ def _build(
                 workingdir=WORKDIR,
             )
             names[image.service] = image.ref(tag)
-        layout.remove("base")
+        for internal in tags.values():
+            layout.remove(internal)
         if pause_binary is not None:
             add_pause(layout, pause_binary, tmp, epoch, unpacked)
             names["pause"] = PAUSE_IMAGE
@@ -292,6 +320,16 @@ def _build(
         base_key=base.key,
         base_packages=base.packages,
     )
+
+
+def _opt(scratch: Path) -> dict[str, bool]:
+    """What a venv's layer holds: ``opt`` and everything under it, in write order, each
+    path → whether it is a directory."""
+    found = {}
+    for rel in ["opt", *(f"opt/{p}" for p in walk(scratch / "opt"))]:
+        path = scratch / rel
+        found[rel] = path.is_dir() and not path.is_symlink()
+    return found
 
 
 def add_pause(
