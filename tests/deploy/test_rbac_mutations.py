@@ -65,16 +65,25 @@ verb, and one resource, at a time, in place of the whole (``SPLIT_RULES``).
 
 First the same exercise runs with an unmutated copy of each role, which must succeed
 without any refusal; that is what makes a failure under a mutation meaningful.
+
+Every run starts the service afresh, so most of the time goes to starting Python
+processes; the runs of one deployment follow one another, but the deployments are
+judged in three lanes at once (:data:`LANES`), grouped so that no controller runs beside
+one whose work touches its exercise's, and never two instances of one service. Each
+deployment is still reported by a test of its own, which waits for its verdict.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +211,21 @@ Part = tuple[str, str]
 of a rule."""
 
 
+_RBAC_PATHS = {
+    "ServiceAccount": "/api/v1/namespaces/{namespace}/serviceaccounts",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+}
+"""Where :func:`identity_for` creates each kind it copies (the manifests bind ClusterRoles
+only, by ClusterRoleBindings and RoleBindings)."""
+
+
+def _collection(doc: Doc) -> str:
+    assert doc["kind"] in _RBAC_PATHS, f"no copy of a {doc['kind']} is made here"
+    return _RBAC_PATHS[doc["kind"]].format(namespace=doc["metadata"].get("namespace", ""))
+
+
 def identity_for(
     bench: Site, deployment: str, role: Doc | None, rule: int | None, part: Part | None = None
 ) -> Identity:
@@ -209,11 +233,19 @@ def identity_for(
     ``role`` lacks rule number ``rule``, or only its ``part`` when given (no mutation when
     ``role`` is None). RoleBindings in Steward's namespace go to a fresh namespace, where
     the manager (whose --namespace is its pod's namespace) then keeps its Leases; those
-    of another namespace (the token cleaner's, in kube-system) stay there."""
+    of another namespace (the token cleaner's, in kube-system) stay there. The objects
+    are created by the API (each name is new: nothing to apply over), the ServiceAccount
+    first and the bindings last."""
     tag = uuid.uuid4().hex[:6]
     original_sa = service_account_of(bench.docs, deployment)
     sa = f"{original_sa}-{tag}"
-    lease_ns = bench.namespace("leases")
+    lease_ns = f"leases-{tag}"
+    bench.cluster.api(
+        "POST",
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": lease_ns}},
+        ok=(201,),
+    )
     objects: list[Doc] = [
         {
             "apiVersion": "v1",
@@ -247,7 +279,8 @@ def identity_for(
         doc["roleRef"]["name"] = names[original["roleRef"]["name"]]
         doc["subjects"] = [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
         objects.append(doc)
-    apply(bench.cluster, objects)
+    for doc in objects:
+        bench.cluster.api("POST", _collection(doc), doc, ok=(201,))
     kubeconfig = write_kubeconfig(
         bench.cluster, bench.workdir / f"{sa}.kubeconfig", token(bench.cluster, NAMESPACE, sa)
     )
@@ -255,22 +288,22 @@ def identity_for(
 
 
 def remove(bench: Site, ident: Identity) -> None:
-    subprocess.run(
-        [
-            KUBECTL,
-            f"--kubeconfig={bench.cluster.kubeconfig}",
-            "delete",
-            "--ignore-not-found",
-            "--wait=false",
-            "-f",
-            "-",
-        ],
-        input=yaml.safe_dump_all(ident.objects),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    """Delete what :func:`identity_for` made (its lease namespace stays: nothing here
+    finalizes a namespace but the namespace controller's exercise)."""
+    for doc in reversed(ident.objects):
+        path = f"{_collection(doc)}/{doc['metadata']['name']}"
+        bench.cluster.api("DELETE", path, ok=(200, 202, 404))
+
+
+def compiled(process: Process, workdir: Path) -> Process:
+    """``process`` loading its modules' bytecode from a cache of this module's (written
+    by the first process to import each module): the image's are compiled when it is
+    built (``UV_COMPILE_BYTECODE``), a checkout's often are not, and a service compiling
+    some hundreds of modules at each start spends twice the CPU it would spend in the
+    image before it does anything; this test starts one for every rule."""
+    process.env.pop("PYTHONDONTWRITEBYTECODE", None)
+    process.env["PYTHONPYCACHEPREFIX"] = str(workdir / "bytecode")
+    return process
 
 
 def start(
@@ -280,7 +313,7 @@ def start(
     pod = Pod(name=f"{deployment}-{ident.service_account[-6:]}", namespace=ident.lease_namespace)
     process = bench.launcher.prepare(deployment, ident.kubeconfig, pod, ident.service_account)
     process.argv.extend(extra_args)
-    return bench.launcher.start(process)
+    return bench.launcher.start(compiled(process, bench.workdir))
 
 
 def _ready(docs: list[Doc], process: Process) -> Callable[[], bool]:
@@ -320,7 +353,10 @@ def exercise_manager(bench: Bench, ident: Identity) -> tuple[str | None, Process
         full = identity_for(bench, JOB, None, None)
         try:
             controller = launcher.start(
-                launcher.prepare(JOB, full.kubeconfig, service_account=full.service_account)
+                compiled(
+                    launcher.prepare(JOB, full.kubeconfig, service_account=full.service_account),
+                    bench.workdir,
+                )
             )
             running = controller
             return exercises.wait_registered(
@@ -345,14 +381,15 @@ def _exercise_controller(
     extra_args: tuple[str, ...] = (),
 ) -> tuple[str | None, Process]:
     """The controller of ``deployment`` (given ``extra_args`` too) becomes the manager's
-    active ``name``, then does ``run`` in a fresh namespace."""
+    active ``name``, then does ``run`` in a fresh namespace (made while the controller
+    starts)."""
     controller = start(bench, deployment, ident, extra_args)
     try:
+        ns = bench.namespace(name)
         problem = exercises.wait_registered(
             bench.address(bench.manager), name, security=bench.admin, give_up=controller.forbidden
         )
         if problem is None:
-            ns = bench.namespace(name)
             problem = run(bench.cluster, ns, give_up=controller.forbidden)
         return problem, controller
     finally:
@@ -752,39 +789,233 @@ def bench(apps_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) 
         informer.stop()
 
 
-@pytest.mark.parametrize("deployment", list(EXERCISES))
-def test_every_rule_of_the_services_roles_is_needed(bench: Bench, deployment: str) -> None:
-    ident = identity_for(bench, deployment, None, None)
-    problem, process = EXERCISES[deployment](bench, ident)
-    remove(bench, ident)
-    assert problem is None, f"the exercise fails with all rules: {problem}\n{process.tail()}"
-    assert not process.forbidden(), f"refused with all rules:\n{process.tail()}"
+LANES: tuple[tuple[str, ...], ...] = (
+    (
+        NAMESPACE_CONTROLLER,
+        GC,
+        DAEMONSET,
+        ENDPOINTSLICE,
+        REPLICASET,
+        REPLICATIONCONTROLLER,
+        CRONJOB,
+        TTL_AFTER_FINISHED,
+    ),
+    (HPA, NODELIFECYCLE, MANAGER, JOB, PODGC, TAINT_EVICTION, TTL, RESOURCEQUOTA),
+    (
+        INFORMER,
+        LEGACY_CLEANER,
+        SA_TOKEN,
+        SERVICEACCOUNT,
+        ROOT_CA,
+        BOOTSTRAPSIGNER,
+        ENDPOINT,
+        TOKENCLEANER,
+        CSRAPPROVING,
+        CSRSIGNING,
+        AGGREGATION,
+        CSRCLEANER,
+    ),
+)
+"""The deployments whose rules are judged one after the other, each lane beside the
+others. A service runs as one instance at a time (in its own lane), and none beside one
+whose work touches its exercise's, where a controller of full rights could do the work
+the mutated one was refused, or undo it:
 
-    unneeded: list[str] = []
-    redundant: list[str] = []
-    needed: list[str] = []
-    roles = roles_of(bench.docs, service_account_of(bench.docs, deployment))
-    for role in roles:
-        for index, rule in enumerate(role["rules"]):
-            for part in _parts(role, rule):
-                ident = identity_for(bench, deployment, role, index, part)
+- the garbage collector deletes the dependents of any deleted owner (an EndpointSlice of
+  a deleted Service, say) and the namespace controller empties any namespace being
+  deleted: both run beside no controller whose children carry owner references but the
+  Job controller, whose exercise deletes no Job (the CronJob controller's Jobs and the
+  ReplicationController's pods carry them, and the TTL-after-finished controller deletes
+  Jobs in the foreground, which the garbage collector finishes: their lane);
+- the pod garbage collector's threshold of one counts terminated pods cluster-wide, and
+  the only pods that terminate are Jobs' (kwok's ``pod-complete`` stage): the Job
+  controller runs in its lane, and so does the manager, whose exercise starts a Job
+  controller; the node lifecycle controller taints a silent node ``NoExecute``, which
+  the taint eviction controller acts on, the TTL controller annotates every new node,
+  the pod garbage collector deletes the pods of a missing node: all in one lane;
+- the serviceaccount and tokens controllers, the token cleaners and the bootstrap
+  signer, and the three controllers of CSRs work on the same objects: one lane.
+
+The informer, the Endpoints and the HorizontalPodAutoscaler controllers (whose objects
+carry no owner references) go where they even out the lanes' times, the longest
+deployments first in each. Every exercise's objects live in namespaces of their own
+(nodes carry a taint that keeps other pods off them); the informer and the manager at
+full rights are shared."""
+
+
+@dataclass
+class Verdict:
+    """What the runs of one deployment showed."""
+
+    deployment: str
+    unmutated: str | None = None
+    """What went wrong with every rule (None: the work was done, nobody refused)."""
+    needed: list[str] = field(default_factory=list)
+    redundant: list[str] = field(default_factory=list)
+    """Rules whose removal changed nothing here, for a reason :data:`REDUNDANT_HERE` checked."""
+    unneeded: list[str] = field(default_factory=list)
+    runs: int = 0
+    identities: float = 0.0
+    """Seconds spent making and removing the identities."""
+    exercises: float = 0.0
+    """Seconds spent in the exercises (each from the service's start to its stop)."""
+    explanations: float = 0.0
+    wall: float = 0.0
+
+    def report(self) -> str:
+        lines = [f"{self.deployment}: needed: " + "".join(f"\n  {n}" for n in self.needed)]
+        lines.append(
+            f"{self.deployment}: redundant on this cluster (checked): {self.redundant or 'none'}"
+        )
+        lines.append(
+            f"{self.deployment}: {self.runs} runs in {self.wall:.0f} s (identities"
+            f" {self.identities:.0f} s, exercises {self.exercises:.0f} s, explanations"
+            f" {self.explanations:.0f} s)"
+        )
+        return "\n".join(lines)
+
+
+Case = tuple[Doc, int, dict[str, Any], Part | None]
+"""One mutation: the role, the number of its rule, the rule, and the part removed (None:
+the whole rule)."""
+
+
+def _cases(docs: list[Doc], deployment: str) -> list[Case]:
+    return [
+        (role, index, rule, part)
+        for role in roles_of(docs, service_account_of(docs, deployment))
+        for index, rule in enumerate(role["rules"])
+        for part in _parts(role, rule)
+    ]
+
+
+def judge(bench: Bench, deployment: str, stopping: threading.Event) -> Verdict:
+    """The unmutated run of ``deployment``'s exercise, then (if it did the work) one run
+    per :data:`Case`, each with a fresh identity and a freshly started service."""
+    verdict = Verdict(deployment)
+    began = time.monotonic()
+    try:
+        for case in [None, *_cases(bench.docs, deployment)]:
+            if stopping.is_set():
+                raise RuntimeError(f"{deployment}: stopped before every rule was judged")
+            started = time.monotonic()
+            if case is None:
+                ident = identity_for(bench, deployment, None, None)
+            else:
+                ident = identity_for(bench, deployment, case[0], case[1], case[3])
+            verdict.identities += time.monotonic() - started
+            try:
+                verdict.runs += 1
+                exercised = time.monotonic()
+                problem, process = EXERCISES[deployment](bench, ident)
+                verdict.exercises += time.monotonic() - exercised
+                refused = process.forbidden()
+                if case is None:
+                    if problem is not None:
+                        verdict.unmutated = f"the exercise fails with all rules: {problem}"
+                    elif refused:
+                        verdict.unmutated = "refused with all rules"
+                    if verdict.unmutated is not None:
+                        verdict.unmutated += f"\n{process.tail()}"
+                        return verdict
+                    continue
+                role, index, rule, part = case
                 described = _describe(role, index, rule, part)
-                started = time.monotonic()
-                try:
-                    problem, process = EXERCISES[deployment](bench, ident)
-                    refused = process.forbidden()
-                    if problem is not None or refused:
-                        why = "refused (403 or PERMISSION_DENIED)" if refused else problem
-                        took = time.monotonic() - started
-                        needed.append(f"{described}: {why} [{took:.0f} s]")
-                    else:
-                        explain = REDUNDANT_HERE.get(_rule_key(role, rule, part))
-                        if explain is not None and explain(bench, ident, rule):
-                            redundant.append(described)
-                        else:
-                            unneeded.append(described)
-                finally:
-                    remove(bench, ident)
-    print(f"\n{deployment}: needed: " + "".join(f"\n  {n}" for n in needed))
-    print(f"{deployment}: redundant on this cluster (checked): {redundant or 'none'}")
+                if problem is not None or refused:
+                    why = "refused (403 or PERMISSION_DENIED)" if refused else problem
+                    took = time.monotonic() - exercised
+                    verdict.needed.append(f"{described}: {why} [{took:.0f} s]")
+                    continue
+                explaining = time.monotonic()
+                explain = REDUNDANT_HERE.get(_rule_key(role, rule, part))
+                if explain is not None and explain(bench, ident, rule):
+                    verdict.redundant.append(described)
+                else:
+                    verdict.unneeded.append(described)
+                verdict.explanations += time.monotonic() - explaining
+            finally:
+                removing = time.monotonic()
+                remove(bench, ident)
+                verdict.identities += time.monotonic() - removing
+    finally:
+        verdict.wall = time.monotonic() - began
+    return verdict
+
+
+class Judges:
+    """Judges the chosen deployments, lane by lane (:data:`LANES`), the lanes at once,
+    each in a thread of its own with a launcher of its own; a deployment's verdict is
+    waited for by its test."""
+
+    def __init__(self, bench: Bench, deployments: list[str]) -> None:
+        self.verdicts: dict[str, Future[Verdict]] = {d: Future() for d in deployments}
+        self.stopping = threading.Event()
+        self.threads: list[threading.Thread] = []
+        for lane in LANES:
+            chosen = [d for d in lane if d in self.verdicts]
+            if not chosen:
+                continue
+            launcher = KeyedLauncher(
+                bench.docs, bench.workdir, bench.cluster, dict(bench.launcher.endpoints)
+            )
+            own = dataclasses.replace(bench, launcher=launcher)
+            thread = threading.Thread(
+                target=self._judge_lane, args=(own, chosen), name=f"lane-{chosen[0]}", daemon=True
+            )
+            self.threads.append(thread)
+            thread.start()
+
+    def _judge_lane(self, bench: Bench, deployments: list[str]) -> None:
+        for deployment in deployments:
+            verdict = self.verdicts[deployment]
+            if not verdict.set_running_or_notify_cancel():
+                continue
+            try:
+                verdict.set_result(judge(bench, deployment, self.stopping))
+            except BaseException as err:  # its test raises it
+                verdict.set_exception(err)
+
+    def verdict(self, deployment: str) -> Verdict:
+        return self.verdicts[deployment].result()
+
+    def stop(self) -> None:
+        """Judge no further rule; wait for the runs under way."""
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join()
+
+
+TEST = "test_every_rule_of_the_services_roles_is_needed"
+
+
+@pytest.fixture(scope="module")
+def judges(bench: Bench, request: pytest.FixtureRequest) -> Iterator[Judges]:
+    """The judges of the deployments this session runs the test for (all, unless some
+    are deselected)."""
+    chosen = [
+        str(item.callspec.params["deployment"])
+        for item in request.session.items
+        if isinstance(item, pytest.Function)
+        and item.module is request.module
+        and item.originalname == TEST
+    ]
+    running = Judges(bench, chosen)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_lanes_hold_every_deployment_once() -> None:
+    """A deployment in no lane would never be judged, one in two could run twice at once."""
+    laned = [d for lane in LANES for d in lane]
+    assert sorted(laned) == sorted(EXERCISES), "LANES must name every deployment once"
+
+
+@pytest.mark.parametrize("deployment", list(EXERCISES))
+def test_every_rule_of_the_services_roles_is_needed(judges: Judges, deployment: str) -> None:
+    verdict = judges.verdict(deployment)
+    print(f"\n{verdict.report()}")
+    assert verdict.unmutated is None, verdict.unmutated
+    unneeded = verdict.unneeded
     assert not unneeded, f"{deployment} works without these rules, so they are unneeded: {unneeded}"
