@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--e2e",
         action="store_true",
         help=(
-            "build the e2e test images (busybox, agnhost under two tags, pause) instead of "
+            "build the e2e test images (busybox, agnhost under two tags, nginx, pause) instead of "
             "Steward's; --tag and --rebuild-base do not apply"
         ),
     )
