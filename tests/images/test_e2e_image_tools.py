@@ -8,7 +8,10 @@ agnhost pod is run in it (``chroot`` with ``/proc`` mounted, the image's PATH,
 ``echo hostName | nc -v -t -w 2 <ip> <port>`` must print the server's answer (an
 empty output is "service is not reachable"), ``curl -g -q -s --connect-timeout 2`` and
 ``wget -T 5 -qO-`` must fetch a page; busybox's applets the ``[sig-apps]`` specs use
-must still run. Needs root (chroot), umoci and busybox-static, as the archive's tests.
+must still run. The nginx image's layers are unpacked the same way for what the specs
+run in nginx pods (``sh -c``, ``ls``) and ``nginx -t``; and the nginx tree's own checks
+must refuse a tree missing a library nginx links. Needs root (chroot), umoci and
+busybox-static, as the archive's tests.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from pathlib import Path
 import pytest
 
 from steward import images
-from steward.images import e2e_images
+from steward.cluster.progress import Progress
+from steward.images import e2e_images, e2e_tools
 from tests.conftest import skip_or_fail
 from tests.images import test_build as _build
 from tests.images import test_e2e_images as _e2e
@@ -153,3 +157,53 @@ def test_busybox_applets_still_run(agnhost_root: Path) -> None:
     # The [sig-apps] specs run these in agnhost pods; /bin/sh is dash, the applets stay.
     done = _sh(agnhost_root, "id -u; sleep 0; echo a-b | cut -d- -f2; ls /bin/busybox")
     assert (done.returncode, done.stdout) == (0, "0\nb\n/bin/busybox\n"), done.stderr
+
+
+# ------------------------------------------------------------------------------ nginx
+
+
+@pytest.fixture(scope="module")
+def nginx_root(
+    built: images.BuiltE2E, layout: _build.Layout, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """nginx's file system: its layers (busybox's, then Debian's nginx) unpacked in order."""
+    if os.geteuid() != 0:
+        skip_or_fail("running the image's commands (chroot) needs root")
+    root = tmp_path_factory.mktemp("nginx-root")
+    for digest in built.images[images.NGINX_IMAGE].layers:
+        subprocess.run(["tar", "-x", "-f", str(layout.blob(digest)), "-C", str(root)], check=True)
+    return root
+
+
+@pytest.mark.integration
+def test_nginx_image_runs_what_the_specs_run(nginx_root: Path) -> None:
+    # preStop hooks (``sh -c "while true; do echo preStop; sleep 1; done"``), the storage
+    # specs' scripts (``/bin/sh -c``), and nginx -t as the image's user www-data sees it.
+    done = _sh(
+        nginx_root,
+        "echo preStop; sleep 0; ls /usr/share/nginx/html; nginx -e stderr -t 2>&1 | tail -1",
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["preStop", "index.html"], done.stdout
+    assert lines[2].endswith("test is successful"), done.stdout
+
+
+@pytest.mark.integration
+def test_nginx_tree_checks_catch_a_missing_library(
+    nginx_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """finish_nginx keeps the libraries it is told nginx links and runs nginx in what it
+    kept: the finished tree finishes again as it was; one library fewer in the list and
+    nginx cannot start there, which the checks refuse."""
+    nginx = e2e_tools.ensure_nginx(out=Progress(interval=15.0))
+    for name in ("again", "short"):
+        root = tmp_path / name
+        root.mkdir()
+        subprocess.run(["tar", "-x", "-f", str(nginx.tar), "-C", str(root)], check=True)
+    assert e2e_tools.finish_nginx(tmp_path / "again") == nginx.packages
+    assert (tmp_path / "again/var/log/nginx/error.log").readlink() == Path("/dev/stderr")
+    short = tuple(lib for lib in e2e_tools.NGINX_LIBRARIES if not lib.startswith("libpcre2"))
+    monkeypatch.setattr(e2e_tools, "NGINX_LIBRARIES", short)
+    with pytest.raises(images.ImageError, match=r"libpcre2-8\.so\.0"):
+        e2e_tools.finish_nginx(tmp_path / "short")

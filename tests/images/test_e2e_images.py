@@ -1,13 +1,15 @@
 """The images upstream's e2e specs run (steward.images.build_e2e), built and run for real.
 
 The module builds the archive once (cached by its inputs: busybox, agnhost and pause
-binaries), reads it as an OCI image layout (every blob against its digest and size, the
-names, configurations and layer entries), builds it again without the cache for the
-same bytes, then imports it into a containerd of the test's own (``test_build``'s
-fixture: own root, state and socket, no CRI) and runs each image with runc through
-``ctr``: busybox's shell, agnhost's default command (``pause``), ``--help`` and
-``serve-hostname`` answering on 9376 inside its container. Every container, cgroup,
-FIFO and runc state directory is the test's own and is removed afterwards.
+binaries, the tools and nginx trees), reads it as an OCI image layout (every blob
+against its digest and size, the names, configurations and layer entries), builds it
+again without the cache for the same bytes, then imports it into a containerd of the
+test's own (``test_build``'s fixture: own root, state and socket, no CRI) and runs each
+image with runc through ``ctr``: busybox's shell, agnhost's default command
+(``pause``), ``--help`` and ``serve-hostname`` answering on 9376 inside its container,
+nginx's default command answering ``GET /`` on port 80 with its workers as
+``www-data``. Every container, cgroup, FIFO and runc state directory is the test's own
+and is removed afterwards.
 
 Building needs umoci and busybox-static, not root; running needs root, containerd, ctr
 and runc (``make node-packages``). The agnhost binary is ``steward build``'s when it
@@ -141,6 +143,7 @@ def test_names(built: images.BuiltE2E) -> None:
         "registry.k8s.io/e2e-test-images/agnhost:2.55",
         "registry.k8s.io/e2e-test-images/agnhost:2.66.1",
         "registry.k8s.io/e2e-test-images/busybox:1.37.0-2",
+        "registry.k8s.io/e2e-test-images/nginx:1.27.0-2",
         "registry.k8s.io/pause:3.10.2",
     )
     assert images.archive_names(built.archive) == list(images.E2E_IMAGES)
@@ -150,7 +153,10 @@ def test_names(built: images.BuiltE2E) -> None:
     busybox = built.images[images.BUSYBOX_IMAGE]
     assert new.layers[0] == busybox.layers[0], "agnhost is busybox's layer and its own"
     assert len(new.layers) == 2 and len(busybox.layers) == 1
-    assert len(built.layers) == 3
+    nginx = built.images[images.NGINX_IMAGE]
+    assert nginx.layers[0] == busybox.layers[0], "nginx is busybox's layer and its own"
+    assert len(nginx.layers) == 2 and nginx.layers[1] != new.layers[1]
+    assert len(built.layers) == 4
     for info in built.images.values():
         assert 0 < info.size < info.unpacked_size
     assert built.busybox_version.startswith("v1.")
@@ -213,6 +219,13 @@ def test_configs(layout: _build.Layout) -> None:
         "Cmd": ["pause"],
         "ExposedPorts": {f"{port}/tcp": {} for port in (80, 8080, 8081, 9376, 5000)},
     }
+    # As upstream's (nginx:1.27-alpine) but its entry point script: root, nginx in front.
+    nginx = layout.configs[images.NGINX_IMAGE]["config"]
+    assert nginx == {
+        "Env": path,
+        "Cmd": ["nginx", "-g", "daemon off;"],
+        "ExposedPorts": {"80/tcp": {}},
+    }
     pause = layout.configs[images.PAUSE_IMAGE]["config"]
     assert pause["User"] == "65535:65535" and pause["Entrypoint"] == ["/pause"]
 
@@ -253,6 +266,40 @@ def test_layers(built: images.BuiltE2E, layout: _build.Layout) -> None:
     assert "user-defined-in-image:x:1000:1000:" in _file(layout, agnhost_digest, "etc/passwd")
     group = _file(layout, agnhost_digest, "etc/group")
     assert "group-defined-in-image:x:50000:user-defined-in-image" in group
+
+
+@pytest.mark.integration
+def test_nginx_layer(built: images.BuiltE2E, layout: _build.Layout) -> None:
+    epoch = images.source_date_epoch()
+    _, nginx_digest = built.images[images.NGINX_IMAGE].layers
+    found, nginx = _entries(layout, nginx_digest)
+    assert found == layout.configs[images.NGINX_IMAGE]["rootfs"]["diff_ids"][1]
+    for m in nginx.values():
+        assert (m.uid, m.gid, m.uname, m.gname, m.mtime) == (0, 0, "", "", epoch), m.name
+        assert m.isdir() or m.isfile() or m.issym(), m.name
+    assert nginx["usr/sbin/nginx"].isfile() and nginx["usr/sbin/nginx"].mode == 0o755
+    assert "Welcome to nginx!" in _file(layout, nginx_digest, "usr/share/nginx/html/index.html")
+    site = _file(layout, nginx_digest, "etc/nginx/conf.d/default.conf")
+    assert "listen 80;" in site and "root /usr/share/nginx/html;" in site
+    assert nginx["var/log/nginx/access.log"].linkname == "/dev/stdout"
+    assert nginx["var/log/nginx/error.log"].linkname == "/dev/stderr"
+    assert "\nwww-data:x:33:33:" in _file(layout, nginx_digest, "etc/passwd")
+    # Only nginx's own packages: no shell, apt, dpkg, perl or iproute2 of apt's choosing,
+    # and nothing the checks left behind (temporary directories, logs, pid file).
+    status = {n.removeprefix("var/lib/dpkg/status.d/") for n in nginx if "status.d/" in n}
+    assert status == {
+        "libc6",
+        "libcrypt1",
+        "libpcre2-8-0",
+        "libssl3",
+        "nginx",
+        "nginx-common",
+        "zlib1g",
+    }
+    assert not [n for n in nginx if n.startswith(("bin/", "sbin/", "usr/bin/"))]
+    assert not [n for n in nginx if n.startswith(("var/lib/nginx/", "run/"))]
+    assert nginx["var/log/nginx"].isdir() and nginx["run"].isdir()
+    assert sum(m.size for m in nginx.values()) < 16_000_000
 
 
 def _file(layout: _build.Layout, digest: str, name: str) -> str:
@@ -516,6 +563,34 @@ def test_agnhost_serves_hostname(ctr: Ctr) -> None:
         assert time.monotonic() < deadline, got.stderr
         time.sleep(0.3)
     assert got.stdout.strip() == hostname
+
+
+@pytest.mark.integration
+def test_nginx_serves_port_80(ctr: Ctr) -> None:
+    """What upstream's specs ask of ``imageutils.Nginx``: its default command keeps
+    running and serves HTTP on port 80; ``sh -c`` (preStop hooks, scripts of the storage
+    specs), ``ls`` and ``mv`` run in it."""
+    cid, done = ctr.run(images.NGINX_IMAGE, detach=True)
+    assert done.returncode == 0, done.stderr
+    ctr.wait_status(cid, "RUNNING")
+    deadline = time.monotonic() + 30
+    while True:
+        got = ctr.exec(cid, "wget", "-q", "-O", "-", "http://127.0.0.1:80/")
+        if got.returncode == 0:
+            break
+        assert time.monotonic() < deadline, got.stderr
+        time.sleep(0.3)
+    assert "<title>Welcome to nginx!</title>" in got.stdout
+    missing = ctr.exec(cid, "wget", "-q", "-O", "-", "http://127.0.0.1/absent")
+    assert missing.returncode != 0
+    ps = ctr.exec(cid, "sh", "-c", "ps -o user,args | grep '[n]ginx:'; ls /usr/share/nginx/html")
+    assert ps.returncode == 0, ps.stderr
+    assert "nginx: master process nginx -g daemon off;" in ps.stdout
+    workers = [line for line in ps.stdout.splitlines() if "worker process" in line]
+    assert workers and all(line.split()[0] == "www-data" for line in workers), ps.stdout
+    assert ps.stdout.splitlines()[-1] == "index.html"
+    ctr("task", "kill", "--signal", "SIGQUIT", cid)
+    ctr.wait_status(cid, "STOPPED")
 
 
 # ------------------------------------------------------------------- the resource consumer

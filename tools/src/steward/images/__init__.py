@@ -39,7 +39,7 @@ a part (each one's documentation says how):
 - :mod:`~steward.images.layout`: deterministic layer tars and umoci's OCI layouts;
 - :mod:`~steward.images.steward_images`: the service images' configuration, the pause
   image and the cached archive;
-- :mod:`~steward.images.e2e_images`: busybox, agnhost and pause for the e2e specs;
+- :mod:`~steward.images.e2e_images`: busybox, agnhost, nginx and pause for the e2e specs;
 - :mod:`~steward.images.containerd`: importing an archive into a containerd;
 - :mod:`~steward.images.cli`: the command line;
 - :mod:`~steward.images.common`: what they share (the error, the epoch, the cache).
@@ -65,6 +65,7 @@ from steward.images.e2e_images import (
     CONSUMER_IMAGES,
     E2E_IMAGES,
     E2E_RECIPE_VERSION,
+    NGINX_IMAGE,
     RESOURCE_CONSUMER_IMAGE,
     BuiltConsumer,
     BuiltE2E,
@@ -98,6 +99,7 @@ __all__ = [
     "E2E_RECIPE_VERSION",
     "ENV",
     "IMAGES",
+    "NGINX_IMAGE",
     "PAUSE_IMAGE",
     "RECIPE_VERSION",
     "RESOURCE_CONSUMER_IMAGE",

@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
             "(and registry.k8s.io/pause:3.10.2 with --pause). "
             "Needs root, mmdebstrap and umoci. With --e2e, the images upstream's "
             "[sig-apps] Job, Deployment and ReplicaSet conformance specs run instead "
-            f"({', '.join(E2E_IMAGES)}; needs umoci and busybox-static, not root). "
+            f"({', '.join(E2E_IMAGES)}; needs umoci and busybox-static, and root and "
+            "mmdebstrap while the agnhost tools and nginx trees are not cached). "
             "Prints the images, their digests and sizes and the archive's path."
         ),
         epilog=(
@@ -85,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--e2e",
         action="store_true",
         help=(
-            "build the e2e test images (busybox, agnhost under two tags, pause) instead of "
+            "build the e2e test images (busybox, agnhost under two tags, nginx, pause) instead of "
             "Steward's; --tag and --rebuild-base do not apply"
         ),
     )

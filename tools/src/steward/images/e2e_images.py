@@ -1,9 +1,9 @@
-"""The images upstream's e2e specs run (busybox, agnhost, pause), under their own names.
+"""The images upstream's e2e specs run (busybox, agnhost, nginx, pause), under their names.
 
 :func:`build_e2e_archive` (``python -m steward.images --e2e``) writes an archive of the
-images upstream's e2e specs ``[sig-apps] Job``, ``Deployment`` and ``ReplicaSet``
-``[Conformance]`` run, under the exact names e2e expects (:data:`E2E_IMAGES`), so that a
-real node needs no registry:
+images upstream's e2e specs ``[sig-apps] Job``, ``Deployment``, ``ReplicaSet`` and
+``ReplicationController`` ``[Conformance]`` run, under the exact names e2e expects
+(:data:`E2E_IMAGES`), so that a real node needs no registry:
 
 ================================================  ==========================================
 image                                             what it is
@@ -11,6 +11,7 @@ image                                             what it is
 registry.k8s.io/e2e-test-images/busybox:1.37.0-2  Debian's busybox-static (1.35), not 1.37
 registry.k8s.io/e2e-test-images/agnhost:2.66.1    our build of agnhost, busybox for a shell
 registry.k8s.io/e2e-test-images/agnhost:2.55      the same manifest as 2.66.1
+registry.k8s.io/e2e-test-images/nginx:1.27.0-2    Debian's nginx (1.22) over busybox
 registry.k8s.io/pause:3.10.2                      Steward's pause, as build_pause_archive's
 ================================================  ==========================================
 
@@ -40,13 +41,33 @@ registry.k8s.io/pause:3.10.2                      Steward's pause, as build_paus
   upstream's Alpine image: its other packages (bind-tools, iproute2, iperf, bash, socat,
   util-linux-misc), CoreDNS 1.6.2, porter's certificate and the fake registry's content,
   which the specs run here do not use; the user's home directory is owned by root.
+- **nginx**: busybox's layer and Debian's nginx (:func:`~steward.images.e2e_tools.ensure_nginx`:
+  ``/usr/sbin/nginx``, the libraries it links, ``mime.types`` and the welcome page in
+  ``/usr/share/nginx/html``), configured as upstream's image (the Docker library's
+  ``nginx:1.27-alpine``, mirrored unchanged by ``test/images/nginx``): ``Cmd ["nginx",
+  "-g", "daemon off;"]``, port 80, as root with workers as ``www-data`` (Alpine's
+  ``nginx``), logs linked to the container's output. What upstream's specs ask of
+  ``imageutils.Nginx`` (``grep -rn imageutils.Nginx test/e2e`` in the pinned module): a
+  container that starts and stays running (ReplicationController lifecycle
+  ``[Conformance]``, the garbage collector's Deployments and ReplicaSets, EndpointSlice
+  and Endpoints pods, local-volume StatefulSets), ``sh -c`` (the preStop hook spec, the
+  storage specs' scripts, which replace the command), ``kubectl debug --image`` with
+  ``sh -c "sleep 3600"``, and nothing more of nginx itself: no Linux spec probes or
+  fetches its port 80, execs ``nginx -s`` or reads ``/usr/share/nginx/html``. The one
+  that would notice busybox under it is ``[sig-windows]``'s hybrid network spec (Windows
+  nodes only), whose ``nc -vz`` busybox's ``nc`` refuses. Differences from upstream's:
+  nginx 1.22 (bookworm's) rather than 1.27, busybox's applets rather than Alpine's, no
+  IPv6 listener (upstream's entry point script adds one when the container has IPv6), no
+  entry point script (and so none of its ``NGINX_ENTRYPOINT_*`` or template options), no
+  ``STOPSIGNAL SIGQUIT`` (a stop sends SIGTERM, nginx's fast shutdown); no dynamic
+  modules (Debian loads them from ``modules-enabled``, which is left out).
 - The layers and the archive are written as Steward's (:func:`write_tar`, umoci); the
   result is cached in ``cache_root()/images/e2e/<digest>/`` by a digest of the agnhost,
-  pause and busybox binaries, busybox's copyright file, the tools tree, the recipe
+  pause and busybox binaries, busybox's copyright file, the tools and nginx trees, the recipe
   (:data:`E2E_RECIPE_VERSION`, names, configurations) and the epoch, and a cached result
   returns without waiting for the images' lock. Building needs umoci and busybox-static
-  and takes a few seconds; the tools tree, once per machine, needs root and mmdebstrap
-  (about 20 s).
+  and takes a few seconds; the tools and nginx trees, once per machine, need root and
+  mmdebstrap (about 20 s and 15 s).
 
 :func:`build_consumer_archive` writes an archive of its own with
 ``registry.k8s.io/e2e-test-images/resource-consumer:1.14`` (:data:`RESOURCE_CONSUMER_IMAGE`):
@@ -81,11 +102,18 @@ from steward.images.common import (
     sha256_file,
     source_date_epoch,
 )
-from steward.images.e2e_tools import TOOLS_PACKAGES, Tools, ensure_tools, extract_tools
+from steward.images.e2e_tools import (
+    NGINX_KEEP_PACKAGES,
+    TOOLS_PACKAGES,
+    Tools,
+    ensure_nginx,
+    ensure_tools,
+    extract_tools,
+)
 from steward.images.layout import BuiltArchive, Layout, describe, write_tar
 from steward.images.steward_images import PAUSE_IMAGE, PAUSE_USER, add_pause
 
-E2E_RECIPE_VERSION = "3"
+E2E_RECIPE_VERSION = "4"
 """Bumped when what :func:`build_e2e` makes changes in a way its inputs do not show (the
 images' trees, configurations or names)."""
 
@@ -93,7 +121,15 @@ BUSYBOX_IMAGE = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
 AGNHOST_IMAGE = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
 AGNHOST_PREVIOUS_IMAGE = "registry.k8s.io/e2e-test-images/agnhost:2.55"
 """The Deployment specs roll from this agnhost to :data:`AGNHOST_IMAGE`: the same image."""
-E2E_IMAGES: tuple[str, ...] = (AGNHOST_PREVIOUS_IMAGE, AGNHOST_IMAGE, BUSYBOX_IMAGE, PAUSE_IMAGE)
+NGINX_IMAGE = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
+"""Debian's nginx (1.22) under the name upstream's e2e specs run (``imageutils.Nginx``)."""
+E2E_IMAGES: tuple[str, ...] = (
+    AGNHOST_PREVIOUS_IMAGE,
+    AGNHOST_IMAGE,
+    BUSYBOX_IMAGE,
+    NGINX_IMAGE,
+    PAUSE_IMAGE,
+)
 """The names :func:`build_e2e_archive`'s archive holds, in its index's (sorted) order."""
 
 BUSYBOX_BINARY = Path("/bin/busybox")
@@ -103,6 +139,11 @@ E2E_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """Upstream's PATH (busybox's and Alpine's images)."""
 AGNHOST_ENTRYPOINT = ("/agnhost",)
 AGNHOST_CMD = ("pause",)
+NGINX_CMD = ("nginx", "-g", "daemon off;")
+NGINX_PORTS = ("80/tcp",)
+"""Upstream's image's (the Docker library's ``nginx:1.27-alpine``) command and port;
+its entry point script, which only adds configuration for options of its own, is not
+there."""
 AGNHOST_PORTS = ("80/tcp", "8080/tcp", "8081/tcp", "9376/tcp", "5000/tcp")
 """What upstream's agnhost Dockerfile exposes (test-webserver, netexec and nettest,
 netexec's UDP, serve-hostname, grpc-health-checking)."""
@@ -122,6 +163,7 @@ _E2E_TAGS = {
     "agnhost": AGNHOST_IMAGE,
     "agnhost-previous": AGNHOST_PREVIOUS_IMAGE,
     "busybox": BUSYBOX_IMAGE,
+    "nginx": NGINX_IMAGE,
     "pause": PAUSE_IMAGE,
 }
 """umoci's internal tag of each image in the layout → its name."""
@@ -164,13 +206,16 @@ def _static_elf(path: Path, what: str) -> None:
             )
 
 
-def _e2e_key(*, agnhost: Path, pause: Path, busybox: Path, tools: Tools, epoch: int) -> str:
+def _e2e_key(
+    *, agnhost: Path, pause: Path, busybox: Path, tools: Tools, nginx: Tools, epoch: int
+) -> str:
     inputs = InputsDigest()
     recipe = {
         "version": E2E_RECIPE_VERSION,
         "images": _E2E_TAGS,
         "path": E2E_PATH,
         "agnhost": [AGNHOST_ENTRYPOINT, AGNHOST_CMD, AGNHOST_PORTS],
+        "nginx": [NGINX_CMD, NGINX_PORTS],
         "files": [_E2E_USERS, _E2E_GROUP, _AGNHOST_USERS, _AGNHOST_GROUP, _AGNHOST_NSSWITCH],
         "pause": PAUSE_USER,
         "epoch": epoch,
@@ -181,6 +226,7 @@ def _e2e_key(*, agnhost: Path, pause: Path, busybox: Path, tools: Tools, epoch: 
         ("pause", pause),
         ("busybox", busybox),
         ("tools", tools.tar),
+        ("nginx", nginx.tar),
     ):
         inputs.feed(label, sha256_file(path).encode())
     copyright_ = BUSYBOX_COPYRIGHT.read_bytes() if BUSYBOX_COPYRIGHT.is_file() else b""
@@ -267,8 +313,14 @@ def build_e2e(
     ):
         _static_elf(path, what)
     tools = ensure_tools(out=out, epoch=epoch)
+    nginx = ensure_nginx(out=out, epoch=epoch)
     key = _e2e_key(
-        agnhost=agnhost_binary, pause=pause_binary, busybox=busybox_binary, tools=tools, epoch=epoch
+        agnhost=agnhost_binary,
+        pause=pause_binary,
+        busybox=busybox_binary,
+        tools=tools,
+        nginx=nginx,
+        epoch=epoch,
     )
     archive = images_root() / "e2e" / key[:20] / "e2e-images.tar"
 
@@ -279,6 +331,7 @@ def build_e2e(
             pause=pause_binary,
             busybox=busybox_binary,
             tools=tools,
+            nginx=nginx,
             epoch=epoch,
             key=key,
             archive=archive,
@@ -529,6 +582,7 @@ def _build_e2e(
     pause: Path,
     busybox: Path,
     tools: Tools,
+    nginx: Tools,
     epoch: int,
     key: str,
     archive: Path,
@@ -567,6 +621,20 @@ def _build_e2e(
             exposed_ports=AGNHOST_PORTS,
         )
         layout.tag("agnhost", "agnhost-previous")
+        nginx_what = f"nginx: Debian's {', '.join(NGINX_KEEP_PACKAGES)}"
+        unpacked[f"sha256:{sha256_file(nginx.tar)}"] = (nginx.size, nginx_what)
+        layout.new("nginx")
+        layout.add_layer("nginx", busybox_layer.path, busybox_layer.what())
+        layout.add_layer("nginx", nginx.tar, nginx_what)
+        layout.configure(
+            "nginx",
+            user=None,
+            entrypoint=(),
+            env=env,
+            workingdir=None,
+            cmd=NGINX_CMD,
+            exposed_ports=NGINX_PORTS,
+        )
         add_pause(layout, pause, tmp, epoch, unpacked)
         layout.write_archive(archive, _E2E_TAGS)
         images, layers = describe(layout.path, unpacked)

@@ -1,4 +1,5 @@
-"""The command-line tools upstream's agnhost image carries and e2e specs run in it.
+"""The command-line tools upstream's agnhost image carries and e2e specs run in it, and
+Debian's nginx for the nginx image.
 
 Upstream's agnhost image is Alpine with ``curl``, ``netcat-openbsd``, busybox's
 ``wget`` and more (``test/images/agnhost/Dockerfile``). The specs of ``[sig-network]
@@ -32,6 +33,19 @@ in the tree (``chroot``) before it is kept. Built once per machine (about 20 s, 
 and cached under ``cache_root()/images/e2e-tools-<digest>/`` by a digest of the
 packages, sources, mmdebstrap's arguments, the recipe and the epoch; bookworm's mirror
 is the one input not pinned.
+
+:func:`ensure_nginx` extracts Debian's ``nginx`` the same way and keeps of it only
+``/usr/sbin/nginx``, the libraries it links (:data:`NGINX_LIBRARIES`, with the files
+their links name), ``/etc/nginx/mime.types``, the welcome page
+``/usr/share/nginx/html/index.html``, and the copyright files and ``status.d`` entries
+of :data:`NGINX_KEEP_PACKAGES`; what apt brings along for the packages' maintainer
+scripts and units (debconf, iproute2, Kerberos, ...) goes. It adds a configuration of
+its own as upstream's image has it (:data:`NGINX_CONF`, :data:`NGINX_DEFAULT_SITE`:
+port 80, ``/usr/share/nginx/html``), ``/etc/passwd`` with ``www-data``, the log links
+to the container's output, ``/run`` and ``/var/lib/nginx`` (nginx makes its temporary
+directories there when it starts), then runs ``nginx -v`` and ``nginx -t`` in the kept
+tree (``chroot``), so a library missing from the list fails the build. Cached under
+``cache_root()/images/e2e-nginx-<digest>/`` like the tools tree (about 10 MB).
 """
 
 from __future__ import annotations
@@ -233,3 +247,244 @@ def extract_tools(tools: Tools, root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     with tarfile.open(tools.tar) as tar:
         tar.extractall(root, filter="tar")
+
+
+# ------------------------------------------------------------------------------ nginx
+
+NGINX_RECIPE_VERSION = "2"
+"""Bumped when what :func:`ensure_nginx` makes changes in a way its inputs do not show."""
+
+NGINX_PACKAGES = ("nginx",)
+"""Extracted for the nginx image (with what they depend on, of which
+:data:`NGINX_KEEP_PACKAGES` are kept)."""
+
+NGINX_KEEP_PACKAGES = (
+    "libc6",
+    "libcrypt1",
+    "libpcre2-8-0",
+    "libssl3",
+    "nginx",
+    "nginx-common",
+    "zlib1g",
+)
+"""The packages whose files the nginx tree keeps (and whose ``status.d`` entries and
+copyright files stay): nginx, its ``mime.types`` and welcome page, and the libraries it
+links. The rest of what apt brings along (debconf, iproute2, Kerberos, ...) serves the
+packages' maintainer scripts and ``systemd`` units, not a container."""
+
+NGINX_LIBRARIES = (
+    "ld-linux-x86-64.so.2",
+    "libc.so.6",
+    "libcrypt.so.1",
+    "libcrypto.so.3",
+    "libpcre2-8.so.0",
+    "libssl.so.3",
+    "libz.so.1",
+)
+"""What ``/usr/sbin/nginx`` links (its ``DT_NEEDED`` entries and the loader), found in
+``/lib/x86_64-linux-gnu`` or ``/usr/lib/x86_64-linux-gnu`` with the files their links
+name; :data:`NGINX_CHECKS` run nginx in the kept tree, so a missing one fails the
+build."""
+
+NGINX_KEEP = (
+    "usr/sbin/nginx",
+    "etc/nginx/mime.types",
+    "usr/share/nginx/html/index.html",
+    "lib64/ld-linux-x86-64.so.2",
+)
+"""Files kept besides the libraries, the copyright files and the ``status.d`` entries."""
+
+NGINX_CONF = """\
+user www-data;
+worker_processes auto;
+
+error_log /var/log/nginx/error.log notice;
+pid /run/nginx.pid;
+
+events {
+    worker_connections 1024;
+}
+
+http {
+    include /etc/nginx/mime.types;
+    default_type application/octet-stream;
+    access_log /var/log/nginx/access.log;
+    sendfile on;
+    keepalive_timeout 65;
+    include /etc/nginx/conf.d/*.conf;
+}
+"""
+"""``/etc/nginx/nginx.conf``: the settings of upstream's image (the Docker library's
+``nginx:1.27-alpine``), with Debian's ``www-data`` for its ``nginx`` user; logs go to the
+container's output through the links of :data:`NGINX_LOG_LINKS`."""
+
+NGINX_DEFAULT_SITE = """\
+server {
+    listen 80;
+    server_name localhost;
+
+    location / {
+        root /usr/share/nginx/html;
+        index index.html index.htm;
+    }
+}
+"""
+"""``/etc/nginx/conf.d/default.conf``: port 80, ``/usr/share/nginx/html``, as upstream's
+(which only listens on IPv6 too when its entry point script finds IPv6)."""
+
+NGINX_LOG_LINKS = {
+    "var/log/nginx/access.log": "/dev/stdout",
+    "var/log/nginx/error.log": "/dev/stderr",
+}
+"""As upstream's image links them, so ``kubectl logs`` shows nginx's logs."""
+
+NGINX_USERS = (
+    "root:x:0:0:root:/root:/bin/sh\n"
+    "www-data:x:33:33:www-data:/var/www:/usr/sbin/nologin\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
+)
+NGINX_GROUP = "root:x:0:\nwww-data:x:33:\nnobody:x:65534:\n"
+NGINX_NSSWITCH = "passwd: files\ngroup: files\nhosts: files dns\n"
+
+NGINX_CHECKS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("/usr/sbin/nginx", "-v"), "nginx version: nginx/"),
+    (("/usr/sbin/nginx", "-e", "stderr", "-t"), "nginx: the configuration file"),
+)
+"""Run in the kept tree before it is kept: nginx and its libraries load, and the
+configuration (with its user ``www-data``) parses."""
+
+
+def _nginx_mmdebstrap_args(tarball: Path) -> list[str]:
+    return [
+        "mmdebstrap",
+        "--mode=root",
+        "--variant=extract",
+        f"--include={','.join(NGINX_PACKAGES)}",
+        "--skip=chroot/mount",
+        '--aptopt=Acquire::Retries "3"',
+        f"--extract-hook={_STATUS_HOOK}",
+        *(f"--dpkgopt={opt}" for opt in _DPKG_EXCLUDES),
+        SUITE,
+        str(tarball),
+        *SOURCES,
+    ]
+
+
+def nginx_key(epoch: int) -> str:
+    """Digest of what the nginx tree is made from (the mirror's content aside)."""
+    recipe = {
+        "mmdebstrap": _nginx_mmdebstrap_args(Path("OUT")),
+        "keep": [NGINX_KEEP_PACKAGES, NGINX_LIBRARIES, NGINX_KEEP],
+        "files": [NGINX_CONF, NGINX_DEFAULT_SITE, NGINX_USERS, NGINX_GROUP, NGINX_NSSWITCH],
+        "links": NGINX_LOG_LINKS,
+        "checks": NGINX_CHECKS,
+        "recipe": NGINX_RECIPE_VERSION,
+        "epoch": epoch,
+    }
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
+
+
+def ensure_nginx(*, out: Progress, epoch: int | None = None, rebuild: bool = False) -> Tools:
+    """Debian's nginx as a tree for the nginx image's layer (:func:`finish_nginx`), built
+    into the cache when missing (or ``rebuild``): needs root and mmdebstrap then."""
+    epoch = source_date_epoch() if epoch is None else epoch
+    key = nginx_key(epoch)
+    directory = images_root() / f"e2e-nginx-{key[:16]}"
+    meta = directory / "nginx.json"
+    if meta.is_file() and (directory / "nginx.tar").is_file() and not rebuild:
+        data = json.loads(meta.read_text())
+        return Tools(key, directory / "nginx.tar", data["packages"], data["size"])
+    require_root("extracting Debian's nginx for the e2e nginx image")
+    started = time.monotonic()
+    out.say(f"e2e nginx: mmdebstrap --variant=extract {SUITE} ({', '.join(NGINX_PACKAGES)})")
+    data = build_extracted_layer(
+        label="e2e nginx",
+        directory=directory,
+        layer="nginx.tar",
+        meta=meta,
+        key=key,
+        epoch=epoch,
+        mmdebstrap=_nginx_mmdebstrap_args,
+        finish=lambda root: {"packages": finish_nginx(root)},
+        out=out,
+    )
+    prune(images_root(), keep=2, prefix="e2e-nginx-")
+    out.say(
+        f"e2e nginx: {len(data['packages'])} packages, {data['size'] / 1e6:.1f} MB, built in "
+        f"{time.monotonic() - started:.0f}s ({directory})"
+    )
+    return ensure_nginx(out=out, epoch=epoch)
+
+
+def _nginx_kept(root: Path) -> set[str]:
+    """The paths (relative to ``root``) :func:`finish_nginx` keeps of the extracted tree."""
+    kept = set(NGINX_KEEP)
+    for library in NGINX_LIBRARIES:
+        for directory in ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu"):
+            path = root / directory / library
+            if path.is_symlink() or path.exists():
+                kept.add(f"{directory}/{library}")
+                if path.is_symlink():
+                    kept.add(f"{directory}/{os.readlink(path)}")
+                break
+        else:
+            raise ImageError(f"e2e nginx: {library} was not extracted")
+    for package in NGINX_KEEP_PACKAGES:
+        kept.add(f"var/lib/dpkg/status.d/{package}")
+        kept.add(f"usr/share/doc/{package}/copyright")
+    missing = sorted(p for p in kept if not (root / p).is_symlink() and not (root / p).exists())
+    missing = [p for p in missing if not p.startswith("usr/share/doc/")]
+    if missing:
+        raise ImageError(f"e2e nginx: not extracted: {missing}")
+    return kept
+
+
+def finish_nginx(root: Path) -> dict[str, str]:
+    """Keep nginx, its libraries and data of the extracted tree, add its configuration,
+    users and log links, run the checks; the kept packages → their versions."""
+    kept = _nginx_kept(root)
+    for directory, dirs, files in os.walk(root, topdown=False):
+        for name in files + [d for d in dirs if (Path(directory) / d).is_symlink()]:
+            path = Path(directory) / name
+            if path.relative_to(root).as_posix() not in kept:
+                path.unlink()
+        for name in dirs:
+            path = Path(directory) / name
+            if not path.is_symlink() and not any(path.iterdir()):
+                path.rmdir()
+    for name in ("etc/nginx/conf.d", "var/lib/nginx", "var/log/nginx", "run"):
+        (root / name).mkdir(parents=True, exist_ok=True)
+    for name, text in (
+        ("etc/nginx/nginx.conf", NGINX_CONF),
+        ("etc/nginx/conf.d/default.conf", NGINX_DEFAULT_SITE),
+        ("etc/passwd", NGINX_USERS),
+        ("etc/group", NGINX_GROUP),
+        ("etc/nsswitch.conf", NGINX_NSSWITCH),
+    ):
+        (root / name).write_text(text)
+    for name in ("bin", "lib64"):
+        if (root / name).is_symlink():
+            raise ImageError(f"e2e nginx: /{name} is a symbolic link (merged /usr)")
+    for argv, banner in NGINX_CHECKS:
+        said = run_in(root, argv)
+        if banner not in said or ("-t" in argv and "test is successful" not in said):
+            raise ImageError(f"e2e nginx: {' '.join(argv)} in the tree said {said[:500]!r}")
+    # Made by ``nginx -t`` (its temporary directories and log files), made again at
+    # start; the links come after the checks, whose chroot has no /dev.
+    for child in sorted((root / "var/lib/nginx").iterdir()):
+        shutil.rmtree(child)
+    for child in sorted((root / "var/log/nginx").iterdir()):
+        child.unlink()
+    (root / "run/nginx.pid").unlink(missing_ok=True)
+    for link, target in NGINX_LOG_LINKS.items():
+        (root / link).symlink_to(target)
+    packages: dict[str, str] = {}
+    for package in NGINX_KEEP_PACKAGES:
+        control = root / "var/lib/dpkg/status.d" / package
+        fields = dict(
+            line.split(": ", 1)
+            for line in control.read_text().splitlines()
+            if ": " in line and not line.startswith(" ")
+        )
+        packages[package] = fields.get("Version", "?")
+    return packages
