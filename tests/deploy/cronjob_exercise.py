@@ -94,12 +94,10 @@ def run_cronjob(
         },
     ]
     path = f"{batch}/cronjobs/every-minute"
-    fresh = cluster.api("GET", path)
-    fresh["status"] = {"lastScheduleTime": past, "active": active}
-    cluster.api("PUT", f"{path}/status", fresh)
-    resumed = cluster.api("GET", path)
-    resumed["spec"]["suspend"] = False
-    cluster.api("PUT", path, resumed)
+    # Merge patches, not read-modify-write: the controller syncs the suspended CronJob
+    # meanwhile (it forgets the missing Job) and would make a PUT conflict.
+    cluster.api("PATCH", f"{path}/status", {"status": {"lastScheduleTime": past, "active": active}})
+    cluster.api("PATCH", path, {"spec": {"suspend": False}})
     end = time.monotonic() + deadline
     missing = _poll(partial(_synced_missing, cluster, namespace), end, give_up)
     return f"cronjob {namespace}/every-minute: {missing}" if missing else None
