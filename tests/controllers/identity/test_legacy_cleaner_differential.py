@@ -78,7 +78,8 @@ async def test_same_as_upstream(
         async with upstream_legacy_cleaner(id_cluster, log, PERIOD):
             upstream = await legacy_settled(id_kube, upstream_ns, cases, days)
         assert legacy_outcomes(upstream, cases, days) == {n: c.outcome for n, c in cases.items()}
-        assert steward == upstream
+        for part in ("secrets", "accounts", "pods", "events"):  # one part at a time: a short diff
+            assert steward[part] == upstream[part], part
     finally:
         release_held(id_kube, steward_ns, cases)
         release_held(id_kube, upstream_ns, cases)
