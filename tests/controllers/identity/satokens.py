@@ -443,12 +443,12 @@ def legacy_snapshot(
     kube: KubeClient, ns: str, cases: dict[str, LegacyCase], days: set[str]
 ) -> dict[str, Any]:
     """What is left in ``ns``, comparable across two namespaces: each case's Secret (None:
-    deleted) but its name, UID, resource version and timestamps, with ``legacy``'s UID in
-    its annotation masked (each side's account has its own) and any label date in
-    ``days`` (the days the side ran on: the invalid-since date a cleaner writes is its
-    clock's) masked as :data:`DAY`; each service account's ``secrets``; the pods' names;
-    the reasons of the Events about anything but the pod (upstream's cleaner records none;
-the scheduler records the pod's, on its own schedule)."""
+        deleted) but its name, UID, resource version and timestamps, with ``legacy``'s UID in
+        its annotation masked (each side's account has its own) and any label date in
+        ``days`` (the days the side ran on: the invalid-since date a cleaner writes is its
+        clock's) masked as :data:`DAY`; each service account's ``secrets``; the pods' names;
+        the reasons of the Events about anything but the pod (upstream's cleaner records none;
+    the scheduler records the pod's, on its own schedule)."""
     legacy = get(kube, ns, "serviceaccounts", "legacy") or {"metadata": {"uid": "?"}}
     own_uid = legacy["metadata"]["uid"]
     secrets: dict[str, Any] = {}
@@ -512,7 +512,8 @@ async def legacy_settled(
     kube: KubeClient, ns: str, cases: dict[str, LegacyCase], days: set[str]
 ) -> dict[str, Any]:
     """``ns``'s :func:`legacy_snapshot` once each case has upstream's outcome (or
-    :data:`WITHIN` has passed) and nothing changed for two seconds more."""
+    :data:`WITHIN` has passed) and nothing changed for a second more (either cleaner acts
+    in one pass, upstream's over every Secret, Steward's over the account that lists them)."""
     expected = {name: case.outcome for name, case in cases.items()}
 
     def look() -> dict[str, Any]:
@@ -524,7 +525,7 @@ async def legacy_settled(
             lambda: legacy_outcomes(look(), cases, days) == expected, "upstream's outcomes", WITHIN
         )
     settled = await asyncio.to_thread(look)
-    await stays(lambda: look() == settled, "the Secrets left by the evaluation", 2.0)
+    await stays(lambda: look() == settled, "the Secrets left by the evaluation", 1.0)
     return settled
 
 

@@ -71,7 +71,8 @@ async def test_same_as_upstream(
             asyncio.to_thread(make_legacy_cases, id_kube, steward_ns, cases),
             asyncio.to_thread(make_legacy_cases, id_kube, upstream_ns, cases),
         )
-        await asyncio.sleep(2.0)  # every Secret created more than a period ago
+        # Every Secret created more than a period ago (creationTimestamp is in seconds).
+        await asyncio.sleep(1.5)
         async with steward_legacy_cleaner(id_cluster, steward_ns, PERIOD):
             steward = await legacy_settled(id_kube, steward_ns, cases, days)
         log = tmp_path / "legacy-cleaner.log"
