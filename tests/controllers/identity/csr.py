@@ -633,6 +633,83 @@ async def approved_by_admin(
             delete_csr(kube, name)
 
 
+SERVING_USAGES = ["digital signature", "server auth"]
+USAGES_MESSAGE = "usages did not match [digital signature key encipherment server auth]"
+SERVING_REFUSED: dict[str, str] = {
+    "org-masters": "subject organization is not system:nodes",
+    "org-two": "subject organization is not system:nodes",
+    "org-none": "subject organization is not system:nodes",
+    "org-and-no-san": "subject organization is not system:nodes",
+    "no-san": "DNS or IP subjectAltName is required",
+    "email": "Email subjectAltNames are not allowed",
+    "uri": "URI subjectAltNames are not allowed",
+    "email-and-uri": "Email subjectAltNames are not allowed",
+    "usage-client": USAGES_MESSAGE,
+    "usage-no-server": USAGES_MESSAGE,
+    "cn": "subject common name does not begin with system:node:",
+    "cn-and-usage": USAGES_MESSAGE,
+}
+"""The kubelet-serving requests upstream's signer refuses (``ValidateKubeletServingCSR``,
+pkg/apis/certificates/helpers.go) and its message for each: the first rule broken, in
+its order (organization, a DNS or IP SAN, no e-mail SAN, no URI SAN, usages, common
+name; the kubelet-client signer looks at the common name before the usages)."""
+
+
+def serving_refused_material(suffix: str) -> Material:
+    node = f"system:node:srv-{suffix}"
+    nodes = ("system:nodes",)
+    dns = ("srv.example",)
+    return Material(
+        suffix,
+        {
+            "org-masters": request_pem(ec_key(), node, ("system:masters",), dns=dns),
+            "org-two": request_pem(ec_key(), node, ("system:nodes", "extra"), dns=dns),
+            "org-none": request_pem(ec_key(), node, dns=dns),
+            "org-and-no-san": request_pem(ec_key(), node, ("system:masters",)),
+            "no-san": request_pem(ec_key(), node, nodes),
+            "email": request_pem(ec_key(), node, nodes, dns=dns, emails=("n@example.com",)),
+            "uri": request_pem(ec_key(), node, nodes, ips=("10.0.0.8",), uris=("spiffe://x/y",)),
+            "email-and-uri": request_pem(
+                ec_key(), node, nodes, dns=dns, emails=("n@example.com",), uris=("spiffe://x/y",)
+            ),
+            "usage-client": request_pem(ec_key(), node, nodes, dns=dns),
+            "usage-no-server": request_pem(rsa_key(), node, nodes, dns=dns),
+            "cn": request_pem(ec_key(), f"srv-{suffix}", nodes, dns=dns),
+            "cn-and-usage": request_pem(ec_key(), f"srv-{suffix}", nodes, dns=dns),
+            # The boundary of the common name rule: a prefix and nothing after it passes.
+            "bare-prefix": request_pem(ec_key(), "system:node:", nodes, ips=("10.0.0.9",)),
+        },
+    )
+
+
+async def serving_refused(
+    kube: KubeClient, ca: x509.Certificate, m: Material
+) -> dict[str, Snapshot]:
+    """Kubelet serving certificates an admin approves, each breaking one or two of the
+    signer's rules (:data:`SERVING_REFUSED`): each Failed, with the reason and message of
+    the first rule broken, and never issued; and one whose common name is the bare
+    ``system:node:`` prefix, issued."""
+    s = m.suffix
+    names = {k: f"csr-srv-{k}-{s}" for k in m.requests}
+    usages = {
+        "usage-client": [*SERVING_USAGES, "client auth"],
+        "usage-no-server": ["digital signature", "key encipherment"],
+        "cn-and-usage": [*SERVING_USAGES, "client auth"],
+    }
+    try:
+        for key, pem in m.requests.items():
+            body = csr_body(names[key], pem, KUBELET_SERVING, usages.get(key, SERVING_USAGES))
+            await call(kube, "POST", CSR_PATH, body)
+            await add_condition(kube, names[key], "Approved")
+        found = {"bare-prefix": snapshot(await until_issued(kube, names["bare-prefix"]), ca)}
+        for key in SERVING_REFUSED:
+            found[key] = snapshot(await until_condition(kube, names[key], "Failed"), ca)
+        return found
+    finally:
+        for name in names.values():
+            delete_csr(kube, name)
+
+
 APPROVED_BY_TEST = ("Approved", "True", "ByTest", "by the test")
 
 
@@ -689,10 +766,21 @@ def expect_granted_later(found: dict[str, Snapshot]) -> None:
     assert found["node"]["certificate"]["verified_by_ca"]
 
 
+def expect_serving_refused(found: dict[str, Snapshot]) -> None:
+    """What upstream's semantics fix of :func:`serving_refused`, on either side."""
+    for key, message in SERVING_REFUSED.items():
+        failed = ("Failed", "True", "SignerValidationFailure", message)
+        assert found[key] == {"conditions": [APPROVED_BY_TEST, failed]}, key
+    bare = found["bare-prefix"]
+    assert bare["conditions"] == [APPROVED_BY_TEST]
+    assert bare["certificate"]["verified_by_ca"]
+
+
 EXPECTED: dict[str, Callable[[dict[str, Snapshot]], None]] = {
     "kubelet_bootstrap": expect_kubelet_bootstrap,
     "granted_later": expect_granted_later,
     "approved_by_admin": expect_approved_by_admin,
+    "serving_refused": expect_serving_refused,
 }
 """Checks of each scenario's snapshots that hold on either side (so that two sides
 agreeing on nothing happening fails)."""
@@ -701,6 +789,7 @@ SCENARIOS: dict[str, tuple[Callable[[str], Material], Scenario]] = {
     "kubelet_bootstrap": (kubelet_bootstrap_material, kubelet_bootstrap),
     "approved_by_admin": (client_material, approved_by_admin),
     "granted_later": (granted_later_material, granted_later),
+    "serving_refused": (serving_refused_material, serving_refused),
 }
 """Each scenario: what it makes (of the test's suffix) and what it does with it."""
 

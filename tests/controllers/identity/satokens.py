@@ -18,12 +18,15 @@ serviceaccount controller, so no namespace there gets its ``default`` ServiceAcc
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
+import datetime
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +44,11 @@ from tests.controllers.harness import (
     Starter,
     controllers,
     drop_namespace,
+    eventually,
     in_loop_informer,
+    stays,
 )
+from tests.controllers.identity.kcm import controller_manager
 
 TOKEN_TYPE = "kubernetes.io/service-account-token"
 WITHIN = 60.0
@@ -209,8 +215,6 @@ async def token_lifecycle(kube: KubeClient, ns: str, plane: LocalCluster) -> dic
     key and by a TokenReview), the second deleted; then the service account is deleted
     and its token Secret with it. What each step showed, masked where the sides must
     differ (names, UIDs, certificate bytes), for the two sides to compare."""
-    from tests.controllers.harness import eventually
-
     sa = create(kube, ns, "serviceaccounts", service_account("robot"))
     sa_uid = sa["metadata"]["uid"]
     create(kube, ns, "secrets", token_secret("robot-token", "robot"))
@@ -309,3 +313,248 @@ def pod_using(name: str, sa: str, secret: str) -> dict[str, Any]:
             "volumes": [{"name": "token", "secret": {"secretName": secret}}],
         },
     }
+
+
+# The legacy cleaner against upstream's ---------------------------------------------------
+LAST_USED = "kubernetes.io/legacy-token-last-used"
+INVALID_SINCE = "kubernetes.io/legacy-token-invalid-since"
+LONG_AGO = "2020-01-02"
+FUTURE = "2999-01-01"
+HOLD = "steward.test/hold"
+"""A finalizer that keeps a deleted Secret (with its deletionTimestamp) for the test."""
+DAY = "<the day it ran>"
+"""What a date the cleaner wrote is masked as (see :func:`legacy_snapshot`)."""
+ACCOUNTS = ("legacy", "other")
+"""The scenario's service accounts: ``legacy`` lists the cases that are ``listed``,
+``other`` lists nothing."""
+
+
+@dataclass(frozen=True)
+class LegacyCase:
+    """One Secret of the cleaner's scenario and what upstream's rules do with it."""
+
+    outcome: str
+    """``kept`` (unchanged), ``labelled`` (invalid since the day it ran) or ``deleted``."""
+    labels: dict[str, str] = field(default_factory=dict)
+    account: str = "legacy"
+    """The service account its annotation names (kube-apiserver requires one of a
+    token Secret)."""
+    listed: bool = True
+    """Whether ``legacy`` lists it in ``secrets``."""
+    uid: str = ""
+    """Its service account UID annotation: ``own`` is ``legacy``'s UID on that side."""
+    type: str = TOKEN_TYPE
+    used_by: str = ""
+    """How the scenario's pod uses it (:func:`pod_using_all`), if it does."""
+    deleting: bool = False
+    """Deleted by the test first, held by :data:`HOLD`."""
+
+
+def legacy_cases(today: str) -> dict[str, LegacyCase]:
+    """The Secrets of the cleaner's scenario, with dates relative to ``today`` (a
+    clean-up period of one second: a date before ``today`` is more than a period ago).
+    Every kept Secret but ``recent`` and the two ``*-future`` ones is labelled invalid
+    long ago, so that the rule that keeps it is all that does."""
+    yesterday = (datetime.date.fromisoformat(today) - datetime.timedelta(days=1)).isoformat()
+    old = {LAST_USED: "2020-01-01", INVALID_SINCE: LONG_AGO}
+    return {
+        # Use.
+        "recent": LegacyCase("kept", {LAST_USED: today}),
+        "used-yesterday": LegacyCase("labelled", {LAST_USED: yesterday}),
+        "unused": LegacyCase("labelled", {LAST_USED: "2020-01-01"}),
+        "never-used": LegacyCase("labelled"),
+        "used-future": LegacyCase("kept", {LAST_USED: FUTURE, INVALID_SINCE: LONG_AGO}),
+        "used-malformed": LegacyCase("kept", {LAST_USED: "yesterday", INVALID_SINCE: LONG_AGO}),
+        # Invalid since.
+        "expired": LegacyCase("deleted", old),
+        "invalid-yesterday": LegacyCase("deleted", {INVALID_SINCE: yesterday}),
+        "invalid-today": LegacyCase("kept", {INVALID_SINCE: today}),
+        "invalid-future": LegacyCase("kept", {INVALID_SINCE: FUTURE}),
+        "invalid-malformed": LegacyCase("labelled", {INVALID_SINCE: "soon"}),
+        # Whose token.
+        "own-uid": LegacyCase("deleted", old, uid="own"),
+        "other-uid": LegacyCase("kept", old, uid="00000000-0000-0000-0000-000000000000"),
+        "missing-account": LegacyCase("kept", old, account="ghost"),
+        "unlisted": LegacyCase("kept", old, listed=False),
+        "listed-for-other": LegacyCase("kept", old, account="other"),
+        "not-a-token": LegacyCase("kept", old, type="Opaque"),
+        "being-deleted": LegacyCase("kept", old, deleting=True),
+        # Used by a pod.
+        "in-volume": LegacyCase("kept", old, used_by="volume"),
+        "in-projected": LegacyCase("kept", old, used_by="projected"),
+        "in-init-env": LegacyCase("kept", old, used_by="env"),
+        "in-image-pull": LegacyCase("kept", old, used_by="pull"),
+    }
+
+
+def pod_using_all(name: str, sa: str, uses: dict[str, str]) -> dict[str, Any]:
+    """A pod (never scheduled) using each Secret of ``uses`` (name to how: ``volume``,
+    ``projected``, ``env`` of an init container, ``pull``)."""
+    pod = pod_using(name, sa, "")
+    spec = pod["spec"]
+    spec["volumes"] = []
+    for secret, how in uses.items():
+        if how == "volume":
+            spec["volumes"].append({"name": "v", "secret": {"secretName": secret}})
+        elif how == "projected":
+            source = {"secret": {"name": secret}}
+            spec["volumes"].append({"name": "p", "projected": {"sources": [source]}})
+        elif how == "env":
+            ref = {"secretKeyRef": {"name": secret, "key": "token"}}
+            env = [{"name": "TOKEN", "valueFrom": ref}]
+            spec["initContainers"] = [{"name": "i", "image": "fake", "env": env}]
+        elif how == "pull":
+            spec["imagePullSecrets"] = [{"name": secret}]
+    return pod
+
+
+def make_legacy_cases(kube: KubeClient, ns: str, cases: dict[str, LegacyCase]) -> None:
+    """The scenario's service accounts, Secrets and pod in ``ns``."""
+    listed = tuple(name for name, case in cases.items() if case.listed)
+    legacy = create(kube, ns, "serviceaccounts", service_account("legacy", listed))
+    create(kube, ns, "serviceaccounts", service_account("other"))
+    for name, case in cases.items():
+        uid = legacy["metadata"]["uid"] if case.uid == "own" else case.uid
+        body = token_secret(name, case.account, uid=uid, labels=case.labels)
+        body["type"] = case.type
+        if case.deleting:
+            body["metadata"]["finalizers"] = [HOLD]
+        create(kube, ns, "secrets", body)
+        if case.deleting:
+            delete(kube, ns, "secrets", name)
+    uses = {name: case.used_by for name, case in cases.items() if case.used_by}
+    create(kube, ns, "pods", pod_using_all("user", "legacy", uses))
+
+
+def release_held(kube: KubeClient, ns: str, cases: dict[str, LegacyCase]) -> None:
+    """Remove :data:`HOLD` from the Secrets held being deleted."""
+    for name, case in cases.items():
+        if case.deleting:
+            with contextlib.suppress(NotFoundError):
+                kube.request(
+                    "PATCH",
+                    f"/api/v1/namespaces/{ns}/secrets/{name}",
+                    {"metadata": {"finalizers": None}},
+                    content_type="application/merge-patch+json",
+                )
+
+
+def legacy_snapshot(
+    kube: KubeClient, ns: str, cases: dict[str, LegacyCase], days: set[str]
+) -> dict[str, Any]:
+    """What is left in ``ns``, comparable across two namespaces: each case's Secret (None:
+        deleted) but its name, UID, resource version and timestamps, with ``legacy``'s UID in
+        its annotation masked (each side's account has its own) and any label date in
+        ``days`` (the days the side ran on: the invalid-since date a cleaner writes is its
+        clock's) masked as :data:`DAY`; each service account's ``secrets``; the pods' names;
+        the reasons of the Events about anything but the pod (upstream's cleaner records none;
+    the scheduler records the pod's, on its own schedule)."""
+    legacy = get(kube, ns, "serviceaccounts", "legacy") or {"metadata": {"uid": "?"}}
+    own_uid = legacy["metadata"]["uid"]
+    secrets: dict[str, Any] = {}
+    for name in cases:
+        secret = get(kube, ns, "secrets", name)
+        if secret is None:
+            secrets[name] = None
+            continue
+        meta = secret["metadata"]
+        secrets[name] = {
+            "type": secret.get("type"),
+            "labels": {k: DAY if v in days else v for k, v in (meta.get("labels") or {}).items()},
+            "annotations": {
+                k: "<legacy's uid>" if v == own_uid else v
+                for k, v in (meta.get("annotations") or {}).items()
+            },
+            "finalizers": meta.get("finalizers") or [],
+            "being deleted": "deletionTimestamp" in meta,
+            "owners": meta.get("ownerReferences") or [],
+            "data": secret.get("data") or {},
+        }
+    accounts = {}
+    for sa in ACCOUNTS:
+        found = get(kube, ns, "serviceaccounts", sa)
+        accounts[sa] = (
+            None if found is None else [r.get("name") for r in found.get("secrets") or ()]
+        )
+    pods = kube.request("GET", f"/api/v1/namespaces/{ns}/pods").get("items") or ()
+    events = kube.request("GET", f"/api/v1/namespaces/{ns}/events").get("items") or ()
+    return {
+        "secrets": secrets,
+        "accounts": accounts,
+        "pods": sorted(p["metadata"]["name"] for p in pods),
+        "events": sorted(
+            e.get("reason", "")
+            for e in events
+            if (e.get("involvedObject") or {}).get("kind") != "Pod"
+        ),
+    }
+
+
+def legacy_outcomes(
+    snapshot: dict[str, Any], cases: dict[str, LegacyCase], days: set[str]
+) -> dict[str, str]:
+    """Each case's outcome as :class:`LegacyCase` names them, read off a snapshot."""
+    found = {}
+    for name, case in cases.items():
+        secret = snapshot["secrets"][name]
+        if secret is None:
+            found[name] = "deleted"
+        elif secret["labels"] == {k: DAY if v in days else v for k, v in case.labels.items()}:
+            found[name] = "kept"
+        elif secret["labels"] == {**case.labels, INVALID_SINCE: DAY}:
+            found[name] = "labelled"
+        else:
+            found[name] = f"changed: {secret['labels']}"
+    return found
+
+
+async def legacy_settled(
+    kube: KubeClient, ns: str, cases: dict[str, LegacyCase], days: set[str]
+) -> dict[str, Any]:
+    """``ns``'s :func:`legacy_snapshot` once each case has upstream's outcome (or
+    :data:`WITHIN` has passed) and nothing changed for a second more (either cleaner acts
+    in one pass, upstream's over every Secret, Steward's over the account that lists them)."""
+    expected = {name: case.outcome for name, case in cases.items()}
+
+    def look() -> dict[str, Any]:
+        days.add(today())
+        return legacy_snapshot(kube, ns, cases, days)
+
+    with contextlib.suppress(pytest.fail.Exception):
+        await eventually(
+            lambda: legacy_outcomes(look(), cases, days) == expected, "upstream's outcomes", WITHIN
+        )
+    settled = await asyncio.to_thread(look)
+    await stays(lambda: look() == settled, "the Secrets left by the evaluation", 1.0)
+    return settled
+
+
+@contextlib.asynccontextmanager
+async def steward_legacy_cleaner(
+    plane: LocalCluster, namespace: str, *flags: str
+) -> AsyncIterator[None]:
+    """Steward's cleaner over ``namespace`` of ``plane`` (as its own identity) while the
+    block runs, started now."""
+    identity = plane.component_kubeconfig("controller-legacy-service-account-token-cleaner")
+    async with (
+        in_loop_informer(plane) as informer,
+        controllers(cleaner.CONTROLLER, identity, informer, namespace, workers=2) as starter,
+    ):
+        starter.start(*flags)
+        yield
+
+
+@contextlib.asynccontextmanager
+async def upstream_legacy_cleaner(
+    plane: LocalCluster, log: Path, *flags: str
+) -> AsyncIterator[None]:
+    """Upstream's cleaner alone on ``plane`` (a kube-controller-manager of the test's
+    own: :func:`~tests.controllers.identity.kcm.controller_manager`) while the block runs,
+    started now: it evaluates every token Secret once its informers have synced (then
+    every 24 hours)."""
+    manager = controller_manager(plane, cleaner.NAME, log, *flags)
+    manager.__enter__()  # here: the process dies with the thread that started it
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(manager.__exit__, None, None, None)
