@@ -9,36 +9,20 @@ from collections.abc import Iterator
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
 from steward.runtime import Request, Result, TraceContext, WorkerOptions, WorkerPool
 from steward.runtime.tracing import outgoing_headers
+from tests.spans import recorded_spans
 
 pytestmark = [pytest.mark.unit, pytest.mark.asyncio]
-
-_EXPORTER = InMemorySpanExporter()
 
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-    elif _EXPORTER not in _exporters(provider):
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-    _EXPORTER.clear()
-    yield _EXPORTER
-    _EXPORTER.clear()
-
-
-def _exporters(provider: TracerProvider) -> list[object]:
-    processors = provider._active_span_processor._span_processors
-    return [getattr(p, "span_exporter", None) for p in processors]
+    yield from recorded_spans()
 
 
 def ctx(trace_id: int, span_id: int) -> TraceContext:

@@ -19,8 +19,7 @@ import pytest
 import pytest_asyncio
 from kubernetes import client
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -34,6 +33,7 @@ from steward.v1 import informer_pb2_grpc as pb_grpc
 from steward.v1 import manager_pb2 as mpb
 from steward.v1 import manager_pb2_grpc as mpb_grpc
 from tests.manager.conftest import FAST, RunningManager
+from tests.spans import recorded_spans
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -41,24 +41,12 @@ CONFIGMAPS = pb.ResourceType(group="", version="v1", resource="configmaps")
 INFORMER = "steward.v1.InformerService"
 MANAGER = "steward.v1.ManagerService"
 
-_EXPORTER = InMemorySpanExporter()
 _tracer = trace.get_tracer("tests.grpc_tracing")
 
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    # The global tracer provider can be set once per process: install an SDK provider if
-    # none is, else add this exporter to the one there (as tests/runtime/test_tracing.py).
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    processors = provider._active_span_processor._span_processors
-    if _EXPORTER not in [getattr(p, "span_exporter", None) for p in processors]:
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-    _EXPORTER.clear()
-    yield _EXPORTER
-    _EXPORTER.clear()
+    yield from recorded_spans()
 
 
 @pytest_asyncio.fixture

@@ -9,33 +9,18 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.controllers.cronjob.conftest import Side
 from tests.controllers.harness import eventually
+from tests.spans import recorded_spans
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
-
-_EXPORTER = InMemorySpanExporter()
 
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    """Spans of this process, recorded (one SDK tracer provider per process, one exporter
-    added to it once)."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    processors = provider._active_span_processor._span_processors
-    if not any(getattr(p, "span_exporter", None) is _EXPORTER for p in processors):
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-    _EXPORTER.clear()
-    yield _EXPORTER
-    _EXPORTER.clear()
+    yield from recorded_spans()
 
 
 async def test_a_started_job_continues_the_sync_trace(

@@ -18,9 +18,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from steward.kube import ConflictError, KubeClient
@@ -39,6 +36,7 @@ from tests.controllers.replicaset.conftest import (
     update_rs,
     wait_stable_rs,
 )
+from tests.spans import recorded_spans
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -619,23 +617,9 @@ async def test_pod_of_another_controller_is_not_adopted(
     assert list(owners.values()) == [rs["metadata"]["uid"]]
 
 
-_EXPORTER = InMemorySpanExporter()
-
-
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    """Spans of this process, recorded (one SDK tracer provider per process, one exporter
-    added to it once)."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    processors = provider._active_span_processor._span_processors
-    if not any(getattr(p, "span_exporter", None) is _EXPORTER for p in processors):
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-    _EXPORTER.clear()
-    yield _EXPORTER
-    _EXPORTER.clear()
+    yield from recorded_spans()
 
 
 async def test_created_pods_carry_template_owner_and_trace(
