@@ -71,16 +71,7 @@ async def test_process_registers_reconciles_and_stops_on_sigterm(
     tmp_path: Path,
 ) -> None:
     ns, kube = rs_namespace, rs_kube
-    manager = RunningManager(
-        ManagerOptions(
-            security=DEVELOPMENT,
-            listen="127.0.0.1:0",
-            kubeconfig=str(rs_cluster.component_kubeconfig("manager")),
-            namespace=ns,
-            timing=FAST,
-            identity=f"manager-{uuid.uuid4().hex[:6]}",
-        )
-    )
+    manager = _manager(rs_cluster, ns)
     port = free_port()
     argv = [
         sys.executable,
