@@ -159,3 +159,54 @@ def test_a_declaration_that_does_not_load_is_an_error_naming_it(
     monkeypatch.setattr(registry, "entry_points", lambda group: [wrong])
     with pytest.raises(registry.RegistryError, match="not a controller definition"):
         registry.steward_controllers()
+
+
+KCM_QUEUES = {
+    "bootstrapsigner": "bootstrap_signer_queue",
+    "clusterrole-aggregation": "ClusterRoleAggregator",
+    "cronjob": "cronjob",
+    "csrapproving": "certificate",
+    "csrsigning": "certificate",
+    "daemonset": "daemonset",
+    "deployment": "deployment",
+    "endpoint": "endpoint",
+    "endpointslice": "endpoint_slice",
+    "garbagecollector": "garbage_collector_attempt_to_delete",
+    "horizontalpodautoscaling": "horizontalpodautoscaler",
+    "job": "job",
+    "namespace": "namespace",
+    "nodelifecycle": "node_lifecycle_controller",
+    "replicaset": "replicaset",
+    "replicationcontroller": "replicationmanager",
+    "resourcequota": "resourcequota_primary",
+    "root-ca-cert-publisher": "root_ca_cert_publisher",
+    "serviceaccount": "serviceaccount",
+    "serviceaccount-token": "serviceaccount_tokens_service",
+    "taint-eviction-controller": "noexec_taint_pod",
+    "tokencleaner": "token_cleaner",
+    "ttl": "ttlcontroller",
+    "ttl-after-finished": "ttl_jobs_to_delete",
+}
+"""kube-controller-manager v1.37's work queue names (the ``name`` label of its
+``workqueue_*`` metrics), from each controller's ``TypedRateLimitingQueueConfig`` in
+``pkg/controller``. Where upstream has several queues, the one holding the controller's
+main keys."""
+NO_QUEUE_UPSTREAM = frozenset({"csrcleaner", "legacy-service-account-token-cleaner", "podgc"})
+"""Upstream runs these as periodic loops without a work queue; Steward's queue keeps the
+controller's name."""
+
+
+def test_work_queues_carry_kube_controller_managers_names() -> None:
+    """Alerts and dashboards written for kube-controller-manager's
+    ``workqueue_depth{name=...}`` find Steward's queues: each controller's queue is named as
+    upstream's, and a new controller must say which upstream queue it replaces."""
+    declared = {c.name for c in registry.steward_controllers()}
+    assert declared == set(KCM_QUEUES) | NO_QUEUE_UPSTREAM, (
+        "name each new controller's upstream work queue in KCM_QUEUES"
+    )
+    queues = {}
+    for entry in registry.steward_controllers():
+        definition = EntryPoint(entry.name, entry.definition, "steward.controllers").load()
+        queues[entry.name] = definition.options.queue_name or definition.name
+    assert {n: queues[n] for n in KCM_QUEUES} == KCM_QUEUES
+    assert {n: queues[n] for n in NO_QUEUE_UPSTREAM} == {n: n for n in NO_QUEUE_UPSTREAM}

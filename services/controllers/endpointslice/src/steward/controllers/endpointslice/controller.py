@@ -90,6 +90,8 @@ NAME = "endpointslice"
 of its endpointslice-controller)."""
 COMPONENT = "endpoint-slice-controller"
 """The Events' source component, as upstream's."""
+QUEUE = "endpoint_slice"
+"""Upstream's work queue name (the ``name`` label of ``workqueue_*``)."""
 MAX_RETRIES = 15
 """Failed syncs in a row after which a key is dropped until its next event (upstream's
 maxRetries)."""
@@ -444,6 +446,7 @@ CONTROLLER = (
         steward.ControllerOptions(
             max_concurrent_reconciles=5,
             max_retries=MAX_RETRIES,
+            queue_name=QUEUE,
             backoff_base_seconds=BACKOFF_BASE_SECONDS,
             backoff_max_seconds=BACKOFF_MAX_SECONDS,
         )

@@ -71,6 +71,11 @@ NAME = "garbagecollector"
 of its garbage-collector-controller)."""
 COMPONENT = "garbage-collector-controller"
 """The Events' source component, as upstream's."""
+QUEUE = "garbage_collector_attempt_to_delete"
+"""The work queue's name: upstream's queue of objects to check for deletion. Upstream keeps
+the orphaning of an owner's dependents (``garbage_collector_attempt_to_orphan``) and the
+graph's changes (``garbage_collector_graph_changes``) in queues of their own; here the
+graph is fed from the mirror, and orphaning is work of this same queue."""
 DEFAULT_IGNORED = frozenset({("", "events"), ("events.k8s.io", "events")})
 """Types never collected (upstream's DefaultIgnoredResources)."""
 METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
@@ -422,6 +427,7 @@ CONTROLLER = (
     .with_options(
         steward.ControllerOptions(
             max_concurrent_reconciles=20,
+            queue_name=QUEUE,
             # Upstream's collector client has twice kube-controller-manager's QPS: "each
             # object deletion takes two API calls" (a read, then the delete).
             rate_limit_scale=(2.0, 1.0),

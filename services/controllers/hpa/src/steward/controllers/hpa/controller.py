@@ -79,6 +79,8 @@ NAME = "horizontalpodautoscaling"
 """The controller's name with the manager (kube-controller-manager's --controllers name)."""
 COMPONENT = "horizontal-pod-autoscaler"
 """The Events' source component, as upstream's."""
+QUEUE = "horizontalpodautoscaler"
+"""Upstream's work queue name (the ``name`` label of ``workqueue_*``)."""
 CONFLICT_TRIES = 5
 """Tries of a scale write that conflicts (upstream's ``retry.DefaultRetry``)."""
 SYNC_PERIOD = 15.0
@@ -941,7 +943,7 @@ CONTROLLER = (
     .for_(HORIZONTAL_POD_AUTOSCALERS, steward.generation_changed)
     .reads(PODS, fields=POD_FIELDS)
     .flags(add_flags)
-    .with_options(steward.ControllerOptions(max_concurrent_reconciles=5))
+    .with_options(steward.ControllerOptions(max_concurrent_reconciles=5, queue_name=QUEUE))
     .beside_upstream(None)
     .describe(
         "Steward's HorizontalPodAutoscaler controller: every sync period, reads each "
