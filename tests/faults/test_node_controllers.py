@@ -1,14 +1,14 @@
-"""The resource quota, taint eviction, pod GC, node lifecycle and TTL-after-finished
-controllers SIGKILLed, and the informer restarted, in the middle of their work.
+"""The resource quota, taint eviction, pod GC, node lifecycle, TTL-after-finished and
+CronJob controllers SIGKILLed, and the informer restarted, in the middle of their work.
 
 Steward's informer, manager, ``resourcequota``, ``taint-eviction-controller``,
-``podgc`` (a short sweep period and quarantine, :data:`FLAGS`) and
-``ttl-after-finished`` run as processes
+``podgc`` (a short sweep period and quarantine, :data:`FLAGS`), ``ttl-after-finished``
+and ``cronjob`` run as processes
 (``stack.py``, one stack for the module, each case leaving an active instance of every
 controller it started behind; ``nodelifecycle`` is started by its case only, the last,
 as it would taint the other cases' kubelet-less nodes) against a control plane of this
 module's own whose kube-controller-manager runs none of the resource quota, taint
-eviction, pod GC, node lifecycle and TTL-after-finished controllers (no nodes: nothing but
+eviction, pod GC, node lifecycle, TTL-after-finished and CronJob controllers (no nodes: nothing but
 the test touches a node it makes).
 
 - Quotas: :data:`NAMESPACES` namespaces with a quota each (``pods``, ``requests.cpu``,
@@ -68,11 +68,24 @@ the test touches a node it makes).
   controller ends (pkg/controller/ttlafterfinished: every finished Job whose TTL has
   passed deleted), every expired Job must end deleted, and a Job never finished and one
   finished without a TTL kept.
+- CronJob: daily CronJobs (``concurrencyPolicy: Forbid``) whose one due time :func:`due`
+  lies 12 hours back, so that no new time falls due during the case, their Jobs managed
+  by nobody (they stay active). The first :data:`EARLY_CRONJOBS` resume; right after the
+  controller's first Job both the controller and the informer are SIGKILLed, the other
+  :data:`LATE_CRONJOBS` resume while they are down, the informer comes back and a
+  successor takes over. As upstream's controller ends (pkg/controller/cronjob/
+  cronjob_controllerv2.go: ``syncCronJob`` starts one Job named after the due time;
+  one it created but did not record, found by ``AlreadyExists``, goes into the active
+  list; ``Forbid`` starts no other while one is active), every CronJob must end with
+  exactly its one Job, ``<name>-<due minutes>`` with the scheduled-timestamp
+  annotation, controlled by it, and with ``status.active`` holding it and
+  ``lastScheduleTime`` the due time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import time
 import uuid
 from collections.abc import Iterator
@@ -111,7 +124,13 @@ from tests.controllers.nodes.lifecycle import (
 )
 from tests.controllers.nodes.podgc import HOLD, gc_view
 from tests.controllers.quota.quotas import box, create, path, pod
-from tests.controllers.ttlafterfinished.jobs import create_job, finish, jobs_path, stamp
+from tests.controllers.ttlafterfinished.jobs import (
+    create_job,
+    finish,
+    job_body,
+    jobs_path,
+    stamp,
+)
 from tests.faults.stack import Faults, faults_running
 from tests.polling import wait_for
 
@@ -123,9 +142,10 @@ UPSTREAM_OFF = (
     "podgc",
     "nodelifecycle",
     "ttl-after-finished",
+    "cronjob",
 )
 """kube-controller-manager's controllers the module's control plane runs without."""
-KINDS = ("resourcequota", "taint-eviction-controller", "podgc", "ttl-after-finished")
+KINDS = ("resourcequota", "taint-eviction-controller", "podgc", "ttl-after-finished", "cronjob")
 FLAGS: dict[str, tuple[str, ...]] = {
     "podgc": ("--pod-gc-check-period=300ms", "--pod-gc-quarantine-time=2s"),
 }
@@ -729,6 +749,140 @@ def test_ttl_after_finished_sigkill_with_deletions_pending(
     print(
         f"ttl-after-finished SIGKILLed with {len(at_kill)} of {len(want)} Jobs deleted: "
         f"all deleted {time.monotonic() - finished:.1f}s after they finished"
+    )
+
+
+# CronJob ---------------------------------------------------------------------------------
+EARLY_CRONJOBS = 24
+LATE_CRONJOBS = 8
+SCHEDULED = "batch.kubernetes.io/cronjob-scheduled-timestamp"
+
+
+def due(now: datetime.datetime) -> tuple[str, datetime.datetime]:
+    """A daily schedule (UTC) whose latest time is 12 hours before ``now``, and that time:
+    the next is 12 hours away, so a case's few seconds see no other."""
+    at = (now - datetime.timedelta(hours=12)).replace(second=0, microsecond=0)
+    return f"{at.minute} {at.hour} * * *", at
+
+
+def rfc3339(t: datetime.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def cronjob_body(name: str, schedule: str) -> dict[str, Any]:
+    """A suspended daily CronJob whose Jobs no controller runs (:data:`NOBODY`)."""
+    job = job_body("", None)["spec"]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": name},
+        "spec": {
+            "schedule": schedule,
+            "timeZone": "Etc/UTC",
+            "concurrencyPolicy": "Forbid",
+            "suspend": True,
+            "jobTemplate": {"spec": job},
+        },
+    }
+
+
+def cronjob_end(kube: KubeClient, ns: str, at: datetime.datetime) -> dict[str, Any]:
+    """Each CronJob's Jobs (name, controlled by it, the annotation) and status (active
+    names, ``lastScheduleTime``), by name."""
+    base = f"/apis/batch/v1/namespaces/{ns}"
+    cronjobs = kube.request("GET", f"{base}/cronjobs").get("items") or ()
+    jobs = kube.request("GET", f"{base}/jobs").get("items") or ()
+    uids = {c["metadata"]["uid"]: c["metadata"]["name"] for c in cronjobs}
+    owned: dict[str, list[tuple[str, bool, str]]] = {n: [] for n in uids.values()}
+    for job in jobs:
+        for ref in job["metadata"].get("ownerReferences") or ():
+            if ref["uid"] in uids:
+                annotation = (job["metadata"].get("annotations") or {}).get(SCHEDULED, "")
+                owned[uids[ref["uid"]]].append(
+                    (job["metadata"]["name"], bool(ref.get("controller")), annotation)
+                )
+    end = {}
+    for c in cronjobs:
+        status = c.get("status") or {}
+        end[c["metadata"]["name"]] = {
+            "jobs": sorted(owned[c["metadata"]["name"]]),
+            "active": sorted(r["name"] for r in status.get("active") or ()),
+            "lastScheduleTime": status.get("lastScheduleTime"),
+        }
+    return end
+
+
+@pytest.fixture
+def cronjob_ns(admin: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace of the case's CronJobs, dropped at the end."""
+    yield from scoped_namespace(admin, request)
+
+
+def test_cronjob_sigkill_with_its_informer_mid_schedule(
+    faults: Faults, admin: KubeClient, cronjob_ns: str
+) -> None:
+    kube, ns = admin, cronjob_ns
+    schedule, at = due(datetime.datetime.now(datetime.UTC))
+    early = [f"early-{i:02d}" for i in range(EARLY_CRONJOBS)]
+    late = [f"late-{i}" for i in range(LATE_CRONJOBS)]
+    base = f"/apis/batch/v1/namespaces/{ns}/cronjobs"
+    in_parallel(lambda n: kube.request("POST", base, cronjob_body(n, schedule)), early + late)
+    # Last scheduled an hour before the due time: exactly one time is due.
+    before = {"lastScheduleTime": rfc3339(at - datetime.timedelta(hours=1))}
+
+    def set_status(name: str) -> None:
+        def change(obj: dict[str, Any]) -> None:
+            obj["status"] = before
+
+        update(kube, f"{base}/{name}", change, f"{name}: status", subresource="/status")
+
+    def resume(name: str) -> None:
+        kube.request(
+            "PATCH",
+            f"{base}/{name}",
+            {"spec": {"suspend": False}},
+            content_type="application/merge-patch+json",
+        )
+
+    in_parallel(set_status, early + late)
+    in_parallel(resume, early)
+    resumed = time.monotonic()
+
+    def started() -> int:
+        return sum(1 for e in cronjob_end(kube, ns, at).values() if e["jobs"])
+
+    wait_for(lambda: started() > 0, "the first Job", WITHIN)
+    faults.kill("cronjob")
+    stack = faults.stack
+    assert stack.informer is not None
+    stack.informer.kill()
+    at_kill = started()
+    in_parallel(resume, late)
+    stack.informer.start()
+    stack.wait_serving(stack.informer, stack.informer_address)
+    faults.replace("cronjob")
+    minutes = int(at.timestamp()) // 60
+    want = {
+        name: {
+            "jobs": [(f"{name}-{minutes}", True, rfc3339(at))],
+            "active": [f"{name}-{minutes}"],
+            "lastScheduleTime": rfc3339(at),
+        }
+        for name in early + late
+    }
+    wait_for(
+        lambda: cronjob_end(kube, ns, at) == want,
+        "every CronJob with its one Job, recorded",
+        WITHIN,
+        actual=lambda: {n: e for n, e in cronjob_end(kube, ns, at).items() if e != want.get(n)},
+    )
+    # Forbid: nothing more starts while the Jobs are active.
+    time.sleep(1.5)
+    assert cronjob_end(kube, ns, at) == want
+    faults.check_exits()
+    print(
+        f"cronjob and the informer SIGKILLed with {at_kill} of {len(want)} CronJobs started: "
+        f"all started and recorded {time.monotonic() - resumed:.1f}s after the first resumed"
     )
 
 
