@@ -107,6 +107,10 @@ def test_each_spec_is_counted_in_its_area() -> None:
     assert {e2e.area_of(n) for n in nodes} == {e2e.QUOTA_AREA, *e2e.NODE_AREAS}
     workloads = e2e.read_spec_list(e2e.SELECTIONS["workloads"].spec_list())
     assert {e2e.area_of(n) for n in workloads} == set(e2e.WORKLOAD_AREAS)
+    statefulset = e2e.read_spec_list(e2e.SELECTIONS["statefulset"].spec_list())
+    assert {e2e.area_of(n) for n in statefulset} == {"StatefulSet"}
+    disruption = e2e.read_spec_list(e2e.SELECTIONS["disruption"].spec_list())
+    assert {e2e.area_of(n) for n in disruption} == {"DisruptionController"}
     assert (
         e2e.area_of(
             "[It] [sig-api-machinery] OrderedNamespaceDeletion namespace deletion should "
@@ -184,6 +188,7 @@ class Expected:
     takes: tuple[str, ...]
     leaves: tuple[str, ...]
     kcm_flags: tuple[str, ...] = ()
+    storage: bool = False
 
 
 EXPECTED = {
@@ -245,6 +250,47 @@ EXPECTED = {
             "[sig-apps] ReplicaSet should x [Conformance]",
         ),
     ),
+    # StatefulSet, with claims: a beta gate on by default runs; alpha gates, disruptive
+    # specs and the CockroachDB cluster (no image here) stay out.
+    "statefulset": Expected(
+        takes=(
+            "[sig-apps] StatefulSet Basic StatefulSet functionality [StatefulSetBasic] should "
+            "provide basic identity",
+            "[sig-apps] StatefulSet Basic StatefulSet functionality [StatefulSetBasic] should "
+            "perform rolling updates with maxUnavailable [FeatureGate:MaxUnavailableStatefulSet] "
+            "[Beta]",
+            "[sig-apps] StatefulSet Basic StatefulSet functionality [StatefulSetBasic] Burst "
+            "scaling should run to completion even with unhealthy pods [Conformance] [Slow]",
+            "[sig-apps] StatefulSet Non-retain StatefulSetPersistentVolumeClaimPolicy should "
+            "delete PVCs with a WhenDeleted policy",
+        ),
+        leaves=(
+            "[sig-apps] StatefulSet StatefulSet Recreate Update Strategy should recreate all "
+            "pods when the update strategy is Recreate [FeatureGate:StatefulSetRecreateStrategy] "
+            "[Alpha] [Feature:OffByDefault]",
+            "[sig-apps] StatefulSet Automatically recreate PVC for pending pod when PVC is "
+            "missing PVC should be recreated when pod is pending due to missing PVC "
+            "[Disruptive] [Serial]",
+            "[sig-apps] StatefulSet Deploy clustered applications should creating a working "
+            "CockroachDB cluster [Slow]",
+            "[sig-apps] DisruptionController should create a PodDisruptionBudget [Conformance]",
+        ),
+        storage=True,
+    ),
+    # DisruptionController, its [Serial] specs included.
+    "disruption": Expected(
+        takes=(
+            "[sig-apps] DisruptionController should create a PodDisruptionBudget [Conformance]",
+            "[sig-apps] DisruptionController evictions: too few pods, replicaSet, percentage "
+            "=> should not allow an eviction [Serial]",
+            "[sig-apps] DisruptionController should not evict unready pods with Default "
+            "UnhealthyPodEvictionPolicy",
+        ),
+        leaves=(
+            "[sig-apps] StatefulSet Basic StatefulSet functionality should x [Conformance]",
+            "[sig-apps] DisruptionController should x [FeatureGate:SomeGate]",
+        ),
+    ),
 }
 
 
@@ -260,6 +306,7 @@ def test_a_controllers_selection_takes_its_areas_and_no_other(name: str) -> None
     for spec in expected.leaves:
         assert not selected(spec, focus=selection.focus, skip=selection.skip), spec
     assert selection.kcm_flags == expected.kcm_flags
+    assert selection.storage == expected.storage
     assert name in e2e.DEFAULT_SELECTIONS
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -46,9 +47,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steward.cluster import ClusterConfig, LocalCluster, binaries
+from steward.cluster import ClusterConfig, LocalCluster, admin, binaries
 from steward.cluster.errors import ClusterError
 from steward.cluster.progress import Progress
+from steward.cluster.state import ClusterState
 
 AREAS = ("Job", "Deployment", "ReplicaSet", "Daemon set")
 """The controllers Steward runs, as e2e names their areas (``[sig-apps] <area> ...``)."""
@@ -193,6 +195,31 @@ limits, time zones, missed schedules), pods kept by a ReplicationController (ado
 release, a quota's failure condition, scale), and a finished Job deleted after its TTL.
 Two CronJob specs are ``[Slow]`` (each watches a minute's schedule for several minutes)."""
 
+STATEFULSET = r"\[sig-apps\] StatefulSet "
+"""Every spec of ``[sig-apps] StatefulSet``: identity and ordering, scaling in order and
+in bursts, rolling, canary and phased updates with partitions and rollback, OnDelete,
+``minReadySeconds``, ``spec.ordinals.start``, adoption, the scale and status endpoints,
+and the claims of ``volumeClaimTemplates`` with their retention policy (those specs need a
+default StorageClass: :attr:`Selection.storage`)."""
+
+STATEFULSET_SKIP = (
+    r"\[Disruptive\]|\[Flaky\]|\[Feature:[^\]]+\]|\[Alpha\]|\[Provider:[^\]]+\]"
+    r"|CockroachDB"
+)
+"""Left out of :data:`STATEFULSET`: alpha gates (the Recreate strategy), features off by
+default, disruptive specs (one deletes a node's claim by hand), and the CockroachDB
+cluster, whose image comes from a registry this machine cannot reach. The beta gate
+``MaxUnavailableStatefulSet`` is on by default in v1.37: its spec runs."""
+
+DISRUPTION = r"\[sig-apps\] DisruptionController "
+"""Every spec of ``[sig-apps] DisruptionController``: a PodDisruptionBudget's status
+(``disruptionsAllowed``, the expected and healthy counts, ``observedGeneration``, pods no
+controller manages), and evictions allowed, refused and unblocked by an updated budget,
+under each ``unhealthyPodEvictionPolicy``; two are ``[Serial]``."""
+
+DISRUPTION_SKIP = r"\[Disruptive\]|\[Flaky\]|\[Feature:[^\]]+\]|\[FeatureGate:[^\]]+\]"
+"""Left out of :data:`DISRUPTION`: nothing today (no spec of the area is gated)."""
+
 WORKLOADS_SKIP = (
     r"\[Disruptive\]|\[Flaky\]|\[Feature:[^\]]+\]|\[FeatureGate:[^\]]+\]|\[Provider:[^\]]+\]"
 )
@@ -237,6 +264,11 @@ class Selection:
     """kube-controller-manager's flags its clusters run with (e2e's own settings, as
     upstream's jobs give them); Steward's controllers that declare a flag get it too
     (:func:`steward.cluster.services.shared_flags`)."""
+    storage: bool = False
+    """Its clusters have a default StorageClass whose claims kube-controller-manager's
+    hostPath provisioner (``--enable-hostpath-provisioner``) binds to new directories
+    under ``/tmp/hostpath_pv`` (removed when the cluster goes down): the real nodes share
+    this machine's file system, so a claim made for one pod works on either node."""
     metrics: bool = False
     """Its clusters run the resource metrics pipeline (metrics-server scraping the real
     kubelets) and their nodes get the resource consumer image
@@ -299,6 +331,20 @@ SELECTIONS = {
             kcm_flags=NODES_KCM_FLAGS,
         ),
         Selection(
+            "statefulset",
+            STATEFULSET,
+            STATEFULSET_SKIP,
+            "every spec of [sig-apps] StatefulSet but alpha gates, disruptive specs and the "
+            "CockroachDB cluster (its image is not here), claims from a hostPath provisioner",
+            storage=True,
+        ),
+        Selection(
+            "disruption",
+            DISRUPTION,
+            DISRUPTION_SKIP,
+            "every spec of [sig-apps] DisruptionController",
+        ),
+        Selection(
             "workloads",
             WORKLOADS,
             WORKLOADS_SKIP,
@@ -317,6 +363,8 @@ DEFAULT_SELECTIONS = (
     "auth",
     "nodes",
     "workloads",
+    "statefulset",
+    "disruption",
 )
 """What ``make e2e`` runs, one after the other (a cluster per side for each)."""
 
@@ -578,6 +626,7 @@ def run_side(
     real_nodes: int = REAL_NODES,
     metrics: bool = False,
     kcm_flags: tuple[str, ...] = (),
+    storage: bool = False,
 ) -> Side:
     """Start a cluster for ``side`` with ``real_nodes`` real nodes, run the specs, stop
     it; the outcome (a broken run's :attr:`Side.problems` say why). A focus and skip that
@@ -611,7 +660,7 @@ def run_side(
         real_node_taint=False,
         steward=side == "steward",
         metrics=metrics,
-        kcm_flags=kcm_flags,
+        kcm_flags=(*kcm_flags, *((HOSTPATH_FLAG,) if storage else ())),
         node_images=tuple(archives),
         die_with_parent=True,
     )
@@ -623,7 +672,10 @@ def run_side(
     started = time.monotonic()
     cluster = LocalCluster.up(config, progress=out)
     cluster_seconds = time.monotonic() - started
+    volumes: list[Path] = []
     try:
+        if storage:
+            admin.create(cluster.state, "/apis/storage.k8s.io/v1/storageclasses", STORAGE_CLASS)
         argv = [
             str(paths["ginkgo"]),
             f"--procs={procs}",
@@ -664,7 +716,44 @@ def run_side(
             out.say(f"{side}: the run is broken: {problem}")
         return Side(side, specs, round(seconds, 1), str(junit), round(cluster_seconds, 1), problems)
     finally:
+        if storage:
+            volumes = provisioned(cluster.state)
         cluster.down(progress=Progress(quiet=True))
+        for volume in volumes:
+            shutil.rmtree(volume, ignore_errors=True)
+
+
+HOSTPATH_FLAG = "--enable-hostpath-provisioner=true"
+"""kube-controller-manager's hostPath provisioner (:attr:`Selection.storage`)."""
+HOSTPATH_ROOT = Path("/tmp/hostpath_pv")  # noqa: S108 - upstream fixes the path
+"""Where that provisioner makes its volumes (a fixed path upstream)."""
+STORAGE_CLASS = {
+    "apiVersion": "storage.k8s.io/v1",
+    "kind": "StorageClass",
+    "metadata": {
+        "name": "standard",
+        "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+    },
+    "provisioner": "kubernetes.io/host-path",
+    "reclaimPolicy": "Delete",
+    "volumeBindingMode": "Immediate",
+}
+"""The default StorageClass of a :attr:`Selection.storage` cluster."""
+
+
+def provisioned(state: ClusterState) -> list[Path]:
+    """The directories of the cluster's hostPath volumes still there, to remove once it
+    is down (the provisioner deletes a volume's directory only when its claim goes)."""
+    try:
+        found = admin.request(state, "GET", "/api/v1/persistentvolumes")
+    except (ClusterError, OSError):
+        return []
+    paths = []
+    for pv in found.get("items") or ():
+        path = Path(((pv.get("spec") or {}).get("hostPath") or {}).get("path") or "/")
+        if path.parent == HOSTPATH_ROOT:
+            paths.append(path)
+    return paths
 
 
 def _counts(specs: Sequence[Spec]) -> str:
@@ -850,6 +939,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     real_nodes=args.real_nodes,
                     metrics=selection.metrics,
                     kcm_flags=selection.kcm_flags,
+                    storage=selection.storage,
                 )
             )
     except ClusterError as err:
