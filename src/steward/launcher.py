@@ -38,6 +38,7 @@ from typing import Any
 
 from steward.runtime.controller import ControllerDefinition
 from steward.runtime.host import run
+from steward.version import add_version_flag
 
 __all__ = ["GROUP", "LaunchError", "command", "declared_names", "main", "resolve"]
 
@@ -104,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
         "module:ATTR naming its definition. Flags after the target are the controller's "
         "(`run NAME --help` lists them).",
     )
+    add_version_flag(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run_cmd = sub.add_parser(
         "run",

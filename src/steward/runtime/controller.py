@@ -73,6 +73,7 @@ from steward.runtime.discovery import Discovery
 from steward.runtime.events import EventRecorder
 from steward.runtime.everytype import ANY_TYPE, EveryType, TypeFollower
 from steward.runtime.expectations import Expectations
+from steward.runtime.metrics import metrics_for
 from steward.runtime.mirror import (
     Change,
     Handler,
@@ -493,6 +494,7 @@ class Controller(Generic[R]):
         self._workers: asyncio.Task[None] | None = None
         self.pool = self._new_pool()
         self.mirror.add_handler(self._dispatch)
+        metrics_for(self.options.registry).instance(self)
 
     # Wiring --------------------------------------------------------------------------------
     def _dispatch(self, change: Change) -> None:
@@ -520,6 +522,16 @@ class Controller(Generic[R]):
     def active(self) -> bool:
         """Whether the workers are running (this instance is the active one)."""
         return self._workers is not None
+
+    def instance_state(self) -> tuple[bool, int, int, int]:
+        """(mirror synced, mirror reconnects, fenced writes, manager epoch): the
+        ``steward_*`` metrics (:class:`steward.runtime.metrics.Instance`)."""
+        return (
+            self.mirror.has_synced(),
+            self.mirror.reconnects,
+            self.api.fenced_writes if self.api is not None else 0,
+            self.session.epoch if self.session is not None else 0,
+        )
 
     def heartbeat_status(self) -> manager_pb2.InstanceStatus:
         """The pool's status as the manager's heartbeat carries it."""

@@ -47,6 +47,7 @@ from steward.runtime.mirror import MirrorError
 from steward.runtime.session import RegistrationRefusedError, SessionOptions
 from steward.security import SecurityConfigError, add_client_arguments, client_from_args
 from steward.telemetry import configure_tracing
+from steward.version import add_version_flag
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ def parser_for(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     std = parser.add_argument_group("controller host")
+    add_version_flag(std, parser.prog)
     std.add_argument(
         "--kubeconfig", help="kubeconfig for the API server (default: in-cluster or $KUBECONFIG)"
     )

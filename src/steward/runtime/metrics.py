@@ -10,12 +10,14 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Hashable, Iterator
+from typing import Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from steward.runtime.clock import Clock
+from steward.version import register_build_info
 
 # controller-runtime's buckets: 10 ns up to 1000 s, by factors of ten.
 _QUEUE_BUCKETS = tuple(10e-9 * 10**i for i in range(12))
@@ -111,6 +113,9 @@ class RuntimeMetrics:
         )
         self._queues: weakref.WeakSet[QueueMetrics] = weakref.WeakSet()
         registry.register(_InFlightGauges(self._queues))
+        self._instances: weakref.WeakSet[Instance] = weakref.WeakSet()
+        registry.register(_InstanceGauges(self._instances))
+        register_build_info(registry)
 
     def queue(self, name: str, clock: Clock) -> QueueMetrics:
         """Metrics for the queue called ``name``, timed with ``clock``."""
@@ -121,6 +126,11 @@ class RuntimeMetrics:
     def controller(self, name: str) -> ControllerMetrics:
         """Metrics for the controller called ``name``; every result label starts at 0."""
         return ControllerMetrics(self, name)
+
+    def instance(self, instance: Instance) -> None:
+        """Report ``instance``'s state (the ``steward_*`` families of :class:`Instance`)
+        for as long as it exists."""
+        self._instances.add(instance)
 
 
 class QueueMetrics:
@@ -196,6 +206,83 @@ class ControllerMetrics:
     def terminal_error(self) -> None:
         """Count a terminal error (also counted by :meth:`reconciled` as an error)."""
         self._terminal.inc()
+
+
+class Instance(Protocol):
+    """A controller instance as its ``steward_*`` metrics see it, the families the Go and
+    TypeScript runtimes export too: ``steward_controller_active`` (1 while its workers
+    run), ``steward_mirror_synced`` (1 once its mirror holds the informer's initial list),
+    ``steward_mirror_reconnects_total`` (its watch streams opened again),
+    ``steward_fenced_writes_total`` (writes refused because it did not hold its lease) and
+    ``steward_manager_epoch`` (the epoch of the manager's last START; 0 alone), each
+    labelled ``controller``."""
+
+    @property
+    def name(self) -> str: ...
+
+    def active(self) -> bool: ...
+
+    def instance_state(self) -> tuple[bool, int, int, int]:
+        """(mirror synced, mirror reconnects, fenced writes, manager epoch)."""
+        ...
+
+
+class _InstanceGauges(Collector):
+    """The ``steward_*`` families of each :class:`Instance`, read at scrape time."""
+
+    def __init__(self, instances: weakref.WeakSet[Instance]) -> None:
+        self._instances = instances
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        active, synced, reconnects, fenced, epoch = self._families()
+        for instance in sorted(list(self._instances), key=lambda i: i.name):
+            state = instance.instance_state()
+            active.add_metric([instance.name], float(instance.active()))
+            synced.add_metric([instance.name], float(state[0]))
+            reconnects.add_metric([instance.name], state[1])
+            fenced.add_metric([instance.name], state[2])
+            epoch.add_metric([instance.name], state[3])
+        yield from (active, synced, reconnects, fenced, epoch)
+
+    @staticmethod
+    def _families() -> tuple[
+        GaugeMetricFamily,
+        GaugeMetricFamily,
+        CounterMetricFamily,
+        CounterMetricFamily,
+        GaugeMetricFamily,
+    ]:
+        labels = ["controller"]
+        return (
+            GaugeMetricFamily(
+                "steward_controller_active",
+                "1 while this instance's workers run (it is the active instance), else 0.",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                "steward_mirror_synced",
+                "1 once the mirror holds the informer's initial list of every watched type.",
+                labels=labels,
+            ),
+            CounterMetricFamily(
+                "steward_mirror_reconnects",
+                "Times the mirror's watch stream was opened again.",
+                labels=labels,
+            ),
+            CounterMetricFamily(
+                "steward_fenced_writes",
+                "Writes to kube-apiserver refused because this instance did not hold its lease.",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                "steward_manager_epoch",
+                "The epoch of the last START from the manager.",
+                labels=labels,
+            ),
+        )
 
 
 class _InFlightGauges(Collector):

@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from steward.cluster import LocalCluster
 from steward.cluster.process import free_port
@@ -26,6 +27,7 @@ from steward.kube import KubeClient
 from steward.manager import ManagerOptions
 from steward.serving.security import DEVELOPMENT
 from steward.v1 import manager_pb2
+from steward.version import steward_version
 from tests.controllers.harness import stays
 from tests.controllers.replicaset.conftest import (
     RC,
@@ -101,7 +103,29 @@ async def test_process_registers_reconciles_and_stops_on_sigterm(
         assert len(pods) == 2
         assert all(controller_of(p)["uid"] == rs["metadata"]["uid"] for p in pods)  # type: ignore[index]
         text = await eventually(lambda: metrics(port), "the metrics endpoint")
-        assert "workqueue" in text or "controller_runtime" in text
+        found = {
+            (s.name, s.labels.get("controller", s.labels.get("name", ""))): s.value
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+        }
+        assert found[("workqueue_adds_total", "replicaset")] >= 1
+        # The steward_* families of the Go and TypeScript runtimes: the active instance of
+        # an epoch the manager gave, its mirror synced, nothing fenced.
+        assert found[("steward_controller_active", "replicaset")] == 1
+        assert found[("steward_mirror_synced", "replicaset")] == 1
+        assert found[("steward_manager_epoch", "replicaset")] >= 1
+        assert found[("steward_fenced_writes_total", "replicaset")] == 0
+        # Opened again once at least: catch_up() at the START resumes on a new stream.
+        assert found[("steward_mirror_reconnects_total", "replicaset")] >= 1
+        build = [
+            s
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+            if s.name == "steward_build_info"
+        ]
+        assert [(b.labels["version"], b.labels["runtime"], b.value) for b in build] == [
+            (steward_version(), "python", 1.0)
+        ]
         proc.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(proc.wait(), 60)
         assert code == 0, (tmp_path / "replicaset-controller.log").read_text()

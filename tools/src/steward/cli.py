@@ -26,6 +26,7 @@ from steward.security import (
     add_client_arguments,
     client_from_args,
 )
+from steward.version import add_version_flag
 
 _EPILOG = """\
 environment:
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_version_flag(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     build = sub.add_parser(

@@ -8,6 +8,8 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from steward.version import register_build_info
+
 
 class ManagerMetrics:
     """Counters the registry updates, plus gauges read at scrape time.
@@ -17,6 +19,7 @@ class ManagerMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        register_build_info(self.registry)
         self.registrations = Counter(
             "steward_manager_registrations",
             "Registrations by controller and result (active, standby, already_exists, disabled).",

@@ -9,6 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from steward.informer.store import ResourceTypeName
+from steward.version import register_build_info
 
 
 class InformerMetrics:
@@ -19,6 +20,7 @@ class InformerMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        register_build_info(self.registry)
         self.events = Counter(
             "steward_informer_events",
             "Events received from the API server's watches, by resource and event type.",

@@ -59,6 +59,7 @@ from steward.serving.reflection import enable_reflection
 from steward.serving.security import ServingSecurity
 from steward.serving.tracing import ServerTracing
 from steward.telemetry import configure_tracing
+from steward.version import add_version_flag
 
 __all__ = [
     "HEALTH_SERVICE_NAME",
@@ -358,5 +359,6 @@ def main_cli(
         epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_version_flag(parser)
     add_arguments(parser)
     sys.exit(main(parser.parse_args()))
