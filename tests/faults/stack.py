@@ -189,7 +189,7 @@ class Stack:
         self.wait_serving(self.informer, self.informer_address)
         return self.informer
 
-    def start_manager(self) -> Service:
+    def start_manager(self, *flags: str) -> Service:
         lease, renew, retry = LEASE
         argv = service_argv(
             "manager",
@@ -202,6 +202,7 @@ class Stack:
                 f"--leader-elect-renew-deadline={renew}",
                 f"--leader-elect-retry-period={retry}",
                 "--drain-timeout=5",
+                *flags,
             ],
         )
         self.manager = self._start("manager", argv)

@@ -36,6 +36,8 @@ from prometheus_client import REGISTRY
 from steward import gctuning
 from steward.flowcontrol import add_rate_limit_arguments, bucket_from_args
 from steward.kube import KubeClient, load_access
+from steward.logs import add_logging_flags
+from steward.logs import configure as configure_logging
 from steward.runtime.controller import Controller, ControllerDefinition
 from steward.runtime.health import (
     HEALTH_LISTEN_ENV,
@@ -98,6 +100,7 @@ def parser_for(
     )
     std = parser.add_argument_group("controller host")
     add_version_flag(std, parser.prog)
+    add_logging_flags(std)
     std.add_argument(
         "--kubeconfig", help="kubeconfig for the API server (default: in-cluster or $KUBECONFIG)"
     )
@@ -219,7 +222,7 @@ def run(
         young = gctuning.threshold_from_env()
     except ValueError as err:
         parser.error(str(err))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_logging(args, f"steward-controller-{definition.name}")
     configure_tracing(f"steward-controller-{definition.name}")
     gctuning.tune(young)
     try:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from opentelemetry.trace import Span, StatusCode
 from prometheus_client import CollectorRegistry
 
+from steward import logs
 from steward.runtime.clock import Clock, MonotonicClock
 from steward.runtime.metrics import (
     RECONCILE_RESULTS,
@@ -228,6 +229,9 @@ class WorkerPool:
     async def _reconcile(self, item: QueueItem[Request]) -> None:
         key = item.key
         attempt = self.queue.num_requeues(key)
+        # Each worker is a task of its own: what it logs in this reconcile names it.
+        logs.CONTROLLER.set(self.name)
+        logs.KEY.set(str(key))
         with reconcile_span(
             self.name,
             str(key),
@@ -317,4 +321,7 @@ class WorkerPool:
 
     def _finish(self, outcome: str, started: float) -> None:
         self._counts[outcome] += 1
-        self._metrics.reconciled(outcome, self._clock.now() - started)
+        seconds = self._clock.now() - started
+        self._metrics.reconciled(outcome, seconds)
+        # Upstream's controllers log "Finished syncing" at V(4), kube's debug level.
+        log.debug("%s: finished syncing (%s) in %.3fs", self.name, outcome, seconds)

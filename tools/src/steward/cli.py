@@ -20,6 +20,7 @@ from pathlib import Path
 from steward.cluster import ClusterConfig, LocalCluster, binaries
 from steward.cluster.errors import ClusterError, NotUpError
 from steward.cluster.state import state_root
+from steward.logs import add_logging_flags
 from steward.security import (
     ClientSecurity,
     SecurityConfigError,
@@ -226,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=informer_server.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_logging_flags(informer)
     informer_server.add_arguments(informer)
 
     from steward.manager import server as manager_server
@@ -237,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=manager_server.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_logging_flags(manager)
     manager_server.add_arguments(manager)
 
     controllers = sub.add_parser(

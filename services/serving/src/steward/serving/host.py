@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 from abc import ABC, abstractmethod
@@ -47,6 +46,8 @@ from prometheus_client import CollectorRegistry
 
 from steward import gctuning
 from steward.kube import ApiError
+from steward.logs import add_logging_flags
+from steward.logs import configure as configure_logging
 from steward.runtime.health import (
     LoopHealth,
     split_address,
@@ -325,9 +326,7 @@ def run_service(
     except ValueError as err:
         print(f"steward {name}: error: {err}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args, f"steward-{name}")
     try:
         service = build(options)
     except ApiError as err:
@@ -360,5 +359,6 @@ def main_cli(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_version_flag(parser)
+    add_logging_flags(parser)
     add_arguments(parser)
     sys.exit(main(parser.parse_args()))
