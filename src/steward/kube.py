@@ -212,9 +212,14 @@ def load_access(kubeconfig: str | None = None, context: str | None = None) -> Cl
     :func:`incluster_access`) when ``KUBERNETES_SERVICE_HOST`` is set, as in every pod,
     else from ``$KUBECONFIG`` or ``~/.kube/config``.
 
+    The ``kubernetes`` package (its kubeconfig loader) is imported only to read a
+    kubeconfig: a pod never loads it.
+
     Raises:
         ApiError: no usable configuration was found; the message says where it looked.
     """
+    if not kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return incluster_access()
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
 
@@ -224,8 +229,6 @@ def load_access(kubeconfig: str | None = None, context: str | None = None) -> Cl
             k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=kubeconfig, context=context, client_configuration=cfg
             )
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            return incluster_access()
         else:
             k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
                 context=context, client_configuration=cfg

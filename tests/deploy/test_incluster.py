@@ -8,6 +8,9 @@ also after the token file is rotated.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -87,6 +90,25 @@ def test_load_access_uses_the_service_account_in_a_pod(
     access = kube.load_access()
     assert access.host == "https://10.96.0.1:443"
     assert access.token is not None and access.token() == "Bearer xyz"
+
+
+@pytest.mark.unit
+def test_a_controller_in_a_pod_never_loads_the_kubernetes_package(tmp_path: Path) -> None:
+    """The ``kubernetes`` package (tens of MB, seconds to import on a small node) only
+    reads kubeconfigs: a controller process in a pod, its host and runtime imported and
+    its credentials loaded, must not have imported it."""
+    _layout(tmp_path, "xyz", b"ca")
+    code = (
+        "import sys; import steward.runtime.host; from steward import kube; "
+        f"kube.SERVICE_ACCOUNT_DIR = {str(tmp_path)!r}; kube.load_access(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))"
+    )
+    env = {**os.environ, "KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 @pytest.mark.integration
