@@ -145,3 +145,26 @@ async def test_controllers_flags_apply_at_registration(
         await eventually(ok.session.holds_lease, what="cronjob active")
     finally:
         await ok.close()
+
+
+@pytest.mark.asyncio
+async def test_kube_controller_managers_families_follow_the_leader_and_its_controllers(
+    manager: RunningManager,
+) -> None:
+    """Dashboards built for kube-controller-manager read ``leader_election_master_status``
+    and ``running_managed_controllers``: the leading manager reports its Lease held, and
+    a controller as running while an instance of it is active, and not once it left."""
+    registry = manager.server.metrics.registry
+
+    def sample(metric: str, **labels: str) -> float | None:
+        return registry.get_sample_value(metric, labels)
+
+    assert sample("leader_election_master_status", name="steward-manager") == 1
+    a = Instance(manager.address, "copier", "copier-a")
+    try:
+        await eventually(a.session.holds_lease, what="a active")
+        running = {"name": "copier", "manager": "steward"}
+        await eventually(lambda: sample("running_managed_controllers", **running) == 1)
+    finally:
+        await a.close()
+    await eventually(lambda: sample("running_managed_controllers", **running) == 0)

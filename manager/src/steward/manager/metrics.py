@@ -49,17 +49,29 @@ class ManagerMetrics:
         self,
         sessions: Callable[[], Iterable[tuple[str, str, int]]],
         leader: Callable[[], bool],
+        lease: str = "steward-manager",
     ) -> None:
-        """Expose connected sessions per controller and role, and leadership."""
-        self.registry.register(_Gauges(sessions, leader))
+        """Expose connected sessions per controller and role, leadership of ``lease``,
+        and which controllers run (an active instance: 1, none: 0; reported by the
+        leader only, which alone knows)."""
+        self.registry.register(_Gauges(sessions, leader, lease))
+
+
+MANAGER_LABEL = "steward"
+"""The ``manager`` label of ``running_managed_controllers`` (upstream's is
+``kube-controller-manager``)."""
 
 
 class _Gauges(Collector):
     def __init__(
-        self, sessions: Callable[[], Iterable[tuple[str, str, int]]], leader: Callable[[], bool]
+        self,
+        sessions: Callable[[], Iterable[tuple[str, str, int]]],
+        leader: Callable[[], bool],
+        lease: str,
     ) -> None:
         self._sessions = sessions
         self._leader = leader
+        self._lease = lease
 
     def collect(self) -> Iterator[Metric]:
         gauge = GaugeMetricFamily(
@@ -70,8 +82,31 @@ class _Gauges(Collector):
         for name, role, count in self._sessions():
             gauge.add_metric([name, role], count)
         yield gauge
+        leading = self._leader()
         yield GaugeMetricFamily(
             "steward_manager_is_leader",
             "1 while this manager leads (serves the registry).",
-            value=1 if self._leader() else 0,
+            value=1 if leading else 0,
         )
+        # kube-controller-manager's own families, so that its dashboards and alerts work:
+        # client-go's leader election gauge for the manager's Lease, and component-base's
+        # gauge of the controllers running, under the manager's name.
+        master = GaugeMetricFamily(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
+            "backup, 1 indicates master. 'name' is the string used to identify the lease. "
+            "Please make sure to group by name.",
+            labels=["name"],
+        )
+        master.add_metric([self._lease], 1 if leading else 0)
+        yield master
+        running = GaugeMetricFamily(
+            "running_managed_controllers",
+            "Indicates where instances of a controller are currently running",
+            labels=["name", "manager"],
+        )
+        if leading:
+            for name, role, count in self._sessions():
+                if role == "active":
+                    running.add_metric([name, MANAGER_LABEL], 1 if count else 0)
+        yield running

@@ -117,7 +117,7 @@ class ManagerServer(host.HostedService):
             max_sessions_per_peer=options.max_sessions_per_peer,
             guard=self.guard,
         )
-        self.metrics.register_gauges(self.registry.session_counts, self._leading)
+        self.metrics.register_gauges(self.registry.session_counts, self._leading, LEADER_LEASE)
         self._tasks: list[asyncio.Task[None]] = []
 
     def _leading(self) -> bool:
