@@ -337,6 +337,11 @@ class KubeClient:
         """When set, every request takes a token from it first (client-go's
         ``--kube-api-qps``/``--kube-api-burst``, see :mod:`steward.flowcontrol`)."""
         self._host = access.host.split("://", 1)[-1]
+        server = urllib3.util.parse_url(access.host)
+        self._server_attributes: dict[str, str | int] = {
+            "server.address": server.host or "",
+            "server.port": server.port or (443 if server.scheme == "https" else 80),
+        }
         # One pooled connection per thread at least: past ``maxsize`` urllib3 opens (and
         # then discards) a new TLS connection per request.
         self._pool = pool_manager(access, num_pools=2, maxsize=max(8, workers))
@@ -483,7 +488,12 @@ class KubeClient:
         with _tracer.start_as_current_span(
             f"{method} {route(path)}",
             kind=trace.SpanKind.CLIENT,
-            attributes={"http.request.method": method, "url.path": path},
+            # OpenTelemetry's HTTP client attributes (url.full without the query's values).
+            attributes={
+                "http.request.method": method,
+                "url.full": self.access.host.rstrip("/") + path.split("?", 1)[0],
+                **self._server_attributes,
+            },
         ) as span:
             extra = dict(headers or {})
             if "traceparent" not in extra:

@@ -586,7 +586,7 @@ def test_a_job_reads_as_one_story_in_jaeger(pods_cluster: LocalCluster) -> None:
     ServiceAccount is not: its span of the POST starts a trace of its own that links the
     POST's client span, as it would in any cluster."""
     pods_cluster.api("POST", "/apis/batch/v1/namespaces/default/jobs", job("traced"), ok=(201,))
-    tags = json.dumps({"k8s.object.name": "traced", "k8s.resource": "jobs.v1.batch"})
+    tags = json.dumps({"steward.object.name": "traced", "steward.resource": "jobs.v1.batch"})
 
     def story() -> str | None:
         found = jaeger.query(

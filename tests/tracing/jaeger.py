@@ -56,7 +56,7 @@ def wait_for_story(
     trace lacks, empty when nothing. Each service exports its spans in batches of its
     own, so a story fills in over a few seconds. Returns that trace; fails saying what
     the last one lacked."""
-    wanted = json.dumps({"k8s.object.name": name, "k8s.resource": resource})
+    wanted = json.dumps({"steward.object.name": name, "steward.resource": resource})
     deadline = time.monotonic() + timeout
     missing = "no trace yet"
     while time.monotonic() < deadline:

@@ -56,7 +56,7 @@ def _wait(what: str, check: Any, timeout: float = 90, log: Path | None = None) -
 
 def _event_spans(cluster: LocalCluster, event: str) -> dict[str, dict[str, Any]]:
     """The informer's spans of ``event`` (ADDED, MODIFIED) on the Job, by resourceVersion."""
-    tags = json.dumps({"k8s.object.name": NAME, "k8s.resource": "jobs.v1.batch"})
+    tags = json.dumps({"steward.object.name": NAME, "steward.resource": "jobs.v1.batch"})
     found = jaeger.query(
         cluster,
         "/api/traces",
@@ -70,7 +70,7 @@ def _event_spans(cluster: LocalCluster, event: str) -> dict[str, dict[str, Any]]
     for trace in found or []:
         for span in trace["spans"]:
             if span["operationName"] == f"informer {event} jobs.v1.batch":
-                rv = str(jaeger.tags(span).get("k8s.resource_version", ""))
+                rv = str(jaeger.tags(span).get("steward.resource_version", ""))
                 spans[rv] = span
     return spans
 

@@ -161,7 +161,7 @@ async def test_get_is_a_client_span_continued_by_the_server(
         spans,
         "informer ADDED configmaps.v1",
         count=1,
-        where=lambda s: (s.attributes or {}).get("k8s.object.name") == "later",
+        where=lambda s: (s.attributes or {}).get("steward.object.name") == "later",
     )
     assert client_span.context is not None and server_span.context is not None
     assert event_span.parent is None or event_span.parent.span_id not in {

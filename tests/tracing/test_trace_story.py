@@ -47,11 +47,11 @@ class Recorder:
             "steward-informer",
             f"informer {type_} {resource}",
             tags={
-                "k8s.resource": resource,
-                "k8s.event.type": type_,
+                "steward.resource": resource,
+                "steward.event.type": type_,
                 "k8s.namespace.name": namespace,
-                "k8s.object.name": name,
-                "k8s.object.uid": uid,
+                "steward.object.name": name,
+                "steward.object.uid": uid,
                 "span.kind": "consumer",
             },
         )

@@ -1,8 +1,8 @@
 """``steward trace``: find an object's traces in Jaeger and print the one that tells its story.
 
 Traces are found through the informer's event spans, which carry the object's namespace,
-name, UID and resource (``k8s.namespace.name``, ``k8s.object.name``, ``k8s.object.uid``,
-``k8s.resource``) and the event's type (``k8s.event.type``), using Jaeger's HTTP query
+name, UID and resource (``k8s.namespace.name``, ``steward.object.name``, ``steward.object.uid``,
+``steward.resource``) and the event's type (``steward.event.type``), using Jaeger's HTTP query
 API (``/api/traces``). The trace shown by default is the object's *cause*
 (:func:`select_story`): the one holding the informer's ``ADDED`` event of the object —
 whatever wrote the object, the reconciles it caused, their API writes and, through the
@@ -42,7 +42,7 @@ class TraceError(Exception):
 class ObjectRef:
     """The object traces are asked about.
 
-    ``resource`` is matched as a prefix of the event spans' ``k8s.resource`` (``job``
+    ``resource`` is matched as a prefix of the event spans' ``steward.resource`` (``job``
     matches ``jobs.v1.batch``) and an empty one matches any; an empty ``namespace``
     matches any.
     """
@@ -91,16 +91,16 @@ def find_traces(
 ) -> list[Trace]:
     """Traces whose informer event spans are about this object, newest first.
 
-    ``resource`` is matched as a prefix of the spans' ``k8s.resource`` (``job`` matches
+    ``resource`` is matched as a prefix of the spans' ``steward.resource`` (``job`` matches
     ``jobs.v1.batch``); empty matches any. ``event_type`` (``ADDED``, ``MODIFIED``, …)
     keeps only traces with an event span of that type. Jaeger answers with the ``limit``
     traces it received last.
     """
-    tags = {"k8s.object.name": name}
+    tags = {"steward.object.name": name}
     if namespace:
         tags["k8s.namespace.name"] = namespace
     if event_type:
-        tags["k8s.event.type"] = event_type
+        tags["steward.event.type"] = event_type
     query = urllib.parse.urlencode(
         {
             "service": INFORMER_SERVICE,
@@ -128,7 +128,7 @@ def get_trace(jaeger: str, trace_id: str) -> Trace | None:
 
 
 def _resource_of(span: dict[str, Any]) -> str:
-    return str(_tags(span).get("k8s.resource", ""))
+    return str(_tags(span).get("steward.resource", ""))
 
 
 def _tags(span: dict[str, Any]) -> dict[str, Any]:
@@ -147,10 +147,10 @@ def event_spans(trace: Trace, obj: ObjectRef) -> list[dict[str, Any]]:
     for span in trace.get("spans") or []:
         tags = _tags(span)
         if (
-            "k8s.event.type" in tags
-            and tags.get("k8s.object.name") == obj.name
+            "steward.event.type" in tags
+            and tags.get("steward.object.name") == obj.name
             and (not obj.namespace or tags.get("k8s.namespace.name") == obj.namespace)
-            and str(tags.get("k8s.resource", "")).startswith(wanted)
+            and str(tags.get("steward.resource", "")).startswith(wanted)
         ):
             found.append(span)
     return sorted(found, key=lambda s: int(s["startTime"]))
@@ -192,10 +192,10 @@ def select_story(traces: list[Trace], obj: ObjectRef) -> Story | None:
     if not mine:
         return None
     added = [
-        (int(span["startTime"]), str(_tags(span).get("k8s.object.uid", "")), trace)
+        (int(span["startTime"]), str(_tags(span).get("steward.object.uid", "")), trace)
         for trace in mine.values()
         for span in event_spans(trace, obj)
-        if str(_tags(span).get("k8s.event.type", "")).split(" ")[0] == "ADDED"
+        if str(_tags(span).get("steward.event.type", "")).split(" ")[0] == "ADDED"
     ]
     note = ""
     if added:

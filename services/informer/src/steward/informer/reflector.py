@@ -413,13 +413,15 @@ def _start_span(
         f"informer {type_} {resource}",
         context=context,
         kind=trace.SpanKind.CONSUMER,
+        # OpenTelemetry reserves k8s.* for its own attributes, of which this uses
+        # k8s.namespace.name; the rest are Steward's.
         attributes={
-            "k8s.resource": resource,
-            "k8s.event.type": type_,
+            "steward.resource": resource,
+            "steward.event.type": type_,
             "k8s.namespace.name": obj.namespace,
-            "k8s.object.name": obj.name,
-            "k8s.object.uid": obj.uid,
-            "k8s.resource_version": obj.resource_version,
+            "steward.object.name": obj.name,
+            "steward.object.uid": obj.uid,
+            "steward.resource_version": obj.resource_version,
         },
     )
     try:
