@@ -25,6 +25,7 @@ from kubernetes import client
 from steward.cluster import LocalCluster
 from steward.cluster.process import free_port
 from steward.v1 import manager_pb2 as mpb
+from steward.version import steward_version
 from tests.e2e.runtime_metrics import assert_runtime_metrics, reconciles, scrape
 from tests.manager.conftest import RunningManager
 from tests.services import host_flags, security_env
@@ -281,3 +282,13 @@ def test_confighash_refuses_to_start_without_tls_or_plaintext(
         "STEWARD_INSECURE_PLAINTEXT=true",
     ):
         assert variable in logs, logs
+
+
+def test_confighash_says_its_version_as_steward_does(go_binaries: None) -> None:
+    """``--version`` of a Go controller prints the version of Steward that the Python
+    distribution has (one version across the runtimes) and exits 0."""
+    done = subprocess.run(
+        [str(CONFIGHASH), "--version"], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"confighash {steward_version()} (go"), done.stdout

@@ -119,6 +119,7 @@ type Host struct {
 	opts          HostOptions
 
 	informer, manager, kubeconfig  string
+	version                        bool
 	name, namespace, labelSelector string
 	standby                        bool
 	workers                        int
@@ -165,6 +166,7 @@ func Run(b *Builder, newReconciler func(Deps) Reconciler) {
 //	--kube-api-qps    requests a second to kube-apiserver, on average (default 20; 0 or less: no limit)
 //	--kube-api-burst  requests to kube-apiserver at once before --kube-api-qps paces them (default 30)
 //	--tls-ca-file … --insecure-plaintext (AddSecurityFlags)
+//	--version         print the version (VersionLine) and exit 0
 func NewHost(b *Builder, newReconciler func(Deps) Reconciler, opts HostOptions) *Host {
 	h := &Host{builder: b, newReconciler: newReconciler, opts: opts, listenedCh: make(chan struct{})}
 	fs := flag.NewFlagSet(b.name, flag.ContinueOnError)
@@ -191,6 +193,7 @@ func NewHost(b *Builder, newReconciler func(Deps) Reconciler, opts HostOptions) 
 	fs.Float64Var(&h.kubeAPIQPS, "kube-api-qps", kube.DefaultQPS, "QPS to use while talking with kubernetes apiserver: requests a second the API client\nsends on average, as kube-controller-manager's flag of the same name;\n0 or less means no limit")
 	fs.IntVar(&h.kubeAPIBurst, "kube-api-burst", kube.DefaultBurst, "Burst to use while talking with kubernetes apiserver: requests sent at once before\n--kube-api-qps paces them; at least 1 when --kube-api-qps is above 0")
 	AddSecurityFlags(fs, &h.security)
+	fs.BoolVar(&h.version, "version", false, "print the version and exit")
 	return h
 }
 
@@ -231,6 +234,9 @@ func (h *Host) usage() {
 	h.Flags.PrintDefaults()
 }
 
+// ErrVersion is what Parse returns for --version (Main then prints VersionLine and exits 0).
+var ErrVersion = errors.New("version printed")
+
 // UsageError is a command line the host cannot run: a bad flag, or an argument that is
 // not a flag.
 type UsageError struct{ Err error }
@@ -252,6 +258,8 @@ func (h *Host) Parse(args []string) error {
 	case errors.Is(err, flag.ErrHelp):
 		usage()
 		return err
+	case err == nil && h.version:
+		return ErrVersion
 	case err != nil: // the flag package has printed it
 	case h.Flags.NArg() > 0:
 		err = fmt.Errorf("unexpected argument %q", h.Flags.Arg(0))
@@ -280,6 +288,10 @@ func (h *Host) Main() {
 		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	}
 	if err := h.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, ErrVersion) {
+			fmt.Println(VersionLine(h.Flags.Name()))
+			os.Exit(0)
+		}
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}

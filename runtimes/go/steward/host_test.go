@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -128,6 +129,20 @@ func TestHostHelpExplains(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help does not mention %q:\n%s", want, out.String())
 		}
+	}
+}
+
+func TestHostVersionIsAskedForAndSaid(t *testing.T) {
+	h := quietHost(testBuilder(), func(Deps) Reconciler { return nopReconciler{} })
+	if err := h.Parse([]string{"--version"}); !errors.Is(err, ErrVersion) {
+		t.Fatalf("--version: %v, want ErrVersion", err)
+	}
+	want := "host-test " + Version + " (" + runtime.Version() + ", " + runtime.GOOS + "/" + runtime.GOARCH + ")"
+	if got := VersionLine("host-test"); got != want {
+		t.Fatalf("VersionLine: %q, want %q", got, want)
+	}
+	if err := quietHost(testBuilder(), func(Deps) Reconciler { return nopReconciler{} }).Parse(nil); err != nil {
+		t.Fatalf("without --version: %v", err)
 	}
 }
 
@@ -342,6 +357,8 @@ func TestHostAloneWritesAndServesHealth(t *testing.T) {
 		`workqueue_longest_running_processor_seconds{name="host-test"} 0`,
 		`steward_mirror_synced{controller="host-test"} 0`,
 		`steward_fenced_writes_total{controller="host-test"} 0`,
+		`steward_manager_epoch{controller="host-test"} 0`,
+		`steward_build_info{platform="` + runtime.GOOS + "/" + runtime.GOARCH + `",runtime="go",runtime_version="` + runtime.Version() + `",version="` + Version + `"} 1`,
 		"# TYPE controller_runtime_reconcile_total counter",
 		"# TYPE rest_client_rate_limiter_duration_seconds histogram",
 		`rest_client_rate_limiter_duration_seconds_bucket{verb="PATCH",host="` + apiHost + `",le="0.005"} 1`,

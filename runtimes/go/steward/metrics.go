@@ -427,11 +427,12 @@ func boolValue(b bool) float64 {
 // controller_runtime_*), then the host's own (steward_*, rest_client_*).
 func (h *Host) writeMetrics(w io.Writer) {
 	h.metrics().WriteText(w)
+	p := promWriter{w}
+	writeBuildInfo(p)
 	c := h.ctrl.Load()
 	if c == nil {
 		return
 	}
-	p := promWriter{w}
 	name := c.Name
 	p.family("steward_controller_active", "gauge", "1 while this instance's workers run (it is the active instance), else 0.")
 	p.sample("steward_controller_active", boolValue(c.WorkersRunning()), "controller", name)
@@ -439,6 +440,12 @@ func (h *Host) writeMetrics(w io.Writer) {
 	p.sample("steward_mirror_synced", boolValue(c.Mirror.HasSynced()), "controller", name)
 	p.family("steward_mirror_reconnects_total", "counter", "Times the mirror's watch stream was opened again.")
 	p.sample("steward_mirror_reconnects_total", float64(c.Mirror.Reconnects()), "controller", name)
+	var epoch uint64
+	if s := c.Session(); s != nil {
+		epoch = s.Epoch()
+	}
+	p.family("steward_manager_epoch", "gauge", "The epoch of the last START from the manager.")
+	p.sample("steward_manager_epoch", float64(epoch), "controller", name)
 	if api := h.api.Load(); api != nil {
 		p.family("steward_fenced_writes_total", "counter", "Writes to kube-apiserver refused because this instance did not hold its lease.")
 		p.sample("steward_fenced_writes_total", float64(api.FencedWrites()), "controller", name)
