@@ -32,12 +32,18 @@ def steward_version() -> str:
         return "unknown"
 
 
+_ARCHES = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm"}
+
+
+def platform_label() -> str:
+    """The platform as Go names it (``linux/amd64``), alike in every runtime."""
+    machine = platform.machine().lower()
+    return f"{sys.platform}/{_ARCHES.get(machine, machine)}"
+
+
 def version_line(prog: str) -> str:
-    """What ``prog --version`` prints: ``prog <version> (python 3.11.x, linux/x86_64)``."""
-    return (
-        f"{prog} {steward_version()} ({RUNTIME} {platform.python_version()}, "
-        f"{sys.platform}/{platform.machine()})"
-    )
+    """What ``prog --version`` prints: ``prog <version> (python 3.11.x, linux/amd64)``."""
+    return f"{prog} {steward_version()} ({RUNTIME} {platform.python_version()}, {platform_label()})"
 
 
 def add_version_flag(
@@ -69,5 +75,5 @@ def register_build_info(registry: CollectorRegistry) -> None:
         steward_version(),
         RUNTIME,
         platform.python_version(),
-        f"{sys.platform}/{platform.machine()}",
+        platform_label(),
     ).set(1)

@@ -24,7 +24,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (  # ty
 from steward import cli
 from steward.cluster import LocalCluster
 from steward.v1 import informer_pb2 as pb
-from steward.version import steward_version
+from steward.version import platform_label, steward_version
 from tests.informer.conftest import CONFIGMAPS, RunningInformer, WatchReader
 
 BIN = Path(sys.executable).parent
@@ -131,7 +131,7 @@ def test_health_and_metrics(informer: RunningInformer, watch: Callable[..., Watc
         "steward_informer_relists_total",
         'steward_informer_subscriber_lag{resource="configmaps.v1",subscriber="metrics-test"}',
         'steward_informer_objects{resource="configmaps.v1"}',
-        f'steward_build_info{{platform="{sys.platform}/{platform.machine()}",runtime="python",'
+        f'steward_build_info{{platform="{platform_label()}",runtime="python",'
         f'runtime_version="{platform.python_version()}",version="{steward_version()}"}} 1.0',
     ):
         assert name in text

@@ -72,6 +72,7 @@ import type { Reconciler } from "./reconcile";
 import { type ClientSecurity, SecurityConfigError, channelCredentials, clientSecurityFromEnv } from "./security";
 import { RegistrationRefusedError } from "./session";
 import { configureTracing } from "./tracing";
+import { platformLabel, RUNTIME, VERSION, versionLine } from "./version";
 
 /** A flag was wrong: the host prints the message and the help, and exits 2. */
 export class UsageError extends Error {
@@ -279,6 +280,7 @@ export const HOST_FLAGS = {
     help: "dial without TLS, development only\n(default $STEWARD_INSECURE_PLAINTEXT=true)",
   },
   help: { type: "boolean", short: "h", help: "this text" },
+  version: { type: "boolean", help: "print the version and exit" },
 } as const satisfies FlagSpecs;
 
 /** The variable `--health-listen` defaults to. */
@@ -335,7 +337,8 @@ export function helpText(definition: ControllerDefinition<FlagSpecs>, program = 
       flagLines(
         host,
         ["name", "informer", "manager", "standby", "kubeconfig", "namespace", "workers", "resync-period",
-          "shutdown-grace", "health-listen", "metrics-listen", "kube-api-qps", "kube-api-burst", "help"],
+          "shutdown-grace", "health-listen", "metrics-listen", "kube-api-qps", "kube-api-burst", "help",
+          "version"],
         definition.name,
       ),
     "Security: the informer and the manager are dialed with mutual TLS.\n" +
@@ -358,9 +361,12 @@ function programName(): string {
   return script ? `node ${basename(script)}` : "controller";
 }
 
-/** What {@link parseHostArgs} found: `--help`, or the settings and the author's flags. */
+/**
+ * What {@link parseHostArgs} found: `--help` or `--version` (`help` true: print the help,
+ * or with `version` the version, and exit 0), or the settings and the author's flags.
+ */
 export type ParsedArgs<F extends FlagSpecs> =
-  | { help: true }
+  | { help: true; version?: boolean }
   | { help: false; settings: HostSettings; flags: FlagValues<F> };
 
 /**
@@ -398,6 +404,7 @@ export function parseHostArgs<const F extends FlagSpecs>(
     throw new UsageError(err instanceof Error ? err.message : String(err));
   }
   if (values["help"] === true) return { help: true };
+  if (values["version"] === true) return { help: true, version: true };
   const str = (name: string): string | undefined => {
     const v = values[name];
     return typeof v === "string" ? v : undefined;
@@ -597,6 +604,18 @@ export class Host {
         "Writes to the API server refused because this instance did not hold its lease.",
       ),
       sampleLine("steward_fenced_writes_total", this.#api.fencedWrites, c),
+      ...familyHeader("steward_mirror_synced", "gauge", "1 once the mirror holds the informer's initial list of every watched type."),
+      sampleLine("steward_mirror_synced", this.controller.mirror.hasSynced() ? 1 : 0, c),
+      ...familyHeader("steward_mirror_reconnects_total", "counter", "Times the mirror's watch stream was opened again."),
+      sampleLine("steward_mirror_reconnects_total", this.controller.mirror.reconnects, c),
+      ...familyHeader(
+        "steward_build_info",
+        "gauge",
+        "A metric with a constant '1' value labeled by the version of Steward, its runtime and the platform it runs on.",
+      ),
+      sampleLine("steward_build_info", 1, [
+        "platform", platformLabel(), "runtime", RUNTIME, "runtime_version", process.version, "version", VERSION,
+      ]),
     ];
     if (this.#api.rateLimited) {
       const name = "rest_client_rate_limiter_duration_seconds";
@@ -680,7 +699,7 @@ export async function runHost<const F extends FlagSpecs>(
   try {
     const parsed = parseHostArgs(definition, argv, env);
     if (parsed.help) {
-      process.stdout.write(`${help()}\n`);
+      process.stdout.write(`${parsed.version === true ? versionLine(program) : help()}\n`);
       return 0;
     }
     host = Host.create(definition, parsed, env);

@@ -26,6 +26,7 @@ import { resourceType } from "../mirror";
 import { SecurityConfigError } from "../security";
 import { ManagerSession } from "../session";
 import { credentials } from "@grpc/grpc-js";
+import { platformLabel, VERSION, versionLine } from "../version";
 import { Arrivals } from "./arrivals";
 
 const CONFIGMAPS = resourceType("", "v1", "configmaps");
@@ -195,6 +196,16 @@ describe("host flags", () => {
       assert.ok(text.includes(flag), `the help does not name ${flag}`);
     }
     assert.match(text, /\(default host-test\)/);
+  });
+
+  it("--version asks for the version, which names Steward's, node's and the platform", () => {
+    assert.deepEqual(parseHostArgs(definition(), ["--version"], {}), { help: true, version: true });
+    assert.equal(
+      versionLine("host-test"),
+      `host-test ${VERSION} (node ${process.version}, ${platformLabel()})`,
+    );
+    assert.match(platformLabel(), /^[a-z0-9]+\/[a-z0-9]+$/);
+    assert.ok(helpText(definition() as ControllerDefinition<FlagSpecs>, "host-test").includes("--version"));
   });
 
   it("refuses an author's flag that is the host's", () => {
@@ -426,6 +437,16 @@ async function checkEndpoints(made: Host): Promise<void> {
     assert.equal(metrics.status, 200);
     assert.match(metrics.body, /^controller_runtime_reconcile_total\{controller="host-test",result="success"\} 0$/m);
     assert.match(metrics.body, /^workqueue_depth\{name="host-test"\} 0$/m);
+    assert.match(metrics.body, /^steward_mirror_synced\{controller="host-test"\} 0$/m);
+    assert.match(metrics.body, /^steward_mirror_reconnects_total\{controller="host-test"\} \d+$/m);
+    assert.match(
+      metrics.body,
+      new RegExp(
+        `^steward_build_info\\{platform="${platformLabel()}",runtime="typescript",` +
+          `runtime_version="${process.version.replaceAll(".", "\\.")}",version="${VERSION}"\\} 1$`,
+        "m",
+      ),
+    );
     assert.equal((await get(`${base}/nothing`)).status, 404);
   }
 }
