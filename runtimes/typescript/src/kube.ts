@@ -229,12 +229,22 @@ export class KubeClient {
    * (nothing sent) for a write a fence refuses. With a rate limiter it first waits for a
    * token (outside the span: the span is the exchange with the API server).
    */
+  /** OpenTelemetry's HTTP client attributes of a request (`url.full` without the query). */
+  #spanAttributes(method: string, path: string): Record<string, string | number> {
+    const server = this.access.server.replace(/\/+$/, "");
+    const full = server + (path.split("?")[0] ?? path);
+    if (!URL.canParse(server)) return { "http.request.method": method, "url.full": full };
+    const url = new URL(server);
+    const port = url.port !== "" ? Number(url.port) : url.protocol === "https:" ? 443 : 80;
+    return { "http.request.method": method, "url.full": full, "server.address": url.hostname, "server.port": port };
+  }
+
   async request(method: string, path: string, body?: unknown, contentType = "application/json"): Promise<ApiResponse> {
     if (this.#limiter !== undefined) await this.#limiter.wait(method.toUpperCase());
     const tracer = trace.getTracer("steward.kube");
     return tracer.startActiveSpan(
       `${method} ${path.split("?")[0]}`,
-      { kind: SpanKind.CLIENT, attributes: { "http.request.method": method, "url.path": path } },
+      { kind: SpanKind.CLIENT, attributes: this.#spanAttributes(method, path) },
       async (span) => {
         try {
           const headers: Record<string, string> = {
