@@ -266,6 +266,11 @@ def test_layers(built: images.BuiltE2E, layout: _build.Layout) -> None:
     assert "user-defined-in-image:x:1000:1000:" in _file(layout, agnhost_digest, "etc/passwd")
     group = _file(layout, agnhost_digest, "etc/group")
     assert "group-defined-in-image:x:50000:user-defined-in-image" in group
+    # Porter's certificate, which the StatefulSet specs' readiness probe fetches.
+    for name, content in images.porter_files().items():
+        assert agnhost[name].isfile() and agnhost[name].mode == 0o644, name
+        assert _file(layout, agnhost_digest, name) == content.decode()
+    assert "BEGIN CERTIFICATE" in _file(layout, agnhost_digest, "localhost.crt")
 
 
 @pytest.mark.integration

@@ -73,6 +73,7 @@ from steward.images.e2e_images import (
     build_consumer_archive,
     build_e2e,
     build_e2e_archive,
+    porter_files,
 )
 from steward.images.layout import BuiltArchive, ImageInfo, Layer, write_tar
 from steward.images.steward_images import (
@@ -126,6 +127,7 @@ __all__ = [
     "ensure_base",
     "import_into_containerd",
     "main",
+    "porter_files",
     "report",
     "source_date_epoch",
     "write_tar",

@@ -39,8 +39,11 @@ registry.k8s.io/pause:3.10.2                      Steward's pause, as build_paus
   **Both agnhost names carry this one build**: the Deployment specs roll from 2.55 to
   2.66.1, and only need the two to be different names that run. Not included from
   upstream's Alpine image: its other packages (bind-tools, iproute2, iperf, bash, socat,
-  util-linux-misc), CoreDNS 1.6.2, porter's certificate and the fake registry's content,
-  which the specs run here do not use; the user's home directory is owned by root.
+  util-linux-misc), CoreDNS 1.6.2 and the fake registry's content, which the specs run
+  here do not use; the user's home directory is owned by root. Porter's certificate and
+  key are there, as upstream's Dockerfile adds them (``/localhost.crt``,
+  ``/localhost.key``, read from the pinned module: :func:`porter_files`): the StatefulSet
+  specs' readiness probe fetches ``/localhost.crt`` from ``test-webserver``.
 - **nginx**: busybox's layer and Debian's nginx (:func:`~steward.images.e2e_tools.ensure_nginx`:
   ``/usr/sbin/nginx``, the libraries it links, ``mime.types`` and the welcome page in
   ``/usr/share/nginx/html``), configured as upstream's image (the Docker library's
@@ -91,6 +94,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from steward.cluster import binaries
 from steward.cluster.progress import Progress
 from steward.images.common import (
     ImageError,
@@ -113,7 +117,7 @@ from steward.images.e2e_tools import (
 from steward.images.layout import BuiltArchive, Layout, describe, write_tar
 from steward.images.steward_images import PAUSE_IMAGE, PAUSE_USER, add_pause
 
-E2E_RECIPE_VERSION = "4"
+E2E_RECIPE_VERSION = "5"
 """Bumped when what :func:`build_e2e` makes changes in a way its inputs do not show (the
 images' trees, configurations or names)."""
 
@@ -207,7 +211,14 @@ def _static_elf(path: Path, what: str) -> None:
 
 
 def _e2e_key(
-    *, agnhost: Path, pause: Path, busybox: Path, tools: Tools, nginx: Tools, epoch: int
+    *,
+    agnhost: Path,
+    pause: Path,
+    busybox: Path,
+    tools: Tools,
+    nginx: Tools,
+    porter: dict[str, bytes],
+    epoch: int,
 ) -> str:
     inputs = InputsDigest()
     recipe = {
@@ -231,6 +242,8 @@ def _e2e_key(
         inputs.feed(label, sha256_file(path).encode())
     copyright_ = BUSYBOX_COPYRIGHT.read_bytes() if BUSYBOX_COPYRIGHT.is_file() else b""
     inputs.feed("busybox copyright", copyright_)
+    for name, content in sorted(porter.items()):
+        inputs.feed(f"porter {name}", content)
     return inputs.hexdigest()
 
 
@@ -265,7 +278,44 @@ def _busybox_tree(root: Path, busybox: Path, applets: Sequence[str]) -> None:
         shutil.copyfile(BUSYBOX_COPYRIGHT, doc / "copyright")
 
 
-def _agnhost_tree(root: Path, agnhost: Path, tools: Tools) -> None:
+PORTER_FILES = ("localhost.crt", "localhost.key")
+"""What upstream's agnhost Dockerfile adds at ``/`` from ``test/images/agnhost/porter``."""
+
+
+def _module_cache() -> Path:
+    """Go's module cache: ``$GOMODCACHE``, else the first ``$GOPATH`` entry's ``pkg/mod``,
+    else ``~/go/pkg/mod`` (what ``go env GOMODCACHE`` says, without running go)."""
+    if os.environ.get("GOMODCACHE"):
+        return Path(os.environ["GOMODCACHE"])
+    gopath = (os.environ.get("GOPATH") or "").split(os.pathsep)[0]
+    return Path(gopath or Path.home() / "go") / "pkg" / "mod"
+
+
+def porter_files() -> dict[str, bytes]:
+    """Porter's test certificate and key (:data:`PORTER_FILES`), as the pinned
+    ``k8s.io/kubernetes`` module has them in Go's module cache (there since agnhost was
+    built from it)."""
+    agnhost = binaries.TOOLS["agnhost"]
+    # The module cache escapes capital letters as "!" and their lower case.
+    escaped = re.sub(r"[A-Z]", lambda m: "!" + m.group(0).lower(), agnhost.pinned_module)
+    porter = (
+        _module_cache()
+        / f"{escaped}@{agnhost.version()}"
+        / "test"
+        / "images"
+        / "agnhost"
+        / "porter"
+    )
+    try:
+        return {name: (porter / name).read_bytes() for name in PORTER_FILES}
+    except OSError as err:
+        raise ImageError(
+            f"porter's certificate is not in {porter} ({err.strerror}): build agnhost first "
+            "(steward build agnhost), which downloads the module"
+        ) from err
+
+
+def _agnhost_tree(root: Path, agnhost: Path, tools: Tools, porter: dict[str, bytes]) -> None:
     """agnhost's layer over busybox's, as upstream's Dockerfile adds: the tools
     (:mod:`~steward.images.e2e_tools`), /agnhost, the /agnhost-2 link
     (entrypoint-tester), /uploads (netexec) and the users user-defined-in-image (1000)
@@ -283,6 +333,9 @@ def _agnhost_tree(root: Path, agnhost: Path, tools: Tools) -> None:
     (root / "etc" / "passwd").write_text(_AGNHOST_USERS)
     (root / "etc" / "group").write_text(_AGNHOST_GROUP)
     (root / "etc" / "nsswitch.conf").write_text(_AGNHOST_NSSWITCH)
+    for name, content in porter.items():
+        (root / name).write_bytes(content)
+        (root / name).chmod(0o644)
 
 
 def build_e2e(
@@ -314,12 +367,14 @@ def build_e2e(
         _static_elf(path, what)
     tools = ensure_tools(out=out, epoch=epoch)
     nginx = ensure_nginx(out=out, epoch=epoch)
+    porter = porter_files()
     key = _e2e_key(
         agnhost=agnhost_binary,
         pause=pause_binary,
         busybox=busybox_binary,
         tools=tools,
         nginx=nginx,
+        porter=porter,
         epoch=epoch,
     )
     archive = images_root() / "e2e" / key[:20] / "e2e-images.tar"
@@ -332,6 +387,7 @@ def build_e2e(
             busybox=busybox_binary,
             tools=tools,
             nginx=nginx,
+            porter=porter,
             epoch=epoch,
             key=key,
             archive=archive,
@@ -583,6 +639,7 @@ def _build_e2e(
     busybox: Path,
     tools: Tools,
     nginx: Tools,
+    porter: dict[str, bytes],
     epoch: int,
     key: str,
     archive: Path,
@@ -595,7 +652,7 @@ def _build_e2e(
         tmp = Path(tmp_name)
         busybox_layer = _busybox_layer(tmp, busybox, epoch, out)
         unpacked[f"sha256:{busybox_layer.diff_id}"] = (busybox_layer.size, busybox_layer.what())
-        _agnhost_tree(tmp / "agnhost-root", agnhost, tools)
+        _agnhost_tree(tmp / "agnhost-root", agnhost, tools, porter)
         agnhost_layer = tmp / "agnhost-layer.tar"
         diff_id, size = write_tar(agnhost_layer, tmp / "agnhost-root", epoch=epoch)
         agnhost_what = (
