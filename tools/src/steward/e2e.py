@@ -34,6 +34,7 @@ the tests require to pass, every one, and to equal what the pinned ``e2e.test`` 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shutil
@@ -721,6 +722,10 @@ def run_side(
         cluster.down(progress=Progress(quiet=True))
         for volume in volumes:
             shutil.rmtree(volume, ignore_errors=True)
+        if storage:
+            # The provisioner made the directory: gone once empty, as the machine was.
+            with contextlib.suppress(OSError):
+                HOSTPATH_ROOT.rmdir()
 
 
 HOSTPATH_FLAG = "--enable-hostpath-provisioner=true"
