@@ -1,8 +1,16 @@
 // Package kube is a small client for kube-apiserver: it reads a kubeconfig (client
-// certificate, bearer token or in-cluster service account), sends JSON requests with the
-// caller's trace context (steward.TracingTransport), and reports API errors as
-// *StatusError. It is enough for controllers that read from the informer and write
-// with PATCH, POST, PUT and DELETE.
+// certificate, bearer token, token file, exec credential plugin) or the in-cluster service
+// account, sends JSON requests with the caller's trace context
+// (steward.TracingTransport), and reports API errors as *StatusError. It is enough for
+// controllers that read from the informer and write with PATCH, POST, PUT and DELETE.
+//
+// # Credentials
+//
+// As client-go finds them: $KUBECONFIG may list several files, merged as clientcmd
+// merges them (the first file to set a value wins); a token file is read again every
+// TokenFileRefresh and after a 401; an exec credential plugin (ExecConfig) gives a token
+// or a client certificate, kept until its expirationTimestamp or a 401. A request refused
+// with a 401 is sent once more when that gave a different credential. See auth.go.
 //
 // # Write fence
 //
