@@ -164,6 +164,46 @@ func TestTokenFileIsReadAgain(t *testing.T) {
 	}
 }
 
+func TestInClusterTokenIsReadAgain(t *testing.T) {
+	s := newTokens(t)
+	dir := t.TempDir() + string(filepath.Separator)
+	writeFile(t, dir+"ca.crt", "", 0o600)
+	writeFile(t, dir+"token", "bound-1", 0o600)
+	t.Setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "6443")
+	cfg, err := kube.InClusterFrom(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Server != "https://127.0.0.1:6443" {
+		t.Fatalf("server %q", cfg.Server)
+	}
+	cfg.Server = s.srv.URL // the recorder, in place of the Service's address
+	c := kube.NewClient(cfg, "steward-test")
+	clock := &credClock{t: time.Now()}
+	kube.SetCredentialClock(c, clock.now)
+	if err := get(t, c); err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet rotates the bound token: a minute on, the client sends the new one.
+	writeFile(t, dir+"token", "bound-2", 0o600)
+	clock.step(kube.TokenFileRefresh)
+	if err := get(t, c); err != nil {
+		t.Fatal(err)
+	}
+	// The file gone for a moment (the kubelet swaps a symlink): the last token is kept.
+	if err := os.Remove(dir + "token"); err != nil {
+		t.Fatal(err)
+	}
+	clock.step(kube.TokenFileRefresh)
+	if err := get(t, c); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"bound-1", "bound-2", "bound-2"}; !slices.Equal(s.sent(), want) {
+		t.Fatalf("the server saw the tokens %v, want %v", s.sent(), want)
+	}
+}
+
 func TestKubeconfigListIsMerged(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	one, two := t.TempDir(), t.TempDir()

@@ -22,3 +22,7 @@ func SetCredentialClock(c *Client, now func() time.Time) {
 		s.now = now
 	}
 }
+
+// InClusterFrom is the in-cluster config with the service account files in dir (which
+// ends in a separator) instead of the kubelet's mount.
+var InClusterFrom = inClusterFrom

@@ -321,8 +321,12 @@ func material(data, file, dir string) ([]byte, error) {
 	return nil, nil
 }
 
-func inCluster() (*Config, error) {
-	const sa = "/var/run/secrets/kubernetes.io/serviceaccount/"
+// serviceAccountDir is where the kubelet mounts a pod's service account token and CA.
+const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount/"
+
+func inCluster() (*Config, error) { return inClusterFrom(serviceAccountDir) }
+
+func inClusterFrom(sa string) (*Config, error) {
 	tok, err := os.ReadFile(sa + "token")
 	if err != nil {
 		return nil, fmt.Errorf("in-cluster config: %w", err)
