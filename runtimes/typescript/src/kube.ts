@@ -51,7 +51,7 @@ export interface ClusterAccess {
   token?: string;
   /**
    * A file holding the bearer token, read again when it changes (a projected token); it wins
-   * over `token`.
+   * over `token`, which is used only while the file cannot be read.
    */
   tokenFile?: string;
   /** An exec credential plugin giving the token or client certificate; wins over the others. */
@@ -324,7 +324,14 @@ export class KubeClient {
    */
   async #credential(): Promise<Credential> {
     if (this.#exec !== undefined) return this.#exec.get();
-    if (this.#token !== undefined) return { token: this.#token.header().slice("Bearer ".length) };
+    if (this.#token !== undefined) {
+      try {
+        return { token: this.#token.header().slice("Bearer ".length) };
+      } catch (err) {
+        // As client-go: the kubeconfig's token, when it has one, while the file cannot be read.
+        if (!this.access.token) throw err;
+      }
+    }
     return this.access.token ? { token: this.access.token } : {};
   }
 
