@@ -135,12 +135,25 @@ def go_whoami(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return binary
 
 
+def _ts_fresh(compiled: Path) -> bool:
+    """Whether ``compiled`` (one of dist/, which tsc writes in one go) is newer than every
+    source file and the installed packages: then there is nothing to build."""
+    modules = TS_RUNTIME / "node_modules" / ".package-lock.json"
+    if not compiled.is_file() or not modules.is_file():
+        return False
+    sources = [*(TS_RUNTIME / "src").rglob("*.ts"), TS_RUNTIME / "package-lock.json", modules]
+    return compiled.stat().st_mtime >= max(p.stat().st_mtime for p in sources)
+
+
 @pytest.fixture(scope="module")
 def ts_kube() -> Path:
-    """The TypeScript runtime compiled (dist/kube.js)."""
+    """The TypeScript runtime compiled (dist/kube.js), built unless it is up to date."""
+    compiled = TS_RUNTIME / "dist" / "kube.js"
     make = shutil.which("make")
     if make is None or shutil.which("node") is None:
         pytest.fail("make and node are needed to build the TypeScript runtime")
+    if _ts_fresh(compiled):
+        return compiled
     proc = subprocess.run(
         [make, "-C", str(TS_RUNTIME), "deps", "build"],
         capture_output=True,
@@ -150,7 +163,7 @@ def ts_kube() -> Path:
     )
     if proc.returncode != 0:
         pytest.fail(f"building the TypeScript runtime failed:\n{proc.stdout}\n{proc.stderr}")
-    return TS_RUNTIME / "dist" / "kube.js"
+    return compiled
 
 
 @pytest.fixture
