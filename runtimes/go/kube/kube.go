@@ -1,8 +1,16 @@
 // Package kube is a small client for kube-apiserver: it reads a kubeconfig (client
-// certificate, bearer token or in-cluster service account), sends JSON requests with the
-// caller's trace context (steward.TracingTransport), and reports API errors as
-// *StatusError. It is enough for controllers that read from the informer and write
-// with PATCH, POST, PUT and DELETE.
+// certificate, bearer token, token file, exec credential plugin) or the in-cluster service
+// account, sends JSON requests with the caller's trace context
+// (steward.TracingTransport), and reports API errors as *StatusError. It is enough for
+// controllers that read from the informer and write with PATCH, POST, PUT and DELETE.
+//
+// # Credentials
+//
+// As client-go finds them: $KUBECONFIG may list several files, merged as clientcmd
+// merges them (the first file to set a value wins); a token file is read again every
+// TokenFileRefresh and after a 401; an exec credential plugin (ExecConfig) gives a token
+// or a client certificate, kept until its expirationTimestamp or a 401. A request refused
+// with a 401 is sent once more when that gave a different credential. See auth.go.
 //
 // # Write fence
 //
@@ -35,6 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -56,6 +65,14 @@ type Config struct {
 	TLS *tls.Config
 	// BearerToken, when set, is sent as Authorization: Bearer.
 	BearerToken string
+	// BearerTokenFile, when set, is a file holding the bearer token (a kubeconfig's
+	// tokenFile, a pod's projected service account token): read again every
+	// TokenFileRefresh and after a 401, so a rotated token is picked up. It wins over
+	// BearerToken, which is used only while the file cannot be read.
+	BearerTokenFile string
+	// Exec, when set, is an exec credential plugin that gives the token or client
+	// certificate (wins over the fields above); see ExecConfig.
+	Exec *ExecConfig
 	// QPS is how many requests a second the client sends on average (the host's
 	// --kube-api-qps): every request first takes a token from a bucket that refills at
 	// QPS tokens a second and holds Burst, full at the start, and waits for one when it
@@ -67,126 +84,226 @@ type Config struct {
 	Burst int
 }
 
+type kubeconfigCluster struct {
+	Server                   string `json:"server"`
+	CertificateAuthority     string `json:"certificate-authority"`
+	CertificateAuthorityData string `json:"certificate-authority-data"`
+	InsecureSkipTLSVerify    bool   `json:"insecure-skip-tls-verify"`
+	TLSServerName            string `json:"tls-server-name"`
+	ProxyURL                 string `json:"proxy-url"`
+	DisableCompression       bool   `json:"disable-compression"`
+	Extensions               []struct {
+		Name      string          `json:"name"`
+		Extension json.RawMessage `json:"extension"`
+	} `json:"extensions"`
+}
+
+type kubeconfigUser struct {
+	ClientCertificate     string      `json:"client-certificate"`
+	ClientCertificateData string      `json:"client-certificate-data"`
+	ClientKey             string      `json:"client-key"`
+	ClientKeyData         string      `json:"client-key-data"`
+	Token                 string      `json:"token"`
+	TokenFile             string      `json:"tokenFile"`
+	Exec                  *ExecConfig `json:"exec"`
+}
+
+type kubeconfigContext struct {
+	Cluster string `json:"cluster"`
+	User    string `json:"user"`
+}
+
 type kubeconfig struct {
 	CurrentContext string `json:"current-context"`
 	Clusters       []struct {
-		Name    string `json:"name"`
-		Cluster struct {
-			Server                   string `json:"server"`
-			CertificateAuthority     string `json:"certificate-authority"`
-			CertificateAuthorityData string `json:"certificate-authority-data"`
-			InsecureSkipTLSVerify    bool   `json:"insecure-skip-tls-verify"`
-			TLSServerName            string `json:"tls-server-name"`
-		} `json:"cluster"`
+		Name    string            `json:"name"`
+		Cluster kubeconfigCluster `json:"cluster"`
 	} `json:"clusters"`
 	Users []struct {
-		Name string `json:"name"`
-		User struct {
-			ClientCertificate     string `json:"client-certificate"`
-			ClientCertificateData string `json:"client-certificate-data"`
-			ClientKey             string `json:"client-key"`
-			ClientKeyData         string `json:"client-key-data"`
-			Token                 string `json:"token"`
-			TokenFile             string `json:"tokenFile"`
-		} `json:"user"`
+		Name string         `json:"name"`
+		User kubeconfigUser `json:"user"`
 	} `json:"users"`
 	Contexts []struct {
-		Name    string `json:"name"`
-		Context struct {
-			Cluster string `json:"cluster"`
-			User    string `json:"user"`
-		} `json:"context"`
+		Name    string            `json:"name"`
+		Context kubeconfigContext `json:"context"`
 	} `json:"contexts"`
+}
+
+// fromFile is a kubeconfig entry with the file it came from (relative paths in it are
+// relative to that file's directory).
+type fromFile[T any] struct {
+	v    T
+	file string
+}
+
+// mergedKubeconfig is several kubeconfig files merged as client-go merges $KUBECONFIG:
+// the first file to set current-context sets it, and the first file to define a
+// cluster, user or context of a name defines it (later ones are ignored).
+type mergedKubeconfig struct {
+	currentContext string
+	clusters       map[string]fromFile[kubeconfigCluster]
+	users          map[string]fromFile[kubeconfigUser]
+	contexts       map[string]fromFile[kubeconfigContext]
+	files          []string
+}
+
+func (m *mergedKubeconfig) add(path string, kc *kubeconfig) {
+	m.files = append(m.files, path)
+	if m.currentContext == "" {
+		m.currentContext = kc.CurrentContext
+	}
+	for _, c := range kc.Clusters {
+		if _, ok := m.clusters[c.Name]; !ok {
+			m.clusters[c.Name] = fromFile[kubeconfigCluster]{c.Cluster, path}
+		}
+	}
+	for _, u := range kc.Users {
+		if _, ok := m.users[u.Name]; !ok {
+			m.users[u.Name] = fromFile[kubeconfigUser]{u.User, path}
+		}
+	}
+	for _, c := range kc.Contexts {
+		if _, ok := m.contexts[c.Name]; !ok {
+			m.contexts[c.Name] = fromFile[kubeconfigContext]{c.Context, path}
+		}
+	}
+}
+
+// readKubeconfigs reads and merges paths in order. A file named explicitly (--kubeconfig)
+// must exist; of a $KUBECONFIG list, missing files are skipped as client-go skips them,
+// but at least one must exist.
+func readKubeconfigs(paths []string, explicit bool) (*mergedKubeconfig, error) {
+	m := &mergedKubeconfig{
+		clusters: map[string]fromFile[kubeconfigCluster]{},
+		users:    map[string]fromFile[kubeconfigUser]{},
+		contexts: map[string]fromFile[kubeconfigContext]{},
+	}
+	seen := map[string]bool{}
+	for _, path := range paths {
+		if path == "" || seen[path] {
+			continue
+		}
+		seen[path] = true
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			if !explicit && errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return nil, fmt.Errorf("kubeconfig: %w", err)
+		}
+		var kc kubeconfig
+		if err := yaml.Unmarshal(raw, &kc); err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+		}
+		m.add(path, &kc)
+	}
+	if len(m.files) == 0 {
+		return nil, fmt.Errorf("kubeconfig: none of %s exists", strings.Join(paths, string(filepath.ListSeparator)))
+	}
+	return m, nil
 }
 
 // LoadConfig reads the API server's address and credentials: from the kubeconfig at
 // path when given; else in-cluster (service account) when running in a pod; else from
-// $KUBECONFIG or ~/.kube/config. It uses the kubeconfig's current context.
+// $KUBECONFIG (a list of files, merged as client-go merges them) or ~/.kube/config. It
+// uses the kubeconfig's current context. Token files and exec credential plugins are
+// not read here but by the client, at each request (see Config).
 func LoadConfig(path string) (*Config, error) {
+	paths, explicit := []string{path}, true
 	if path == "" {
 		if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
 			return inCluster()
 		}
-		path = os.Getenv("KUBECONFIG")
-		if path == "" {
+		explicit = false
+		if env := os.Getenv("KUBECONFIG"); env != "" {
+			paths = filepath.SplitList(env)
+		} else {
 			home, _ := os.UserHomeDir()
-			path = filepath.Join(home, ".kube", "config")
+			paths = []string{filepath.Join(home, ".kube", "config")}
 		}
 	}
-	raw, err := os.ReadFile(path)
+	m, err := readKubeconfigs(paths, explicit)
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
+		return nil, err
 	}
-	var kc kubeconfig
-	if err := yaml.Unmarshal(raw, &kc); err != nil {
-		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+	where := strings.Join(m.files, string(filepath.ListSeparator))
+	ctx, ok := m.contexts[m.currentContext]
+	if !ok || ctx.v.Cluster == "" {
+		return nil, fmt.Errorf("kubeconfig %s: no context %q", where, m.currentContext)
 	}
+	cl, ok := m.clusters[ctx.v.Cluster]
+	if !ok {
+		return nil, fmt.Errorf("kubeconfig %s: no cluster %q", where, ctx.v.Cluster)
+	}
+	c, path := cl.v, cl.file
 	dir := filepath.Dir(path)
-	var clusterName, userName string
-	for _, c := range kc.Contexts {
-		if c.Name == kc.CurrentContext {
-			clusterName, userName = c.Context.Cluster, c.Context.User
-		}
-	}
-	if clusterName == "" {
-		return nil, fmt.Errorf("kubeconfig %s: no context %q", path, kc.CurrentContext)
-	}
 	cfg := &Config{TLS: &tls.Config{MinVersion: tls.VersionTLS12}}
-	found := false
-	for _, c := range kc.Clusters {
-		if c.Name != clusterName {
-			continue
-		}
-		found = true
-		cfg.Server = strings.TrimRight(c.Cluster.Server, "/")
-		cfg.TLS.ServerName = c.Cluster.TLSServerName
-		cfg.TLS.InsecureSkipVerify = c.Cluster.InsecureSkipTLSVerify //nolint:gosec // the kubeconfig asks for it
-		ca, err := material(c.Cluster.CertificateAuthorityData, c.Cluster.CertificateAuthority, dir)
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig %s: certificate authority: %w", path, err)
-		}
-		if ca != nil {
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(ca) {
-				return nil, fmt.Errorf("kubeconfig %s: no certificate in the certificate authority", path)
-			}
-			cfg.TLS.RootCAs = pool
-		}
+	cfg.Server = strings.TrimRight(c.Server, "/")
+	cfg.TLS.ServerName = c.TLSServerName
+	cfg.TLS.InsecureSkipVerify = c.InsecureSkipTLSVerify //nolint:gosec // the kubeconfig asks for it
+	ca, err := material(c.CertificateAuthorityData, c.CertificateAuthority, dir)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: certificate authority: %w", path, err)
 	}
-	if !found {
-		return nil, fmt.Errorf("kubeconfig %s: no cluster %q", path, clusterName)
-	}
-	for _, u := range kc.Users {
-		if u.Name != userName {
-			continue
+	if ca != nil {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(ca) {
+			return nil, fmt.Errorf("kubeconfig %s: no certificate in the certificate authority", path)
 		}
-		cert, err := material(u.User.ClientCertificateData, u.User.ClientCertificate, dir)
+		cfg.TLS.RootCAs = pool
+	}
+	u, ok := m.users[ctx.v.User]
+	if !ok {
+		return cfg, nil
+	}
+	path, dir = u.file, filepath.Dir(u.file)
+	cert, err := material(u.v.ClientCertificateData, u.v.ClientCertificate, dir)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: client certificate: %w", path, err)
+	}
+	key, err := material(u.v.ClientKeyData, u.v.ClientKey, dir)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: client key: %w", path, err)
+	}
+	if cert != nil && key != nil {
+		pair, err := tls.X509KeyPair(cert, key)
 		if err != nil {
 			return nil, fmt.Errorf("kubeconfig %s: client certificate: %w", path, err)
 		}
-		key, err := material(u.User.ClientKeyData, u.User.ClientKey, dir)
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig %s: client key: %w", path, err)
+		cfg.TLS.Certificates = []tls.Certificate{pair}
+	}
+	cfg.BearerToken = u.v.Token
+	if u.v.TokenFile != "" {
+		cfg.BearerTokenFile = resolve(u.v.TokenFile, dir)
+		if _, err := os.Stat(cfg.BearerTokenFile); err != nil && cfg.BearerToken == "" {
+			return nil, fmt.Errorf("kubeconfig %s: token file: %w", path, err)
 		}
-		if cert != nil && key != nil {
-			pair, err := tls.X509KeyPair(cert, key)
-			if err != nil {
-				return nil, fmt.Errorf("kubeconfig %s: client certificate: %w", path, err)
+	}
+	if e := u.v.Exec; e != nil {
+		x := *e
+		if strings.ContainsRune(x.Command, filepath.Separator) {
+			x.Command = resolve(x.Command, dir)
+		}
+		if x.ProvideClusterInfo {
+			info := &ExecCluster{
+				Server:                   c.Server,
+				TLSServerName:            c.TLSServerName,
+				InsecureSkipTLSVerify:    c.InsecureSkipTLSVerify,
+				CertificateAuthorityData: ca,
+				ProxyURL:                 c.ProxyURL,
+				DisableCompression:       c.DisableCompression,
 			}
-			cfg.TLS.Certificates = []tls.Certificate{pair}
-		}
-		cfg.BearerToken = u.User.Token
-		if u.User.TokenFile != "" {
-			tok, err := os.ReadFile(resolve(u.User.TokenFile, dir))
-			if err != nil {
-				return nil, fmt.Errorf("kubeconfig %s: token file: %w", path, err)
+			for _, ext := range c.Extensions {
+				if ext.Name == "client.authentication.k8s.io/exec" {
+					info.Config = ext.Extension
+				}
 			}
-			cfg.BearerToken = strings.TrimSpace(string(tok))
+			x.Cluster = info
 		}
+		cfg.Exec = &x
 	}
 	return cfg, nil
 }
-
 func resolve(p, dir string) string {
 	if filepath.IsAbs(p) {
 		return p
@@ -204,8 +321,12 @@ func material(data, file, dir string) ([]byte, error) {
 	return nil, nil
 }
 
-func inCluster() (*Config, error) {
-	const sa = "/var/run/secrets/kubernetes.io/serviceaccount/"
+// serviceAccountDir is where the kubelet mounts a pod's service account token and CA.
+const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount/"
+
+func inCluster() (*Config, error) { return inClusterFrom(serviceAccountDir) }
+
+func inClusterFrom(sa string) (*Config, error) {
 	tok, err := os.ReadFile(sa + "token")
 	if err != nil {
 		return nil, fmt.Errorf("in-cluster config: %w", err)
@@ -217,10 +338,13 @@ func inCluster() (*Config, error) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
 	host := net.JoinHostPort(os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"))
+	// The kubelet rotates the projected token: the client reads the file again every
+	// TokenFileRefresh (rest.InClusterConfig's BearerTokenFile).
 	return &Config{
-		Server:      "https://" + host,
-		TLS:         &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-		BearerToken: strings.TrimSpace(string(tok)),
+		Server:          "https://" + host,
+		TLS:             &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		BearerToken:     strings.TrimSpace(string(tok)),
+		BearerTokenFile: sa + "token",
 	}, nil
 }
 
@@ -277,7 +401,10 @@ type Client struct {
 	userAgent string
 
 	limiter      *rateLimiter // nil: no limit
-	sealed       func() bool  // NewFencedClient's fence, for the client's whole life
+	creds        credentialSource
+	conns        *connTracker
+	cert         atomic.Pointer[tls.Certificate] // the exec plugin's client certificate
+	sealed       func() bool                     // NewFencedClient's fence, for the client's whole life
 	fence        atomic.Pointer[func() bool]
 	fencedWrites atomic.Uint64
 }
@@ -327,19 +454,64 @@ func (c *Client) FencedWrites() uint64 { return c.fencedWrites.Load() }
 // NewClient returns a client for cfg, identifying itself as userAgent, its requests
 // limited by cfg.QPS and cfg.Burst. It panics when QPS > 0 and Burst < 1.
 func NewClient(cfg *Config, userAgent string) *Client {
+	c := &Client{
+		cfg:       cfg,
+		userAgent: userAgent,
+		limiter:   newRateLimiter(cfg),
+		creds:     newCredentialSource(cfg),
+		conns:     &connTracker{dialer: net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}},
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.TLS != nil {
+		tlsConfig = cfg.TLS.Clone()
+	}
+	if cfg.Exec != nil {
+		// The plugin's certificate, when it gives one, else the kubeconfig's own.
+		static := tlsConfig.Certificates
+		tlsConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			if cert := c.cert.Load(); cert != nil {
+				return cert, nil
+			}
+			if len(static) > 0 {
+				return &static[0], nil
+			}
+			return &tls.Certificate{}, nil
+		}
+	}
 	transport := &http.Transport{
 		Proxy:               nil,
-		TLSClientConfig:     cfg.TLS,
+		DialContext:         c.conns.DialContext,
+		TLSClientConfig:     tlsConfig,
 		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	return &Client{
-		cfg:       cfg,
-		http:      &http.Client{Transport: httptrace.Transport(transport), Timeout: 60 * time.Second},
-		userAgent: userAgent,
-		limiter:   newRateLimiter(cfg),
+	c.http = &http.Client{Transport: httptrace.Transport(transport), Timeout: 60 * time.Second}
+	return c
+}
+
+// authenticate sets req's credentials (Authorization, or the client certificate of the
+// connection) and returns them, to tell the source about a 401.
+func (c *Client) authenticate(ctx context.Context, req *http.Request) (*credentials, error) {
+	if c.creds == nil {
+		return nil, nil
 	}
+	cr, err := c.creds.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if cr.token != "" {
+		req.Header.Set("Authorization", "Bearer "+cr.token)
+	} else {
+		req.Header.Del("Authorization")
+	}
+	if cr.cert != nil {
+		if old := c.cert.Swap(cr.cert); old != nil && old != cr.cert {
+			// Open connections keep the old certificate: new ones shake hands anew.
+			c.conns.closeAll()
+		}
+	}
+	return cr, nil
 }
 
 // Do sends one request (body is marshalled to JSON unless it is nil or []byte) and
@@ -375,22 +547,39 @@ func (c *Client) Do(ctx context.Context, method, path, contentType string, body,
 	if c.userAgent != "" {
 		req.Header.Set("User-Agent", c.userAgent)
 	}
-	if c.cfg.BearerToken != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.BearerToken)
-	}
 	if c.limiter != nil {
 		if err := c.limiter.wait(ctx, method); err != nil {
 			return err
 		}
 	}
-	if method != http.MethodGet && !c.mayWrite() {
-		c.fencedWrites.Add(1)
-		p, _, _ := strings.Cut(path, "?")
-		return &FencedError{Method: method, Path: p}
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return err
+	var resp *http.Response
+	for attempt := 0; ; attempt++ {
+		if method != http.MethodGet && !c.mayWrite() {
+			c.fencedWrites.Add(1)
+			p, _, _ := strings.Cut(path, "?")
+			return &FencedError{Method: method, Path: p}
+		}
+		used, err := c.authenticate(ctx, req)
+		if err != nil {
+			return err
+		}
+		resp, err = c.http.Do(req)
+		if err != nil {
+			return err
+		}
+		// A 401: the credential is stale (a rotated token file, an expired plugin
+		// credential). Kube-apiserver authenticates before anything else, so the request
+		// did nothing: send it once more when a fresh credential is at hand.
+		if resp.StatusCode != http.StatusUnauthorized || used == nil || attempt > 0 || !c.creds.refused(ctx, used) {
+			break
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if req.GetBody != nil {
+			if req.Body, err = req.GetBody(); err != nil {
+				return err
+			}
+		}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)

@@ -12,6 +12,14 @@
 
 export { type Clock, FakeClock, MonotonicClock } from "./clock";
 export {
+  type Credential,
+  EXEC_API_VERSIONS,
+  type ExecCluster,
+  type ExecConfig,
+  ExecCredentialError,
+  ExecCredentials,
+} from "./credentials";
+export {
   Controller,
   ControllerBuilder,
   type ControllerOptions,

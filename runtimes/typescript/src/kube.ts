@@ -1,6 +1,17 @@
 /**
- * A small Kubernetes API client: reads a kubeconfig (client certificate or bearer token),
- * sends JSON requests over HTTPS, and traces each one.
+ * A small Kubernetes API client: reads a kubeconfig (client certificate, bearer token, token
+ * file or exec credential plugin), sends JSON requests over HTTPS, and traces each one.
+ *
+ * Credentials as client-go finds them: `$KUBECONFIG` may list several files, merged as
+ * clientcmd merges them (k8s.io/client-go/tools/clientcmd/loader.go: the first file to set
+ * `current-context` sets it, the first to define a cluster, user or context of a name defines
+ * it; missing files are skipped; relative paths are relative to the file that holds them). A
+ * token file (a kubeconfig's `tokenFile`, a pod's projected service account token) is read
+ * again whenever it changes. An exec credential plugin (`users[].user.exec`, see
+ * {@link ExecCredentials}) gives a token or a client certificate, kept until it expires. A 401
+ * answer makes the credential stale: the plugin runs again, the token file is read again, and
+ * the request is sent once more when that gave a different credential (kube-apiserver
+ * authenticates before anything else, so the refused request did nothing).
  *
  * Every request is a CLIENT span (`<METHOD> <path>`) under the active span (the reconcile
  * span inside a reconcile) and carries its `traceparent`, which kube-apiserver continues
@@ -23,9 +34,11 @@
 import { existsSync, readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import https from "node:https";
+import { delimiter, dirname, isAbsolute, join, sep } from "node:path";
 import { SpanKind, SpanStatusCode, context as otelContext, propagation, trace } from "@opentelemetry/api";
 import { parse as parseYaml } from "yaml";
 import type { RateLimiterWaits, RequestRateLimiter } from "./flowcontrol";
+import { type Credential, type ExecCluster, type ExecConfig, ExecCredentials } from "./credentials";
 import { TokenFile } from "./security";
 
 /** Where and how to reach the API server. */
@@ -36,8 +49,13 @@ export interface ClusterAccess {
   cert?: Buffer;
   key?: Buffer;
   token?: string;
-  /** A file holding the bearer token, read again when it changes (a projected token). */
+  /**
+   * A file holding the bearer token, read again when it changes (a projected token); it wins
+   * over `token`, which is used only while the file cannot be read.
+   */
   tokenFile?: string;
+  /** An exec credential plugin giving the token or client certificate; wins over the others. */
+  exec?: ExecConfig;
   insecureSkipTlsVerify?: boolean;
   tlsServerName?: string;
 }
@@ -76,60 +94,132 @@ export class FencedError extends Error {
 }
 
 type Named<T> = { name: string } & T;
+interface KubeconfigCluster {
+  server: string;
+  "certificate-authority"?: string;
+  "certificate-authority-data"?: string;
+  "insecure-skip-tls-verify"?: boolean;
+  "tls-server-name"?: string;
+  "proxy-url"?: string;
+  "disable-compression"?: boolean;
+  extensions?: Named<{ extension?: unknown }>[];
+}
+interface KubeconfigUser {
+  "client-certificate"?: string;
+  "client-certificate-data"?: string;
+  "client-key"?: string;
+  "client-key-data"?: string;
+  token?: string;
+  tokenFile?: string;
+  exec?: ExecConfig;
+}
+interface KubeconfigContext {
+  cluster: string;
+  user: string;
+}
 interface KubeconfigFile {
   "current-context"?: string;
-  contexts?: Named<{ context: { cluster: string; user: string } }>[];
-  clusters?: Named<{
-    cluster: {
-      server: string;
-      "certificate-authority"?: string;
-      "certificate-authority-data"?: string;
-      "insecure-skip-tls-verify"?: boolean;
-      "tls-server-name"?: string;
-    };
-  }>[];
-  users?: Named<{
-    user: {
-      "client-certificate"?: string;
-      "client-certificate-data"?: string;
-      "client-key"?: string;
-      "client-key-data"?: string;
-      token?: string;
-      tokenFile?: string;
-    };
-  }>[];
+  contexts?: Named<{ context: KubeconfigContext }>[] | null;
+  clusters?: Named<{ cluster: KubeconfigCluster }>[] | null;
+  users?: Named<{ user: KubeconfigUser }>[] | null;
 }
 
-function dataOrFile(data: string | undefined, file: string | undefined): Buffer | undefined {
+/** A kubeconfig entry with the file that defines it (its relative paths are relative to that file). */
+interface FromFile<T> {
+  value: T;
+  file: string;
+}
+
+/** Several kubeconfig files merged as clientcmd merges `$KUBECONFIG`: the first to set a value wins. */
+interface MergedKubeconfig {
+  files: string[];
+  currentContext: string | undefined;
+  clusters: Map<string, FromFile<KubeconfigCluster>>;
+  users: Map<string, FromFile<KubeconfigUser>>;
+  contexts: Map<string, FromFile<KubeconfigContext>>;
+}
+
+function mergeKubeconfigs(files: string[], explicit: boolean): MergedKubeconfig {
+  const merged: MergedKubeconfig = {
+    files: [],
+    currentContext: undefined,
+    clusters: new Map(),
+    users: new Map(),
+    contexts: new Map(),
+  };
+  const firstWins = <T>(into: Map<string, FromFile<T>>, entries: [string, T][], file: string): void => {
+    for (const [name, value] of entries) if (!into.has(name)) into.set(name, { value, file });
+  };
+  for (const file of new Set(files.filter((f) => f !== ""))) {
+    if (!explicit && !existsSync(file)) continue;
+    const cfg = (parseYaml(readFileSync(file, "utf8")) ?? {}) as KubeconfigFile;
+    merged.files.push(file);
+    merged.currentContext ||= cfg["current-context"] || undefined;
+    firstWins(merged.clusters, (cfg.clusters ?? []).map((c) => [c.name, c.cluster]), file);
+    firstWins(merged.users, (cfg.users ?? []).map((u) => [u.name, u.user ?? {}]), file);
+    firstWins(merged.contexts, (cfg.contexts ?? []).map((c) => [c.name, c.context]), file);
+  }
+  if (merged.files.length === 0) throw new Error(`no kubeconfig: none of ${files.join(delimiter)} exists`);
+  return merged;
+}
+
+function resolveIn(file: string, path: string): string {
+  return isAbsolute(path) ? path : join(dirname(file), path);
+}
+
+function dataOrFile(data: string | undefined, path: string | undefined, from: string): Buffer | undefined {
   if (data) return Buffer.from(data, "base64");
-  if (file) return readFileSync(file);
+  if (path) return readFileSync(resolveIn(from, path));
   return undefined;
 }
 
 /**
- * Read a kubeconfig (`path`, else `$KUBECONFIG`, else `~/.kube/config`) and its current (or
- * the named) context. Throws with a message naming the file when something is missing.
+ * Read a kubeconfig and its current (or the named) context: the file `path` when given, else
+ * the files `$KUBECONFIG` lists (merged as clientcmd merges them), else `~/.kube/config`.
+ * Throws with a message naming the files when something is missing. A token file or an exec
+ * plugin is not read here but by the {@link KubeClient}, at each request.
  */
-export function loadKubeconfig(path?: string, contextName?: string): ClusterAccess {
-  const file = path || process.env["KUBECONFIG"]?.split(":")[0] || `${homedir()}/.kube/config`;
-  const cfg = parseYaml(readFileSync(file, "utf8")) as KubeconfigFile;
-  const name = contextName ?? cfg["current-context"];
-  const ctx = cfg.contexts?.find((c) => c.name === name)?.context;
-  if (ctx === undefined) throw new Error(`${file}: no context ${JSON.stringify(name)}`);
-  const cluster = cfg.clusters?.find((c) => c.name === ctx.cluster)?.cluster;
-  if (cluster === undefined) throw new Error(`${file}: no cluster ${JSON.stringify(ctx.cluster)}`);
-  const user = cfg.users?.find((u) => u.name === ctx.user)?.user ?? {};
+export function loadKubeconfig(path?: string, contextName?: string, env: NodeJS.ProcessEnv = process.env): ClusterAccess {
+  const list = env["KUBECONFIG"] ? env["KUBECONFIG"].split(delimiter) : [`${homedir()}/.kube/config`];
+  const cfg = mergeKubeconfigs(path ? [path] : list, Boolean(path));
+  const where = cfg.files.join(delimiter);
+  const name = contextName ?? cfg.currentContext;
+  const ctx = name === undefined ? undefined : cfg.contexts.get(name)?.value;
+  if (ctx === undefined) throw new Error(`${where}: no context ${JSON.stringify(name)}`);
+  const entry = cfg.clusters.get(ctx.cluster);
+  if (entry === undefined) throw new Error(`${where}: no cluster ${JSON.stringify(ctx.cluster)}`);
+  const cluster = entry.value;
   const access: ClusterAccess = { server: cluster.server.replace(/\/+$/, "") };
-  const ca = dataOrFile(cluster["certificate-authority-data"], cluster["certificate-authority"]);
+  const ca = dataOrFile(cluster["certificate-authority-data"], cluster["certificate-authority"], entry.file);
   if (ca) access.ca = ca;
-  const cert = dataOrFile(user["client-certificate-data"], user["client-certificate"]);
-  if (cert) access.cert = cert;
-  const key = dataOrFile(user["client-key-data"], user["client-key"]);
-  if (key) access.key = key;
-  const token = user.token ?? (user.tokenFile ? readFileSync(user.tokenFile, "utf8").trim() : undefined);
-  if (token) access.token = token;
   if (cluster["insecure-skip-tls-verify"]) access.insecureSkipTlsVerify = true;
   if (cluster["tls-server-name"]) access.tlsServerName = cluster["tls-server-name"];
+  const userEntry = cfg.users.get(ctx.user);
+  if (userEntry === undefined) return access;
+  const user = userEntry.value;
+  const from = userEntry.file;
+  const cert = dataOrFile(user["client-certificate-data"], user["client-certificate"], from);
+  if (cert) access.cert = cert;
+  const key = dataOrFile(user["client-key-data"], user["client-key"], from);
+  if (key) access.key = key;
+  if (user.token) access.token = user.token;
+  if (user.tokenFile) access.tokenFile = resolveIn(from, user.tokenFile);
+  if (user.exec) {
+    const exec: ExecConfig = { ...user.exec };
+    if (exec.command.includes(sep)) exec.command = resolveIn(from, exec.command);
+    if (exec.provideClusterInfo) {
+      const info: ExecCluster = { server: cluster.server };
+      if (cluster["tls-server-name"]) info["tls-server-name"] = cluster["tls-server-name"];
+      if (cluster["insecure-skip-tls-verify"]) info["insecure-skip-tls-verify"] = true;
+      if (ca) info["certificate-authority-data"] = ca.toString("base64");
+      if (cluster["proxy-url"]) info["proxy-url"] = cluster["proxy-url"];
+      if (cluster["disable-compression"]) info["disable-compression"] = true;
+      const ext = cluster.extensions?.find((e) => e.name === "client.authentication.k8s.io/exec");
+      if (ext !== undefined) info.config = ext.extension;
+      exec.cluster = info;
+    }
+    access.exec = exec;
+  }
   return access;
 }
 
@@ -157,14 +247,14 @@ export function inClusterAccess(env: NodeJS.ProcessEnv = process.env, dir = SERV
 
 /**
  * The API server's address and credentials the way controller-runtime finds them: the
- * `kubeconfig` file when given, else `$KUBECONFIG`, else the pod's service account
+ * `kubeconfig` file when given, else the files `$KUBECONFIG` lists, else the pod's service account
  * ({@link inClusterAccess}) when running in a pod, else `~/.kube/config`.
  */
 export function clusterAccess(kubeconfig?: string, env: NodeJS.ProcessEnv = process.env): ClusterAccess {
-  if (kubeconfig) return loadKubeconfig(kubeconfig);
-  if (env["KUBECONFIG"]) return loadKubeconfig(env["KUBECONFIG"].split(":")[0]);
+  if (kubeconfig) return loadKubeconfig(kubeconfig, undefined, env);
+  if (env["KUBECONFIG"]) return loadKubeconfig(undefined, undefined, env);
   if (env["KUBERNETES_SERVICE_HOST"] && existsSync(`${SERVICE_ACCOUNT_DIR}/token`)) return inClusterAccess(env);
-  return loadKubeconfig(`${homedir()}/.kube/config`);
+  return loadKubeconfig(`${homedir()}/.kube/config`, undefined, env);
 }
 
 /** How a {@link KubeClient} behaves beyond its credentials. */
@@ -200,9 +290,13 @@ export class KubeClient {
   writeFence: (() => boolean) | undefined;
   /** Writes refused by a fence (the fixed one or {@link writeFence}). */
   fencedWrites = 0;
-  private readonly agent: https.Agent;
+  private agent: https.Agent;
+  readonly #agentOptions: https.AgentOptions;
+  /** The client certificate of {@link agent}'s connections, when an exec plugin gave it. */
+  #agentCert: Buffer | undefined;
   readonly #fence: (() => boolean) | undefined;
   readonly #token: TokenFile | undefined;
+  readonly #exec: ExecCredentials | undefined;
   readonly #limiter: RequestRateLimiter | undefined;
 
   constructor(
@@ -213,13 +307,59 @@ export class KubeClient {
     this.#fence = clientOptions.fence;
     this.#limiter = clientOptions.rateLimiter;
     this.#token = access.tokenFile ? new TokenFile(access.tokenFile) : undefined;
+    this.#exec = access.exec ? new ExecCredentials(access.exec) : undefined;
     const options: https.AgentOptions = { keepAlive: true, maxSockets: 16 };
     if (access.ca) options.ca = access.ca;
     if (access.cert) options.cert = access.cert;
     if (access.key) options.key = access.key;
     if (access.insecureSkipTlsVerify) options.rejectUnauthorized = false;
     if (access.tlsServerName) options.servername = access.tlsServerName;
+    this.#agentOptions = options;
     this.agent = new https.Agent(options);
+  }
+
+  /**
+   * The credential to send now: the exec plugin's, else the token file's, else the static
+   * token (a client certificate of the kubeconfig is the agent's).
+   */
+  async #credential(): Promise<Credential> {
+    if (this.#exec !== undefined) return this.#exec.get();
+    if (this.#token !== undefined) {
+      try {
+        return { token: this.#token.header().slice("Bearer ".length) };
+      } catch (err) {
+        // As client-go: the kubeconfig's token, when it has one, while the file cannot be read.
+        if (!this.access.token) throw err;
+      }
+    }
+    return this.access.token ? { token: this.access.token } : {};
+  }
+
+  /** After a 401 with `used`: a different credential to send the request once more with, if any. */
+  async #refused(used: Credential): Promise<Credential | undefined> {
+    if (this.#exec !== undefined) return this.#exec.refused(used);
+    if (this.#token !== undefined) {
+      const token = this.#token.header().slice("Bearer ".length);
+      return token !== used.token ? { token } : undefined;
+    }
+    return undefined;
+  }
+
+  /**
+   * Put `cred` on the request: its token in `headers`, its client certificate (an exec
+   * plugin's) on the agent. A new certificate needs new connections (an open one keeps the
+   * certificate of its handshake): a new agent, the old one closing its sockets as they free up.
+   */
+  #authenticate(cred: Credential, headers: Record<string, string>): void {
+    if (cred.token) headers["authorization"] = `Bearer ${cred.token}`;
+    else delete headers["authorization"];
+    if (cred.cert !== undefined && cred.key !== undefined && cred.cert !== this.#agentCert) {
+      const old = this.agent;
+      this.agent = new https.Agent({ ...this.#agentOptions, cert: cred.cert, key: cred.key });
+      this.#agentCert = cred.cert;
+      old.maxFreeSockets = 0; // its busy sockets close when they free up
+      for (const sockets of Object.values(old.freeSockets)) for (const socket of sockets ?? []) socket.destroy();
+    }
   }
 
   /**
@@ -252,19 +392,26 @@ export class KubeClient {
             "user-agent": this.userAgent,
           };
           propagation.inject(otelContext.active(), headers);
-          if (this.#token !== undefined) headers["authorization"] = this.#token.header();
-          else if (this.access.token) headers["authorization"] = `Bearer ${this.access.token}`;
+          let cred = await this.#credential();
           const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
           if (payload !== undefined) {
             headers["content-type"] = contentType;
             headers["content-length"] = String(payload.length);
           }
-          if (method.toUpperCase() !== "GET" && !this.mayWrite()) {
-            this.fencedWrites += 1;
-            span.setStatus({ code: SpanStatusCode.ERROR, message: "fenced" });
-            throw new FencedError(method, path.split("?")[0] ?? path);
+          let res: { status: number; text: string };
+          for (let attempt = 0; ; attempt++) {
+            if (method.toUpperCase() !== "GET" && !this.mayWrite()) {
+              this.fencedWrites += 1;
+              span.setStatus({ code: SpanStatusCode.ERROR, message: "fenced" });
+              throw new FencedError(method, path.split("?")[0] ?? path);
+            }
+            this.#authenticate(cred, headers);
+            res = await this.send(method, path, headers, payload);
+            if (res.status !== 401 || attempt > 0) break;
+            const fresh = await this.#refused(cred);
+            if (fresh === undefined) break;
+            cred = fresh;
           }
-          const res = await this.send(method, path, headers, payload);
           span.setAttribute("http.response.status_code", res.status);
           if (res.status < 200 || res.status >= 300) {
             span.setStatus({ code: SpanStatusCode.ERROR, message: String(res.status) });
