@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from steward import format_time
-from steward.controllers.disruption.expected import ExpectedCount
+from steward.controllers.disruption.expected import (
+    NOT_FOUND,
+    ExpectedCount,
+    ExpectedCountError,
+    OwnerRef,
+    Workloads,
+    expected_count,
+)
 from steward.controllers.disruption.status import (
     DELETION_TIMEOUT,
     count_healthy,
@@ -21,7 +28,7 @@ from steward.controllers.disruption.status import (
     new_status,
     sync,
 )
-from tests.controllers.disruption.builders import NOW, budget, pod
+from tests.controllers.disruption.builders import NOW, budget, pod, ref
 
 pytestmark = pytest.mark.unit
 
@@ -280,6 +287,25 @@ def test_fail_safe_zeroes_disruptions_and_keeps_the_rest() -> None:
         "message": 'found no controllers for pod "x"',
         "observedGeneration": 1,
         "lastTransitionTime": format_time(NOW),
+    }
+
+
+def test_a_pod_without_its_controller_fails_safe() -> None:
+    # TestUnsupportedControllerPod end to end: a budget that allowed a disruption, then a pod
+    # whose controller exists nowhere: the sync error goes into the SyncFailed condition and
+    # nothing may be disrupted.
+    owner = ref("TestWorkload", "w", "w-uid", "apps.test.io/v1")
+    pdb = budget(min_available="28%", generation=2, status=up_to_date())
+    with pytest.raises(ExpectedCountError) as caught:
+        expected_count(
+            pdb, [pod("naked", owner=owner)], Workloads(), {OwnerRef.of(owner): NOT_FOUND}
+        )
+    got = fail_safe(pdb, str(caught.value), NOW)
+    assert got["disruptionsAllowed"] == 0
+    assert {k: condition(got)[k] for k in ("status", "reason", "message")} == {
+        "status": "False",
+        "reason": "SyncFailed",
+        "message": 'found no controllers for pod "naked"',
     }
 
 
