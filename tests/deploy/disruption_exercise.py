@@ -130,7 +130,9 @@ def _synced_missing(cluster: LocalCluster, namespace: str) -> str:
         return f"budget expectedPods, desiredHealthy {counts}"
     pod = cluster.api("GET", f"{core}/pods/stale")
     conditions = (pod.get("status") or {}).get("conditions") or ()
-    target = next((c for c in conditions if c.get("type") == "DisruptionTarget"), {})
+    target: dict[str, Any] = next(
+        (c for c in conditions if c.get("type") == "DisruptionTarget"), {}
+    )
     if target.get("status") != "False":
         return f"the stale DisruptionTarget condition is {target.get('status')}"
     events = cluster.api("GET", f"{core}/events")

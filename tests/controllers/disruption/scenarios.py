@@ -39,7 +39,7 @@ def both(work: Callable[[Side], T], steward: Side, upstream: Side) -> tuple[T, T
     return ours, theirs
 
 
-def wait(check: Callable[[], T], what: str, within: float = 60.0) -> T:
+def wait(check: Callable[[], Any], what: str, within: float = 60.0) -> Any:
     """Poll ``check`` until it returns something truthy; fail naming ``what`` and the
     last value after ``within`` seconds."""
     deadline = time.monotonic() + within
@@ -47,7 +47,7 @@ def wait(check: Callable[[], T], what: str, within: float = 60.0) -> T:
     while time.monotonic() < deadline:
         last = check()
         if last:
-            return last  # type: ignore[no-any-return]
+            return last
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
@@ -526,7 +526,7 @@ def drain_blocked_then_allowed(
     pods = f"/api/v1/namespaces/{namespace}/pods?labelSelector=app%3Ddrained"
 
     def placed() -> bool:
-        items = kube.request("GET", pods).get("items") or ()
+        items: list[Obj] = kube.request("GET", pods).get("items") or []
         return len(items) == 1 and items[0]["spec"].get("nodeName") == node and _is_ready(items[0])
 
     wait(placed, f"the pod of drained Ready on {node}")

@@ -61,10 +61,11 @@ def _evictions(side: Side) -> Obj:
     """A Deployment of three and a budget ``minAvailable: 2``: the first eviction is let
     through (one disruption allowed), the second refused (the eviction API has counted
     the first in ``disruptedPods``; how long that entry lasts before the controller sees
-    the pod deleted is a race, not compared); the budget comes back to one allowed once the replacement is Ready, the
-    disrupted pod gone from ``disruptedPods``. Then ``disruptedPods`` is written by hand:
-    an entry of a live pod older than the deletion timeout is dropped (``NotDeleted``), a
-    fresh one holds its pod back from the healthy count, and an eviction is refused."""
+    the pod deleted is a race, not compared); the budget comes back to one allowed once
+    the replacement is Ready, the disrupted pod gone from ``disruptedPods``. Then
+    ``disruptedPods`` is written by hand: an entry of a live pod older than the deletion
+    timeout is dropped (``NotDeleted``), a fresh one holds its pod back from the healthy
+    count, and an eviction is refused."""
     side.workload("Deployment", "web", 3)
     wait(lambda: side.ready({"app": "web"}, 3), f"{side.name}: web Ready")
     side.budget("web", _select("web"), minAvailable=2)
