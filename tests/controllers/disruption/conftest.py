@@ -15,19 +15,22 @@ package's own for Steward's side, the session's for upstream's.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import pytest
 
 from steward.cluster import LocalCluster
 from steward.controllers.disruption.controller import CONTROLLER
+from steward.kube import NotFoundError
 from tests.conftest import local_cluster
-from tests.controllers.disruption.scenarios import Side
+from tests.controllers.disruption.scenarios import GROUP, Side
 from tests.controllers.harness import ControllerHost, admin_kube, hosted, steward, upstream
 
 __all__ = ["steward", "upstream"]
 
 IDENTITY = "controller-disruption"
+CRD = f"scalables.{GROUP}"
 
 
 @pytest.fixture(scope="package")
@@ -46,12 +49,17 @@ def upstream_plane(cluster: LocalCluster) -> LocalCluster:
 
 
 @pytest.fixture(scope="package", autouse=True)
-def scalable_crd(steward_plane: LocalCluster, cluster: LocalCluster) -> None:
-    """The CRD of ``Scalable`` on both planes from the package's start: upstream's REST
-    mapper learns a new kind only at its next reset (every 30 s)."""
+def scalable_crd(steward_plane: LocalCluster, cluster: LocalCluster) -> Iterator[None]:
+    """The CRD of ``Scalable`` on both planes from the package's start (upstream's REST
+    mapper learns a new kind only at its next reset, every 30 s); deleted from the
+    session's cluster at the end (the package's plane goes)."""
     for plane in (steward_plane, cluster):
         for kube in admin_kube(plane):
             Side("setup", kube, "", plane).ensure_crd()
+    yield
+    for kube in admin_kube(cluster):
+        with contextlib.suppress(NotFoundError):
+            kube.request("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD}")
 
 
 @pytest.fixture(scope="package")
