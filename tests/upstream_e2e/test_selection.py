@@ -228,14 +228,19 @@ EXPECTED = {
         ),
         kcm_flags=("--terminated-pod-gc-threshold=100",),
     ),
-    # CronJob, ReplicationController and TTLAfterFinished, conformance, slow and not; the
-    # cloud provider's spec, feature-gated ones and other [sig-apps] areas stay out.
+    # CronJob, ReplicationController, TTLAfterFinished and DisruptionController,
+    # conformance, slow, serial and not; the cloud provider's spec, feature-gated ones and
+    # other [sig-apps] areas stay out.
     "workloads": Expected(
         takes=(
             "[sig-apps] CronJob should not schedule jobs when suspended [Conformance] [Slow]",
             "[sig-apps] CronJob should support timezone",
             "[sig-apps] ReplicationController should adopt matching pods on creation [Conformance]",
             "[sig-apps] TTLAfterFinished job should be deleted once it finishes after TTL seconds",
+            "[sig-apps] DisruptionController should block an eviction until the PDB is updated "
+            "to allow it [Conformance]",
+            "[sig-apps] DisruptionController evictions: maxUnavailable deny evictions, integer "
+            "=> should not allow an eviction [Serial]",
         ),
         leaves=(
             "[sig-apps] ReplicationController should serve a basic image on each replica "

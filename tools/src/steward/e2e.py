@@ -79,9 +79,9 @@ NODE_AREAS = ("NoExecuteTaintManager", "Pod garbage collector", "NodeLease")
 """The ``[sig-node]`` areas whose specs exercise the taint eviction, pod GC and node
 lifecycle controllers (``[sig-node] <area> ...``)."""
 
-WORKLOAD_AREAS = ("CronJob", "ReplicationController", "TTLAfterFinished")
-"""The ``[sig-apps]`` areas of the CronJob, ReplicationController and TTL-after-finished
-controllers (``[sig-apps] <area> ...``)."""
+WORKLOAD_AREAS = ("CronJob", "ReplicationController", "TTLAfterFinished", "DisruptionController")
+"""The ``[sig-apps]`` areas of the CronJob, ReplicationController, TTL-after-finished and
+disruption controllers (``[sig-apps] <area> ...``)."""
 
 CONFORMANCE = (
     r"\[sig-apps\] (Job|Deployment|ReplicaSet|Daemon set) .*\[Conformance\]"
@@ -187,11 +187,13 @@ NODES_KCM_FLAGS = ("--terminated-pod-gc-threshold=100",)
 """The pod GC spec's setting, as upstream's job that runs it gives kube-controller-manager."""
 
 WORKLOADS = r"\[sig-apps\] (" + "|".join(WORKLOAD_AREAS) + ") "
-"""Every spec of ``[sig-apps] CronJob``, ``ReplicationController`` and
-``TTLAfterFinished``: Jobs made on schedule (concurrency policies, suspend, history
+"""Every spec of ``[sig-apps] CronJob``, ``ReplicationController``, ``TTLAfterFinished``
+and ``DisruptionController``: Jobs made on schedule (concurrency policies, suspend, history
 limits, time zones, missed schedules), pods kept by a ReplicationController (adoption,
-release, a quota's failure condition, scale), and a finished Job deleted after its TTL.
-Two CronJob specs are ``[Slow]`` (each watches a minute's schedule for several minutes)."""
+release, a quota's failure condition, scale), a finished Job deleted after its TTL, and
+PodDisruptionBudgets' statuses and the evictions they allow or refuse. Two CronJob specs
+are ``[Slow]`` (each watches a minute's schedule for several minutes); two
+DisruptionController specs are ``[Serial]`` (run one at a time after the others)."""
 
 WORKLOADS_SKIP = (
     r"\[Disruptive\]|\[Flaky\]|\[Feature:[^\]]+\]|\[FeatureGate:[^\]]+\]|\[Provider:[^\]]+\]"
@@ -302,8 +304,8 @@ SELECTIONS = {
             "workloads",
             WORKLOADS,
             WORKLOADS_SKIP,
-            "every spec of [sig-apps] CronJob, ReplicationController and TTLAfterFinished but "
-            "those that need a feature gate or a cloud provider",
+            "every spec of [sig-apps] CronJob, ReplicationController, TTLAfterFinished and "
+            "DisruptionController but those that need a feature gate or a cloud provider",
         ),
     )
 }
