@@ -58,24 +58,26 @@ def _own_events(side: Side) -> set[tuple[str, str, str, str]]:
 
 # Evictions ---------------------------------------------------------------------------------
 def _evictions(side: Side) -> Obj:
-    """A Deployment of three and a budget ``minAvailable: 2``: the first eviction is let
-    through (one disruption allowed), the second refused (the eviction API has counted
-    the first in ``disruptedPods``; how long that entry lasts before the controller sees
-    the pod deleted is a race, not compared); the budget comes back to one allowed once
-    the replacement is Ready, the disrupted pod gone from ``disruptedPods``. Then
+    """Three pods of no controller (none replaces an evicted one, so what follows an
+    eviction does not race a replacement) and a budget ``minAvailable: 2``: the first
+    eviction is let through (one disruption allowed), the second refused (the eviction
+    API has counted the first in ``disruptedPods``; how long that entry lasts before the
+    controller sees the pod deleted is a race, not compared); a new pod Ready brings the
+    budget back to one allowed, the evicted pod gone from ``disruptedPods``. Then
     ``disruptedPods`` is written by hand: an entry of a live pod older than the deletion
     timeout is dropped (``NotDeleted``), a fresh one holds its pod back from the healthy
     count, and an eviction is refused."""
-    side.workload("Deployment", "web", 3)
+    for i in range(3):
+        side.pod(f"web-{i}", {"app": "web"})
     wait(lambda: side.ready({"app": "web"}, 3), f"{side.name}: web Ready")
     side.budget("web", _select("web"), minAvailable=2)
     wait(
         lambda: side.synced("web", currentHealthy=3, disruptionsAllowed=1),
         f"{side.name}: budget web",
     )
-    names = [p["metadata"]["name"] for p in side.pods({"app": "web"})]
-    first = side.evict(names[0])
-    second = side.evict(names[1])
+    first = side.evict("web-0")
+    second = side.evict("web-1")
+    side.pod("web-3", {"app": "web"})
     recovered = wait(
         lambda: (
             side.ready({"app": "web"}, 3)
