@@ -86,7 +86,8 @@ def test_unknown_component_has_no_kubeconfig(cluster: LocalCluster) -> None:
     known = (
         "informer, manager, controller-bootstrapsigner, controller-clusterrole-aggregation, "
         "controller-cronjob, controller-csrapproving, controller-csrcleaner, "
-        "controller-csrsigning, controller-daemonset, controller-deployment, controller-endpoint, "
+        "controller-csrsigning, controller-daemonset, controller-deployment, "
+        "controller-disruption, controller-endpoint, "
         "controller-endpointslice, controller-garbagecollector, "
         "controller-horizontalpodautoscaling, controller-job, "
         "controller-legacy-service-account-token-cleaner, controller-namespace, "
@@ -497,6 +498,12 @@ EXPECTED_WRITES = {
         ("batch", "jobs", "delete"),
         ("batch", "cronjobs/status", "update"),
         ("batch", "cronjobs/finalizers", "update"),
+        ("", "events", "create"),
+    },
+    # Each budget's status; stale DisruptionTarget conditions of pods; its Events.
+    "controller-disruption": {
+        ("policy", "poddisruptionbudgets/status", "update"),
+        ("", "pods/status", "patch"),
         ("", "events", "create"),
     },
     # cluster-info's signatures (that ConfigMap only).

@@ -169,6 +169,7 @@ KCM_QUEUES = {
     "csrsigning": "certificate",
     "daemonset": "daemonset",
     "deployment": "deployment",
+    "disruption": "disruption",
     "endpoint": "endpoint",
     "endpointslice": "endpoint_slice",
     "garbagecollector": "garbage_collector_attempt_to_delete",

@@ -44,12 +44,15 @@ the resource quota controller counts a pod and a ConfigMap (``count/configmaps``
 quota and gives the pod back once deleted; and the CronJob controller
 (``tests/deploy/cronjob_exercise.py``) syncs a CronJob due now, reporting a stray Job,
 forgetting a missing one, replacing the running one and starting the Job of the minute;
-each controller dials the informer and the manager with its own projected token, so their
-list/watch and register rules are checked there. It all runs in ``apps_cluster``
+and the disruption controller (``tests/deploy/disruption_exercise.py``) counts a budget's
+pods through the scale subresource of their ReplicaSet, reports a budget without pods and
+clears a stale ``DisruptionTarget`` condition; each controller dials the informer and the
+manager with its own projected token, so their list/watch and register rules are checked
+there. It all runs in ``apps_cluster``
 (tests/deploy/conftest.py), where upstream's ReplicaSet, ReplicationController, Endpoints,
 DaemonSet, HorizontalPodAutoscaler, garbage collector and namespace controllers are off,
 and its identity and certificate controllers, and its node lifecycle, taint eviction, pod
-GC, TTL, TTL-after-finished, resource quota and CronJob controllers (its
+GC, TTL, TTL-after-finished, resource quota, CronJob and disruption controllers (its
 endpointslice-controller runs beside Steward's).
 The manifests are rendered with the bootstrap-tokens component (its two controllers, and the
 manager's ``--controllers`` naming them); the three controllers that hold the cluster's keys
@@ -97,6 +100,7 @@ from tests.deploy import identity_exercises as identity
 from tests.deploy import node_exercises as node
 from tests.deploy.cluster_keys import KeyedLauncher
 from tests.deploy.cronjob_exercise import run_cronjob
+from tests.deploy.disruption_exercise import run_disruption
 from tests.deploy.harness import (
     KUBECTL,
     NAMESPACE,
@@ -145,6 +149,7 @@ TTL = "steward-controller-ttl"
 TTL_AFTER_FINISHED = "steward-controller-ttl-after-finished"
 RESOURCEQUOTA = "steward-controller-resourcequota"
 CRONJOB = "steward-controller-cronjob"
+DISRUPTION = "steward-controller-disruption"
 
 
 @dataclass
@@ -509,6 +514,7 @@ EXERCISES: dict[str, Callable[[Bench, Identity], tuple[str | None, Process]]] = 
         RESOURCEQUOTA, "resourcequota", node.run_resourcequota, node.RESOURCEQUOTA_ARGS
     ),
     CRONJOB: _identity_exercise(CRONJOB, "cronjob", run_cronjob),
+    DISRUPTION: _identity_exercise(DISRUPTION, "disruption", run_disruption),
 }
 
 
@@ -720,6 +726,7 @@ SPLIT_RULES = {
     "steward:controller:ttl-after-finished",
     "steward:controller:resourcequota",
     "steward:controller:cronjob",
+    "steward:controller:disruption",
 }
 """Roles whose rules carry several verbs (or resources), each for a call of its own: those
 that name every type (``*``), and the identity, certificate, node and pod controllers',
@@ -799,6 +806,7 @@ LANES: tuple[tuple[str, ...], ...] = (
         REPLICATIONCONTROLLER,
         CRONJOB,
         TTL_AFTER_FINISHED,
+        DISRUPTION,
     ),
     (HPA, NODELIFECYCLE, MANAGER, JOB, PODGC, TAINT_EVICTION, TTL, RESOURCEQUOTA),
     (
@@ -826,7 +834,8 @@ the mutated one was refused, or undo it:
   deleted: both run beside no controller whose children carry owner references but the
   Job controller, whose exercise deletes no Job (the CronJob controller's Jobs and the
   ReplicationController's pods carry them, and the TTL-after-finished controller deletes
-  Jobs in the foreground, which the garbage collector finishes: their lane);
+  Jobs in the foreground, which the garbage collector finishes, and the disruption
+  controller's ReplicaSet names a Deployment that does not exist: their lane);
 - the pod garbage collector's threshold of one counts terminated pods cluster-wide, and
   the only pods that terminate are Jobs' (kwok's ``pod-complete`` stage): the Job
   controller runs in its lane, and so does the manager, whose exercise starts a Job
