@@ -24,6 +24,7 @@ node-packages``); without them it skips, except in CI, where it fails.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import ssl
@@ -32,6 +33,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,8 +45,10 @@ from steward import static_core
 from steward.cluster import LocalCluster, nodes, pods, usage
 from steward.cluster.errors import ClusterError
 from steward.cluster.registry import steward_controllers
+from steward.kube import ApiError, KubeClient, load_access
 from steward.security import ClientSecurity
 from steward.v1 import manager_pb2, manager_pb2_grpc
+from tests.controllers.disruption.scenarios import drain_blocked_then_allowed, masked
 from tests.tracing import jaeger
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -425,6 +429,54 @@ def test_the_hpa_controller_is_active_in_its_pod(pods_cluster: LocalCluster) -> 
     the one pod of its Deployment."""
     assert "-horizontalpodautoscaling" in pods_cluster.state.controllers.split(",")
     assert_active_in_its_pod(pods_cluster, "horizontalpodautoscaling")
+
+
+def test_a_drain_of_the_real_node_waits_for_its_budget(
+    pods_cluster: LocalCluster, cluster: LocalCluster
+) -> None:
+    """Issue 39's drain of a real node, blocked and then allowed by a budget: a
+    Deployment's one pod Ready on the real node (its kubelet runs it), a budget
+    ``minAvailable: 1`` over it, and the node drained as ``kubectl drain`` does (cordon,
+    evictions retried on 429). Steward's disruption controller, active in its pod, keeps
+    the budget's status, which the eviction API reads: the drain is refused until a
+    second replica is Ready elsewhere, then evicts the pod and empties the node. The same
+    scenario runs at once under upstream's disruption controller on a simulated node of
+    the session's cluster; the outcomes and the budgets' final statuses must be equal
+    (``scenarios.masked``)."""
+    assert_active_in_its_pod(pods_cluster, "disruption")
+    sides = {"steward": (pods_cluster, NODE), "upstream": (cluster, "kwok-node-0")}
+    taint = {"key": nodes.REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+
+    def run(side: str) -> dict[str, Any]:
+        plane, node = sides[side]
+        kube = KubeClient(load_access(str(plane.kubeconfig)))
+        ns = f"drain-{side}"
+        try:
+            kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+            wait(
+                f"the default ServiceAccount of {ns}",
+                lambda: kube.request("GET", f"/api/v1/namespaces/{ns}/serviceaccounts").get(
+                    "items"
+                ),
+            )
+            done, final = drain_blocked_then_allowed(
+                kube, ns, node, tolerations=[taint] if side == "steward" else ()
+            )
+            return {
+                "emptied": done.emptied,
+                "blocked": done.blocked > 0,
+                "evicted": len(done.evicted),
+                "final": masked(final),
+            }
+        finally:
+            with contextlib.suppress(ApiError):
+                kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+            kube.close()
+
+    with ThreadPoolExecutor(2) as pool:
+        ours, theirs = pool.map(run, ("steward", "upstream"))
+    assert ours == theirs
+    assert ours["emptied"] and ours["blocked"] and ours["evicted"] == 1, ours
 
 
 def test_a_daemonsets_pod_runs_on_the_real_node(pods_cluster: LocalCluster) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -484,7 +484,12 @@ def drain(
 
 
 def drain_blocked_then_allowed(
-    kube: KubeClient, namespace: str, node: str, *, within: float = 90.0
+    kube: KubeClient,
+    namespace: str,
+    node: str,
+    *,
+    within: float = 90.0,
+    tolerations: Sequence[Obj] = (),
 ) -> tuple[Drain, Obj]:
     """ "A drain blocked then allowed by a PDB", on ``node`` (a kwok node, or a real one):
     a Deployment ``drained`` of one pod that prefers ``node`` and a budget
@@ -492,6 +497,7 @@ def drain_blocked_then_allowed(
     its pods evicted, 429 retried), which the budget blocks, until the Deployment is
     scaled to two at the first refusal: the new pod goes elsewhere (the node is cordoned),
     once it is Ready the budget allows one disruption and the drain evicts the first pod.
+    ``tolerations``: the pods', for a node with a taint of its own (a real node).
     Returns the drain and the budget's final status; the node is uncordoned after."""
     labels = {"app": "drained"}
     affinity = {
@@ -519,7 +525,11 @@ def drain_blocked_then_allowed(
             "spec": {
                 "replicas": 1,
                 "selector": {"matchLabels": labels},
-                "template": Side.template(labels, affinity=affinity),
+                "template": Side.template(
+                    labels,
+                    affinity=affinity,
+                    **({"tolerations": list(tolerations)} if tolerations else {}),
+                ),
             },
         },
     )
