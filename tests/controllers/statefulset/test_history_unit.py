@@ -129,3 +129,11 @@ def test_truncate_oldest_non_live_beyond_limit() -> None:
     assert [r["metadata"]["name"] for r in doomed] == ["web-2"]
     assert history.to_truncate(revisions, {"web-6"}, -1) == []
     assert history.to_truncate(revisions, {"web-6"}, 5) == []
+
+
+def test_name_conflict_reuses_only_equal_data() -> None:
+    proposed = history.new_revision(_set("v1"), 1, OWNER, 0)
+    same = {**proposed, "metadata": {**proposed["metadata"], "uid": "x"}}
+    other = {**proposed, "data": history.patch(_set("v2"))}
+    assert history.reuse_on_conflict(same, proposed)
+    assert not history.reuse_on_conflict(other, proposed)

@@ -270,3 +270,23 @@ def test_now_moves_availability() -> None:
     pods = [pod(0, revision=NEW, ready_for=30)]
     assert verbs(sync(sts, pods)) == []
     assert verbs(sync(sts, pods, now=NOW + timedelta(seconds=30))) == [("create", "web-1")]
+
+
+def test_requeue_for_the_soonest_pod_to_become_available() -> None:
+    sts = statefulset(3, min_ready=60)
+    pods = [pod(0, revision=NEW, ready_for=50), pod(1, revision=NEW, ready_for=20)]
+    status = sync(sts, pods).status
+    assert plan.requeue_after(sts, status, pods, NOW) == 10
+    # All available, or no minReadySeconds: no requeue.
+    done = [pod(0, revision=NEW, ready_for=600)]
+    assert plan.requeue_after(sts, sync(sts, done).status, done, NOW) is None
+    no_wait = statefulset(3)
+    assert plan.requeue_after(no_wait, sync(no_wait, pods).status, pods, NOW) is None
+
+
+def test_requeue_falls_back_to_min_ready_seconds() -> None:
+    sts = statefulset(1, min_ready=60)
+    status = {"readyReplicas": 1, "availableReplicas": 0}
+    unstamped = pod(0)
+    del unstamped["status"]["conditions"][0]["lastTransitionTime"]
+    assert plan.requeue_after(sts, status, [unstamped], NOW) == 60

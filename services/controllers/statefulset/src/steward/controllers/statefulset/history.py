@@ -297,3 +297,11 @@ def to_truncate(
     if history_limit < 0 or len(old) <= history_limit:
         return []
     return old[: len(old) - history_limit]
+
+
+def reuse_on_conflict(existing: Mapping[str, Any], proposed: Mapping[str, Any]) -> bool:
+    """When creating ``proposed`` finds a revision of its name: True to take ``existing``
+    (it records the same template), False to raise the collision count and create under
+    the new hash (``CreateControllerRevision``; the count is then written to the set's
+    status)."""
+    return equal_data(existing, proposed)

@@ -50,12 +50,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
 from steward.controllers.statefulset import identity as ident
 from steward.runtime import pods as podfacts
+from steward.runtime.times import parse_time
 
 Obj = dict[str, Any]
 
@@ -388,3 +389,31 @@ def needs_write(statefulset: Mapping[str, Any], status: Mapping[str, Any]) -> bo
         or (status.get("updateRevision") or "") != (old.get("updateRevision") or "")
         or list(status.get("conditions") or ()) != list(old.get("conditions") or ())
     )
+
+
+def requeue_after(
+    statefulset: Mapping[str, Any],
+    status: Mapping[str, Any] | None,
+    pods: Sequence[Obj],
+    now: datetime,
+) -> float | None:
+    """Seconds after which the set is synced again to count pods that become available
+    (``syncStatefulSet`` with ``FindMinNextPodAvailabilityCheck``): only with
+    ``minReadySeconds`` and ready ≠ available; the soonest ready pod's remaining wait,
+    else ``minReadySeconds`` itself. None: no requeue."""
+    min_ready = _min_ready(statefulset)
+    if min_ready <= 0 or status is None:
+        return None
+    if int(status.get("readyReplicas") or 0) == int(status.get("availableReplicas") or 0):
+        return None
+    waits = []
+    for pod in pods:
+        if not podfacts.is_ready(pod):
+            continue
+        since = parse_time(podfacts.ready_condition(pod).get("lastTransitionTime"))
+        if since is None:
+            continue
+        wait = (since + timedelta(seconds=min_ready) - now).total_seconds()
+        if wait > 0:
+            waits.append(wait)
+    return min(waits) if waits else float(min_ready)
