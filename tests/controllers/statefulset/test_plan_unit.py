@@ -274,7 +274,11 @@ def test_now_moves_availability() -> None:
 
 def test_requeue_for_the_soonest_pod_to_become_available() -> None:
     sts = statefulset(3, min_ready=60)
-    pods = [pod(0, revision=NEW, ready_for=50), pod(1, revision=NEW, ready_for=20)]
+    pods = [
+        pod(0, revision=NEW, ready_for=600),  # available already: no wait
+        pod(1, revision=NEW, ready_for=50),
+        pod(2, revision=NEW, ready_for=20),
+    ]
     status = sync(sts, pods).status
     assert plan.requeue_after(sts, status, pods, NOW) == 10
     # All available, or no minReadySeconds: no requeue.
