@@ -137,3 +137,10 @@ def test_name_conflict_reuses_only_equal_data() -> None:
     other = {**proposed, "data": history.patch(_set("v2"))}
     assert history.reuse_on_conflict(same, proposed)
     assert not history.reuse_on_conflict(other, proposed)
+
+
+def test_rollback_renumbers_the_newest_of_several_equal_revisions() -> None:
+    revisions = [_rev("web-a", 1, "v1"), _rev("web-b", 2, "v1"), _rev("web-c", 3, "v2")]
+    choice = history.choose_revisions(_set("v1", current="web-c"), revisions, OWNER)
+    assert choice.renumber
+    assert (choice.update["metadata"]["name"], choice.update["revision"]) == ("web-b", 4)
