@@ -83,7 +83,9 @@ def generate(count: int, seed: int = 1) -> list[dict[str, Any]]:
     for number in range(count):
         replicas = rng.randint(0, 4)
         start = rng.choice([None, None, 0, 2])
-        strategy: dict[str, Any] = {"type": rng.choice(["RollingUpdate"] * 4 + ["OnDelete"])}
+        strategy: dict[str, Any] = {
+            "type": rng.choice(["RollingUpdate"] * 8 + ["OnDelete"] * 2 + ["Recreate"])
+        }
         if strategy["type"] == "RollingUpdate" and rng.random() < 0.9:
             rolling: dict[str, Any] = {"partition": rng.choice([0, 0, 1, 2, 3])}
             max_unavailable = rng.choice([None, None, 1, 2, "50%", "100%"])
@@ -141,6 +143,10 @@ def generate(count: int, seed: int = 1) -> list[dict[str, Any]]:
             *names.values(),
             history.new_revision(sts, 9, OWNER, history.collision_count(sts))["metadata"]["name"],
         ]
+        if rng.random() < 0.05:
+            sts["metadata"]["deletionTimestamp"] = "2026-01-01T11:00:00Z"
+        if rng.random() < 0.05:  # an ordinal beyond int32: ignored, but counted while deleting
+            scenario["pods"].append(_pod(2**31, rng.choice(labels), rng))
         first = (start or 0) - 1
         for ordinal in range(max(first, 0), (start or 0) + replicas + 3):
             if rng.random() < 0.65:

@@ -64,3 +64,5 @@ def test_scenarios_cover_the_paths() -> None:
     assert changes == {"create", "renumber", "delete"}
     policies = {c["scenario"]["set"]["spec"]["podManagementPolicy"] for c in CASES}
     assert policies == {"OrderedReady", "Parallel"}
+    assert any(c["upstream"].get("error") for c in CASES)  # Recreate, gate off
+    assert any("deletionTimestamp" in c["scenario"]["set"]["metadata"] for c in CASES)

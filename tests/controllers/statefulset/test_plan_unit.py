@@ -294,3 +294,17 @@ def test_requeue_falls_back_to_min_ready_seconds() -> None:
     unstamped = pod(0)
     del unstamped["status"]["conditions"][0]["lastTransitionTime"]
     assert plan.requeue_after(sts, status, [unstamped], NOW) == 60
+
+
+def test_set_being_deleted_counts_every_pod_given() -> None:
+    # Upstream reports the status of all the set's pods here, even one whose ordinal
+    # overflows 32 bits (ignored by every other path).
+    sts = statefulset(1)
+    sts["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    overflow = pod(0)
+    overflow["metadata"]["name"] = "web-2147483648"
+    status = sync(sts, [pod(0), overflow]).status
+    assert status is not None and status["replicas"] == 2
+    sts["metadata"].pop("deletionTimestamp")
+    status = sync(sts, [pod(0), overflow]).status
+    assert status is not None and status["replicas"] == 1
