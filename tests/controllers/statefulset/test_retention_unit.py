@@ -102,3 +102,14 @@ def test_non_controller_reference_is_fixed() -> None:
 
 def test_unset_policy_is_retain() -> None:
     assert retention.policy(statefulset(1)) == ("Retain", "Retain")
+
+
+def test_claims_off_policy_lists_fixes_for_existing_claims_only() -> None:
+    sts, p = with_policy("Retain", "Delete"), pod(0)
+    sts["spec"]["volumeClaimTemplates"].append({"metadata": {"name": "logs"}})
+    existing = {"data-web-0": claim(), "logs-web-0": {"metadata": {"name": "logs-web-0"}}}
+    existing["logs-web-0"]["metadata"]["ownerReferences"] = [set_ref()]
+    fixes = retention.claims_off_policy(sts, p, existing)
+    assert [f["metadata"]["name"] for f in fixes] == ["data-web-0"]
+    assert names(fixes[0]["metadata"]["ownerReferences"]) == {"StatefulSet/web"}
+    assert retention.claims_off_policy(sts, p, {}) == []

@@ -188,3 +188,20 @@ def claim_is_stale(
         if found is not None and has_stale_ref(found, pod, _is_pod):
             return True
     return False
+
+
+def claims_off_policy(
+    statefulset: Mapping[str, Any], pod: Mapping[str, Any], existing: Mapping[str, Obj]
+) -> list[Obj]:
+    """The pod's existing claims whose owners disagree with the policy, each with the
+    owner references to write (``ClaimsMatchRetentionPolicy`` false, then
+    ``UpdatePodClaimForRetentionPolicy``); empty when they all agree. Missing claims are
+    skipped (created elsewhere, checked on a later sync)."""
+    fixes: list[Obj] = []
+    for claim in ident.claims(statefulset, ident.ordinal(pod)).values():
+        found = existing.get(str(claim["metadata"]["name"]))
+        if found is None or owner_up_to_date(found, statefulset, pod):
+            continue
+        meta = {**_meta(found), "ownerReferences": updated_owner_refs(found, statefulset, pod)}
+        fixes.append({**found, "metadata": meta})
+    return fixes
