@@ -2,8 +2,8 @@
 // k8s.io/kubernetes's pkg/controller/statefulset, default feature gates) over the
 // scenarios of a test-data file and records, for each, the pod writes it makes in order,
 // the status it writes and the revisions it creates or deletes. Writes are recorded and
-// succeed; reads of claims find none. Steward's StatefulSet unit tests replay the same
-// scenarios through their decision functions and compare.
+// succeed; claims are read from the scenario's and never change. Steward's StatefulSet
+// unit tests replay the same scenarios through their decision functions and compare.
 //
 // Regenerate (offline, from the module cache):
 //
@@ -15,7 +15,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +41,7 @@ var setKind = apps.SchemeGroupVersion.WithKind("StatefulSet")
 type recorder struct {
 	mu      sync.Mutex
 	actions []map[string]any
+	claims  map[string]*v1.PersistentVolumeClaim
 }
 
 func (r *recorder) add(verb string, name string, revision string) {
@@ -66,10 +70,18 @@ func (r *recorder) CreateClaim(claim *v1.PersistentVolumeClaim, _ *apps.Stateful
 	return nil
 }
 func (r *recorder) GetClaim(_, name string) (*v1.PersistentVolumeClaim, error) {
+	if claim, ok := r.claims[name]; ok {
+		return claim, nil
+	}
 	return nil, apierrors.NewNotFound(v1.Resource("persistentvolumeclaims"), name)
 }
 func (r *recorder) UpdateClaim(claim *v1.PersistentVolumeClaim, _ *apps.StatefulSet) error {
-	r.add("update-claim", claim.Name, "")
+	owners := []string{}
+	for _, ref := range claim.OwnerReferences {
+		owners = append(owners, fmt.Sprintf("%s/%s/%s/%t", ref.Kind, ref.Name, ref.UID, ref.Controller != nil && *ref.Controller))
+	}
+	sort.Strings(owners)
+	r.add("update-claim", claim.Name, strings.Join(owners, ","))
 	return nil
 }
 
@@ -139,10 +151,11 @@ type recordedRevision struct {
 }
 
 type scenario struct {
-	Set       apps.StatefulSet   `json:"set"`
-	Pods      []v1.Pod           `json:"pods"`
-	Revisions []recordedRevision `json:"revisions"`
-	Now       metav1.Time        `json:"now"`
+	Set       apps.StatefulSet           `json:"set"`
+	Pods      []v1.Pod                   `json:"pods"`
+	Revisions []recordedRevision         `json:"revisions"`
+	Now       metav1.Time                `json:"now"`
+	Claims    []v1.PersistentVolumeClaim `json:"claims"`
 }
 
 func run(raw json.RawMessage) map[string]any {
@@ -172,7 +185,10 @@ func run(raw json.RawMessage) map[string]any {
 	for i := range sc.Pods {
 		pods[i] = &sc.Pods[i]
 	}
-	rec := &recorder{}
+	rec := &recorder{claims: map[string]*v1.PersistentVolumeClaim{}}
+	for i := range sc.Claims {
+		rec.claims[sc.Claims[i].Name] = &sc.Claims[i]
+	}
 	status := &statusRecorder{}
 	control := statefulset.NewDefaultStatefulSetControl(
 		statefulset.NewStatefulPodControlFromManager(rec, record.NewFakeRecorder(1000)), status, h)

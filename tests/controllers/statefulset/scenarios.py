@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from steward.controllers.statefulset import history, plan
+from steward.controllers.statefulset import history, identity, plan, retention
 
 PATH = Path(__file__).parent / "testdata" / "scenarios.json"
 NOW = "2026-01-01T12:00:00Z"
@@ -77,6 +77,31 @@ def _pod(ordinal: int, revision: str, rng: random.Random) -> dict[str, Any]:
     }
 
 
+POLICIES = [(a, b) for a in ("Retain", "Delete") for b in ("Retain", "Delete")]
+
+
+def _claim(name: str, ordinal: int, rng: random.Random) -> dict[str, Any]:
+    pod_ref = {"apiVersion": "v1", "kind": "Pod", "name": f"web-{ordinal}"}
+    refs = rng.choice(
+        [
+            [],
+            [{**OWNER, "controller": True}],
+            [{**OWNER}],
+            [{**pod_ref, "uid": f"pod-{ordinal}", "controller": True}],
+            [{**pod_ref, "uid": "an-earlier-pod", "controller": True}],
+            [{"apiVersion": "x/v1", "kind": "Thing", "name": "t", "uid": "t", "controller": True}],
+            [
+                {**OWNER, "controller": True},
+                {**pod_ref, "uid": f"pod-{ordinal}", "controller": True},
+            ],
+        ]
+    )
+    meta: dict[str, Any] = {"name": name, "namespace": "ns"}
+    if refs:
+        meta["ownerReferences"] = refs
+    return {"metadata": meta, "spec": {"accessModes": ["ReadWriteOnce"]}}
+
+
 def generate(count: int, seed: int = 1) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     cases = []
@@ -103,6 +128,18 @@ def generate(count: int, seed: int = 1) -> list[dict[str, Any]]:
         }
         if start is not None:
             spec["ordinals"] = {"start": start}
+        claim_templates = rng.choice([[], [], ["data"], ["data", "logs"]])
+        if claim_templates:
+            spec["volumeClaimTemplates"] = [
+                {"metadata": {"name": t}, "spec": {"accessModes": ["ReadWriteOnce"]}}
+                for t in claim_templates
+            ]
+            policy = rng.choice([None, *POLICIES])
+            if policy is not None:
+                spec["persistentVolumeClaimRetentionPolicy"] = {
+                    "whenScaled": policy[0],
+                    "whenDeleted": policy[1],
+                }
         shape = rng.choice(["new", "same", "rollback", "first"])
         recorded = {
             "new": [("v1", 1)],
@@ -148,9 +185,19 @@ def generate(count: int, seed: int = 1) -> list[dict[str, Any]]:
         if rng.random() < 0.05:  # an ordinal beyond int32: ignored, but counted while deleting
             scenario["pods"].append(_pod(2**31, rng.choice(labels), rng))
         first = (start or 0) - 1
+        scenario["claims"] = []
         for ordinal in range(max(first, 0), (start or 0) + replicas + 3):
             if rng.random() < 0.65:
-                scenario["pods"].append(_pod(ordinal, rng.choice(labels), rng))
+                made = _pod(ordinal, rng.choice(labels), rng)
+                if rng.random() < 0.9:
+                    made["spec"]["volumes"] = [
+                        {"name": t, "persistentVolumeClaim": {"claimName": f"{t}-web-{ordinal}"}}
+                        for t in claim_templates
+                    ]
+                scenario["pods"].append(made)
+            for t in claim_templates:
+                if rng.random() < 0.5:
+                    scenario["claims"].append(_claim(f"{t}-web-{ordinal}", ordinal, rng))
         cases.append({"id": f"s{number:03d}-{shape}", "scenario": scenario})
     return cases
 
@@ -183,6 +230,24 @@ def steward(scenario: dict[str, Any]) -> dict[str, Any]:
     update = choice.update["metadata"]["name"]
     now = parse_time(scenario["now"])
     assert now is not None
+    existing = {c["metadata"]["name"]: c for c in scenario.get("claims") or ()}
+    start, count = identity.start_ordinal(sts), identity.replicas(sts)
+    stale = frozenset(
+        f"web-{n}"
+        for n in range(start, start + count)
+        if retention.claim_is_stale(sts, {"metadata": {"name": f"web-{n}"}}, existing)
+    )
+    present = {p["metadata"]["name"] for p in scenario["pods"]}
+    new_pods = [
+        {"metadata": {"name": f"web-{n}"}}
+        for n in range(start, start + count)
+        if f"web-{n}" not in present
+    ]
+    off_policy = frozenset(
+        p["metadata"]["name"]
+        for p in [*scenario["pods"], *new_pods]
+        if retention.claims_off_policy(sts, p, existing)
+    )
     result = plan.decide(
         plan.SyncInput(
             statefulset=sts,
@@ -193,17 +258,11 @@ def steward(scenario: dict[str, Any]) -> dict[str, Any]:
             collision_count=history.collision_count(sts),
             pods=scenario["pods"],
             now=now,
+            stale_claims=stale,
+            claims_off_policy=off_policy,
         )
     )
-    actions = [
-        {
-            "verb": a.verb.value,
-            "name": a.name,
-            "revision": a.pod["metadata"]["labels"].get("controller-revision-hash", ""),
-        }
-        for a in result.actions
-        if a.verb not in (plan.Verb.CREATE_CLAIMS, plan.Verb.FIX_CLAIMS)
-    ]
+    actions = [w for a in result.actions for w in _writes(a, sts, scenario["pods"], existing)]
     status = written = None
     if result.status is not None:
         status = plan.complete_update(sts, result.status)
@@ -225,6 +284,69 @@ def steward(scenario: dict[str, Any]) -> dict[str, Any]:
         "written": written,
         "error": result.error,
     }
+
+
+def _owners(claim: dict[str, Any]) -> str:
+    refs = claim["metadata"].get("ownerReferences") or ()
+    return ",".join(
+        sorted(
+            f"{r['kind']}/{r['name']}/{r.get('uid', '')}/{str(bool(r.get('controller'))).lower()}"
+            for r in refs
+        )
+    )
+
+
+def _writes(
+    action: plan.Action,
+    sts: dict[str, Any],
+    pods: list[dict[str, Any]],
+    existing: dict[str, dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """The API writes an action makes, as upstream's StatefulPodControl makes them."""
+    pod = action.pod
+    label = pod["metadata"]["labels"].get("controller-revision-hash", "")
+
+    def missing() -> list[dict[str, Any]]:
+        wanted = identity.claims(sts, identity.ordinal(pod)).values()
+        return [
+            {"verb": "create-claim", "name": c["metadata"]["name"], "revision": ""}
+            for c in wanted
+            if c["metadata"]["name"] not in existing
+        ]
+
+    def fixes() -> list[dict[str, Any]]:
+        return [
+            {"verb": "update-claim", "name": f["metadata"]["name"], "revision": _owners(f)}
+            for f in retention.claims_off_policy(sts, pod, existing)
+        ]
+
+    me = {"verb": action.verb.value, "name": action.name, "revision": label}
+    if action.verb is plan.Verb.CREATE:
+        return [*missing(), me, *fixes()]
+    if action.verb is plan.Verb.CREATE_CLAIMS:
+        return [*missing(), *fixes()]
+    if action.verb is plan.Verb.FIX_CLAIMS:
+        return fixes()
+    if action.verb is plan.Verb.UPDATE:
+        before = next((p for p in pods if p["metadata"]["name"] == action.name), pod)
+        storage = [] if identity.storage_matches(sts, before) else missing()
+        return [*storage, *fixes(), me]
+    return [me]
+
+
+def normalized(writes: list[dict[str, Any]]) -> list[str]:
+    """Writes as text, each run of claim writes sorted (upstream walks a pod's claims
+    in Go map order)."""
+    out: list[str] = []
+    run: list[str] = []
+    for write in writes:
+        text = json.dumps(write, sort_keys=True)
+        if write["verb"] in ("create-claim", "update-claim"):
+            run.append(text)
+            continue
+        out += [*sorted(run), text]
+        run = []
+    return out + sorted(run)
 
 
 if __name__ == "__main__":

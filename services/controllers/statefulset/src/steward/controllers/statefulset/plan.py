@@ -110,7 +110,8 @@ class SyncInput:
     (``PodClaimIsStale``; only with ``whenScaled: Delete``)."""
     claims_off_policy: frozenset[str] = frozenset()
     """Names of pods whose claims' owners do not match the retention policy
-    (``ClaimsMatchRetentionPolicy`` false; see :mod:`retention`)."""
+    (``ClaimsMatchRetentionPolicy`` false; :func:`retention.claims_off_policy`), for a
+    missing pod judged as the new pod (which has no UID yet)."""
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,11 @@ def decide(sync: SyncInput) -> SyncPlan:
             out.add(Verb.CREATE, pod, "missing")
             if monotonic:
                 return stop(pod)
-            continue  # a new pod has its identity and storage
+            # Parallel goes on with the new pod: it has its identity and storage, but
+            # claims that disagree with the policy are fixed again and the pod updated.
+            if name in sync.claims_off_policy:
+                out.add(Verb.UPDATE, pod, "claims")
+            continue
         if podfacts.phase(pod) == "Pending":
             out.add(Verb.CREATE_CLAIMS, pod, "pending")
         if monotonic and (
