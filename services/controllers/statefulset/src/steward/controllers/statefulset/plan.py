@@ -17,7 +17,8 @@ OrderedReady`` (*monotonic*) the sync stops at the first pod that blocks; with
 ``Parallel`` every pod is handled. In order:
 
 1. Each replica, lowest ordinal first: a Failed or Succeeded pod is deleted (and, being
-   gone next sync, recreated); a missing pod is created (monotonic: then stop), unless
+   gone next sync, recreated); a missing pod is created (monotonic: then stop; else,
+   when its claims disagree with the retention policy, updated too), unless
    a claim of it still belongs to a previous pod of that name (stop); a Pending pod gets
    its missing claims created; monotonic: a pod being deleted, not Running and Ready, or
    not available stops the sync; a pod whose identity, volumes or claims' owners are off
