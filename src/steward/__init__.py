@@ -46,7 +46,7 @@ from steward.runtime.controller import (
 )
 from steward.runtime.events import EventRecorder
 from steward.runtime.expectations import BatchOutcome, Expectations, slow_start_batches
-from steward.runtime.host import run
+from steward.runtime.host import add_workers_alias, run
 from steward.runtime.mirror import (
     Change,
     ChangeKind,
@@ -160,6 +160,7 @@ __all__ = [
     "TerminalError",
     "TraceContext",
     "TypeSubscription",
+    "add_workers_alias",
     "controller_of",
     "controller_ref",
     "copy_json",

@@ -69,6 +69,20 @@ def _default_prog(definition: ControllerDefinition[Any]) -> str:
     return f"python -m {spec.name}" if spec is not None else definition.name
 
 
+def add_workers_alias(parser: Any, flag: str, what: str, default: int) -> None:
+    """Add kube-controller-manager's ``--concurrent-<x>-syncs`` flag of a controller
+    (``flag``) to ``parser`` as another name of the host's ``--workers``: ``what`` (the
+    objects, in the help) synced at once, ``default`` the controller's own default."""
+    parser.add_argument(
+        flag,
+        dest="workers",
+        type=int,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help=f"{what} synced at once: the same as --workers (default {default})",
+    )
+
+
 def parser_for(
     definition: ControllerDefinition[Any], prog: str | None = None
 ) -> argparse.ArgumentParser:

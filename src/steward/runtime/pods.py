@@ -55,13 +55,14 @@ def is_ready(pod: dict[str, Any]) -> bool:
 
 def is_available(pod: dict[str, Any], min_ready_seconds: int, now: datetime) -> bool:
     """Ready for at least ``min_ready_seconds`` (just Ready when 0), counted from the Ready
-    condition's last transition (upstream's ``IsPodAvailable``)."""
+    condition's last transition, the moment itself included (upstream's ``IsPodAvailable``,
+    pkg/api/v1/pod/util.go: ``Compare(now) <= 0``)."""
     if not is_ready(pod):
         return False
     if min_ready_seconds <= 0:
         return True
     since = parse_time(ready_condition(pod).get("lastTransitionTime"))
-    return since is not None and since + timedelta(seconds=min_ready_seconds) < now
+    return since is not None and since + timedelta(seconds=min_ready_seconds) <= now
 
 
 def from_template(

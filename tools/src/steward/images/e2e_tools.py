@@ -57,9 +57,10 @@ import shutil
 import subprocess
 import tarfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from steward.cluster.progress import Progress
 from steward.images.base import (
@@ -162,36 +163,75 @@ def tools_key(epoch: int) -> str:
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
+def _ensure_extracted(
+    name: str,
+    packages: Sequence[str],
+    key: str,
+    *,
+    epoch: int,
+    mmdebstrap: Callable[[Path], list[str]],
+    finish: Callable[[Path], dict[str, Any]],
+    why: str,
+    rebuild: bool,
+    out: Progress,
+) -> Tools:
+    """A tree of Debian packages extracted into the cache (``e2e-<name>-<key>``, its
+    layer ``<name>.tar`` and ``<name>.json``) and finished by ``finish``: the cached one
+    when present (unless ``rebuild``), else built, which needs root (``why``) and
+    mmdebstrap; the two newest of each name are kept."""
+    directory = images_root() / f"e2e-{name}-{key[:16]}"
+    meta = directory / f"{name}.json"
+    layer = directory / f"{name}.tar"
+    if meta.is_file() and layer.is_file() and not rebuild:
+        data = json.loads(meta.read_text())
+        return Tools(key, layer, data["packages"], data["size"])
+    require_root(why)
+    started = time.monotonic()
+    out.say(f"e2e {name}: mmdebstrap --variant=extract {SUITE} ({', '.join(packages)})")
+    data = build_extracted_layer(
+        label=f"e2e {name}",
+        directory=directory,
+        layer=layer.name,
+        meta=meta,
+        key=key,
+        epoch=epoch,
+        mmdebstrap=mmdebstrap,
+        finish=finish,
+        out=out,
+    )
+    prune(images_root(), keep=2, prefix=f"e2e-{name}-")
+    out.say(
+        f"e2e {name}: {len(data['packages'])} packages, {data['size'] / 1e6:.1f} MB, built in "
+        f"{time.monotonic() - started:.0f}s ({directory})"
+    )
+    return _ensure_extracted(
+        name,
+        packages,
+        key,
+        epoch=epoch,
+        mmdebstrap=mmdebstrap,
+        finish=finish,
+        why=why,
+        rebuild=False,
+        out=out,
+    )
+
+
 def ensure_tools(*, out: Progress, epoch: int | None = None, rebuild: bool = False) -> Tools:
     """The tools tree, built into the cache when missing (or ``rebuild``): needs root and
     mmdebstrap then."""
     epoch = source_date_epoch() if epoch is None else epoch
-    key = tools_key(epoch)
-    directory = images_root() / f"e2e-tools-{key[:16]}"
-    meta = directory / "tools.json"
-    if meta.is_file() and (directory / "tools.tar").is_file() and not rebuild:
-        data = json.loads(meta.read_text())
-        return Tools(key, directory / "tools.tar", data["packages"], data["size"])
-    require_root("extracting the e2e tools (curl, netcat-openbsd, wget)")
-    started = time.monotonic()
-    out.say(f"e2e tools: mmdebstrap --variant=extract {SUITE} ({', '.join(TOOLS_PACKAGES)})")
-    data = build_extracted_layer(
-        label="e2e tools",
-        directory=directory,
-        layer="tools.tar",
-        meta=meta,
-        key=key,
+    return _ensure_extracted(
+        "tools",
+        TOOLS_PACKAGES,
+        tools_key(epoch),
         epoch=epoch,
         mmdebstrap=_mmdebstrap_args,
         finish=lambda root: {"packages": finish_tools(root, out)},
+        why="extracting the e2e tools (curl, netcat-openbsd, wget)",
+        rebuild=rebuild,
         out=out,
     )
-    prune(images_root(), keep=2, prefix="e2e-tools-")
-    out.say(
-        f"e2e tools: {len(data['packages'])} packages, {data['size'] / 1e6:.1f} MB, built in "
-        f"{time.monotonic() - started:.0f}s ({directory})"
-    )
-    return ensure_tools(out=out, epoch=epoch)
 
 
 def finish_tools(root: Path, out: Progress) -> dict[str, str]:
@@ -388,32 +428,17 @@ def ensure_nginx(*, out: Progress, epoch: int | None = None, rebuild: bool = Fal
     """Debian's nginx as a tree for the nginx image's layer (:func:`finish_nginx`), built
     into the cache when missing (or ``rebuild``): needs root and mmdebstrap then."""
     epoch = source_date_epoch() if epoch is None else epoch
-    key = nginx_key(epoch)
-    directory = images_root() / f"e2e-nginx-{key[:16]}"
-    meta = directory / "nginx.json"
-    if meta.is_file() and (directory / "nginx.tar").is_file() and not rebuild:
-        data = json.loads(meta.read_text())
-        return Tools(key, directory / "nginx.tar", data["packages"], data["size"])
-    require_root("extracting Debian's nginx for the e2e nginx image")
-    started = time.monotonic()
-    out.say(f"e2e nginx: mmdebstrap --variant=extract {SUITE} ({', '.join(NGINX_PACKAGES)})")
-    data = build_extracted_layer(
-        label="e2e nginx",
-        directory=directory,
-        layer="nginx.tar",
-        meta=meta,
-        key=key,
+    return _ensure_extracted(
+        "nginx",
+        NGINX_PACKAGES,
+        nginx_key(epoch),
         epoch=epoch,
         mmdebstrap=_nginx_mmdebstrap_args,
         finish=lambda root: {"packages": finish_nginx(root)},
+        why="extracting Debian's nginx for the e2e nginx image",
+        rebuild=rebuild,
         out=out,
     )
-    prune(images_root(), keep=2, prefix="e2e-nginx-")
-    out.say(
-        f"e2e nginx: {len(data['packages'])} packages, {data['size'] / 1e6:.1f} MB, built in "
-        f"{time.monotonic() - started:.0f}s ({directory})"
-    )
-    return ensure_nginx(out=out, epoch=epoch)
 
 
 def _nginx_kept(root: Path) -> set[str]:

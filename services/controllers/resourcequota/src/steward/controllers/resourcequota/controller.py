@@ -169,14 +169,7 @@ def _sync_period(text: str) -> float:
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """kube-controller-manager's flags of this controller, as aliases of the host's."""
-    parser.add_argument(
-        "--concurrent-resource-quota-syncs",
-        dest="workers",
-        type=int,
-        default=argparse.SUPPRESS,
-        metavar="N",
-        help=f"quotas synced at once: the same as --workers (default {WORKERS})",
-    )
+    steward.add_workers_alias(parser, "--concurrent-resource-quota-syncs", "quotas", WORKERS)
     parser.add_argument(
         "--resource-quota-sync-period",
         dest="resync_period",

@@ -234,14 +234,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         help="PEM-encoded CA bundle put in each token Secret's ca.crt (default: the CA "
         "of the controller's kubeconfig)",
     )
-    parser.add_argument(
-        "--concurrent-serviceaccount-token-syncs",
-        dest="workers",
-        type=int,
-        default=argparse.SUPPRESS,
-        metavar="N",
-        help=f"keys synced at once: the same as --workers (default {WORKERS})",
-    )
+    steward.add_workers_alias(parser, "--concurrent-serviceaccount-token-syncs", "keys", WORKERS)
 
 
 # The controller --------------------------------------------------------------------------

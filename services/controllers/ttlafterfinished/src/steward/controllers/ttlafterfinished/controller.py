@@ -82,14 +82,7 @@ about 13.7 min; the last bucket is [~27 min, +Inf) upstream, whose help says so)
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """kube-controller-manager's flag of this controller, as an alias of the host's."""
-    parser.add_argument(
-        "--concurrent-ttl-after-finished-syncs",
-        dest="workers",
-        type=int,
-        default=argparse.SUPPRESS,
-        metavar="N",
-        help=f"Jobs synced at once: the same as --workers (default {WORKERS})",
-    )
+    steward.add_workers_alias(parser, "--concurrent-ttl-after-finished-syncs", "Jobs", WORKERS)
 
 
 def added_or_updated(change: steward.Change) -> bool:
