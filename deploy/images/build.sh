@@ -7,7 +7,7 @@
 # controller-clusterrole-aggregation,controller-csrapproving,controller-csrsigning,
 # controller-csrcleaner,controller-bootstrapsigner,controller-tokencleaner,
 # controller-nodelifecycle,controller-taint-eviction-controller,controller-podgc,
-# controller-ttl,controller-ttl-after-finished,controller-resourcequota,controller-cronjob}:TAG
+# controller-ttl,controller-ttl-after-finished,controller-resourcequota,controller-cronjob,controller-statefulset}:TAG
 # (TAG: the first argument, else $STEWARD_IMAGE_TAG, else dev).
 #
 #   deploy/images/build.sh [TAG] [BUILDER FLAGS...]      the default (`make images` runs it)
@@ -96,6 +96,7 @@ for target in informer manager controller-job controller-replicaset \
   controller-ttl-after-finished \
   controller-resourcequota \
   controller-cronjob \
+  controller-statefulset \
   controller-bootstrapsigner \
   controller-tokencleaner; do
   image="${prefix}-${target}:${tag}"

@@ -88,6 +88,7 @@ APPS_CONTROLLERS = ",".join(
         *(f"-{name}" for name in IDENTITY_CONTROLLERS),
         *(f"-{name}" for name in NODE_CONTROLLERS),
         "-cronjob",
+        "-statefulset",
     ]
 )
 """kube-controller-manager's ``--controllers`` in ``apps_cluster`` (``endpointslice`` on,

@@ -44,12 +44,16 @@ the resource quota controller counts a pod and a ConfigMap (``count/configmaps``
 quota and gives the pod back once deleted; and the CronJob controller
 (``tests/deploy/cronjob_exercise.py``) syncs a CronJob due now, reporting a stray Job,
 forgetting a missing one, replacing the running one and starting the Job of the minute;
+and the StatefulSet controller (``tests/deploy/statefulset_exercise.py``) adopts an
+orphan pod and revision, creates revisions (one after a name taken by another template),
+claims and pods, rolls back to the adopted revision, gives a scaled-down pod's claim
+that pod as owner and deletes the pod and the revision left over;
 each controller dials the informer and the manager with its own projected token, so their
 list/watch and register rules are checked there. It all runs in ``apps_cluster``
 (tests/deploy/conftest.py), where upstream's ReplicaSet, ReplicationController, Endpoints,
 DaemonSet, HorizontalPodAutoscaler, garbage collector and namespace controllers are off,
 and its identity and certificate controllers, and its node lifecycle, taint eviction, pod
-GC, TTL, TTL-after-finished, resource quota and CronJob controllers (its
+GC, TTL, TTL-after-finished, resource quota, CronJob and StatefulSet controllers (its
 endpointslice-controller runs beside Steward's).
 The manifests are rendered with the bootstrap-tokens component (its two controllers, and the
 manager's ``--controllers`` naming them); the three controllers that hold the cluster's keys
@@ -118,6 +122,7 @@ from tests.deploy.harness import (
     wait_for,
     write_kubeconfig,
 )
+from tests.deploy.statefulset_exercise import run_statefulset
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -145,6 +150,7 @@ TTL = "steward-controller-ttl"
 TTL_AFTER_FINISHED = "steward-controller-ttl-after-finished"
 RESOURCEQUOTA = "steward-controller-resourcequota"
 CRONJOB = "steward-controller-cronjob"
+STATEFULSET = "steward-controller-statefulset"
 
 
 @dataclass
@@ -509,6 +515,7 @@ EXERCISES: dict[str, Callable[[Bench, Identity], tuple[str | None, Process]]] = 
         RESOURCEQUOTA, "resourcequota", node.run_resourcequota, node.RESOURCEQUOTA_ARGS
     ),
     CRONJOB: _identity_exercise(CRONJOB, "cronjob", run_cronjob),
+    STATEFULSET: _identity_exercise(STATEFULSET, "statefulset", run_statefulset),
 }
 
 
@@ -563,6 +570,17 @@ def _owned_job(ref: dict[str, Any]) -> Doc:
         "kind": "Job",
         "metadata": {"name": "owned", "ownerReferences": [ref]},
         "spec": _JOB_OWNER,
+    }
+
+
+def _owned_claim(ref: dict[str, Any]) -> Doc:
+    """A PersistentVolumeClaim (a StatefulSet pod's, under ``whenScaled: Delete``) owned
+    through ``ref``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "owned", "ownerReferences": [ref]},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}},
     }
 
 
@@ -637,6 +655,14 @@ _CRONJOB_OWNER = {
     "suspend": True,
     "jobTemplate": {"spec": _JOB_OWNER},
 }
+# A StatefulSet of no replicas; a pod for no node.
+_STS_OWNER = {
+    "replicas": 0,
+    "serviceName": "owner",
+    "selector": {"matchLabels": {"owner": "none"}},
+    "template": _template("Always"),
+}
+_POD_OWNER = {**_template("Always")["spec"], "nodeSelector": {"steward-test/node": "none"}}
 # A Service without a selector: the EndpointSlice controller leaves it alone.
 _SERVICE_OWNER = {"ports": [{"port": 80}]}
 # A DaemonSet for no node (its node selector matches none).
@@ -694,6 +720,13 @@ REDUNDANT_HERE: dict[tuple[str, str], Callable[[Bench, Identity, dict[str, Any]]
     ("steward:controller:cronjob", "cronjobs/finalizers"): _owner_references_not_enforced(
         "batch/v1", "CronJob", _CRONJOB_OWNER, _owned_job
     ),
+    (
+        "steward:controller:statefulset",
+        "statefulsets/finalizers",
+    ): _owner_references_not_enforced("apps/v1", "StatefulSet", _STS_OWNER),
+    ("steward:controller:statefulset", "pods/finalizers"): _owner_references_not_enforced(
+        "v1", "Pod", _POD_OWNER, _owned_claim
+    ),
     ("steward:controller:namespace", "* without delete"): (
         _every_namespaced_type_deletes_by_collection
     ),
@@ -720,6 +753,7 @@ SPLIT_RULES = {
     "steward:controller:ttl-after-finished",
     "steward:controller:resourcequota",
     "steward:controller:cronjob",
+    "steward:controller:statefulset",
 }
 """Roles whose rules carry several verbs (or resources), each for a call of its own: those
 that name every type (``*``), and the identity, certificate, node and pod controllers',
@@ -798,6 +832,7 @@ LANES: tuple[tuple[str, ...], ...] = (
         REPLICASET,
         REPLICATIONCONTROLLER,
         CRONJOB,
+        STATEFULSET,
         TTL_AFTER_FINISHED,
     ),
     (HPA, NODELIFECYCLE, MANAGER, JOB, PODGC, TAINT_EVICTION, TTL, RESOURCEQUOTA),
@@ -824,8 +859,9 @@ the mutated one was refused, or undo it:
 - the garbage collector deletes the dependents of any deleted owner (an EndpointSlice of
   a deleted Service, say) and the namespace controller empties any namespace being
   deleted: both run beside no controller whose children carry owner references but the
-  Job controller, whose exercise deletes no Job (the CronJob controller's Jobs and the
-  ReplicationController's pods carry them, and the TTL-after-finished controller deletes
+  Job controller, whose exercise deletes no Job (the CronJob controller's Jobs, the
+  StatefulSet controller's pods and claims and the ReplicationController's pods carry
+  them, and the TTL-after-finished controller deletes
   Jobs in the foreground, which the garbage collector finishes: their lane);
 - the pod garbage collector's threshold of one counts terminated pods cluster-wide, and
   the only pods that terminate are Jobs' (kwok's ``pod-complete`` stage): the Job
