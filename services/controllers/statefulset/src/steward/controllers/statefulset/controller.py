@@ -436,13 +436,13 @@ class StatefulSetReconciler:
         """``createPersistentVolumeClaims``: each missing claim of the pod's ordinal
         created (one found already counts as made); a claim being deleted is an error.
         Raises the first error after trying them all."""
-        errors: list[ApiError] = []
+        errors: list[str] = []
         for claim in ident.claims(sts, ident.ordinal(pod)).values():
             name = claim["metadata"]["name"]
             found = existing.get(name)
             if found is not None:
                 if (found.get("metadata") or {}).get("deletionTimestamp"):
-                    errors.append(SyncError(f"pvc {name} is being deleted"))
+                    errors.append(f"pvc {name} is being deleted")
                 continue
             body = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", **claim}
             try:
@@ -450,12 +450,13 @@ class StatefulSetReconciler:
             except ApiError as err:
                 if _already_exists(err):
                     continue
-                errors.append(err)
+                errors.append(f"failed to create PVC {name}: {_text(err)}")
                 self._claim_event(sts, pod, name, err)
                 continue
             self._claim_event(sts, pod, name, None)
         if errors:
-            raise errors[0]
+            # As upstream's aggregate error reads: one alone, several in brackets.
+            raise SyncError(errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]")
 
     async def _fix_claims(self, sts: Obj, pod: Obj, existing: Mapping[str, Obj]) -> None:
         """``UpdatePodClaimForRetentionPolicy``: the owners the retention policy wants on
@@ -473,7 +474,13 @@ class StatefulSetReconciler:
                     "is ignored for this claim",
                 )
         for fixed in ret.claims_off_policy(sts, pod, existing):
-            await self.claims.update(fixed)
+            try:
+                await self.claims.update(fixed)
+            except ApiError as err:
+                name = fixed["metadata"]["name"]
+                raise SyncError(
+                    f"could not update claim {name} for delete policy ownerRefs: {_text(err)}"
+                ) from err
 
     # Status -----------------------------------------------------------------------------
     async def _write_status(self, sts: Obj, status: Obj) -> None:
