@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tests.controllers.harness import eventually, stays
 from tests.controllers.statefulset.conftest import (
@@ -139,8 +140,9 @@ async def test_partitioned_rollout_then_rollback(steward: Side) -> None:
 
 
 async def test_max_unavailable(steward: Side) -> None:
-    """maxUnavailable 2 with Parallel: an update takes down at most two pods at once.
-    Catches: ignoring maxUnavailable (all four at once) or exceeding it."""
+    """maxUnavailable 2 with Parallel: an update takes down at most two pods at once,
+    and upstream's gauge says 2. Catches: ignoring maxUnavailable (all four at once) or
+    exceeding it, the gauge not set."""
     steward.create(
         "web",
         4,
@@ -164,6 +166,13 @@ async def test_max_unavailable(steward: Side) -> None:
     for snapshot in seen:
         ready = sum(1 for _, r in snapshot if r)
         assert ready >= 2, snapshot
+    labels = {
+        "statefulset_namespace": steward.ns,
+        "statefulset_name": "web",
+        "pod_management_policy": "Parallel",
+    }
+    gauge = "statefulset_controller_statefulset_max_unavailable"
+    assert REGISTRY.get_sample_value(gauge, labels) == 2
 
 
 async def test_on_delete(steward: Side) -> None:

@@ -57,9 +57,11 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import orjson
+from prometheus_client import Counter, Gauge
 
 import steward
 from steward import (
@@ -106,6 +108,27 @@ POD_FIELDS = (
 claim, identity and revision) and controller, deletion mark, its claim volumes (storage),
 phase and Ready condition (running and ready, available)."""
 
+MAX_UNAVAILABLE = Gauge(
+    "statefulset_controller_statefulset_max_unavailable",
+    "Maximum number of unavailable pods allowed during StatefulSet rolling updates",
+    ("statefulset_namespace", "statefulset_name", "pod_management_policy"),
+)
+"""Upstream's gauge, set at each status step (1 without ``rollingUpdate``)."""
+UNAVAILABLE_REPLICAS = Gauge(
+    "statefulset_controller_statefulset_unavailable_replicas",
+    "Current number of unavailable pods in StatefulSet",
+    ("statefulset_namespace", "statefulset_name", "pod_management_policy"),
+)
+"""Upstream's gauge: the replicas (missing ones counted) not available, set when a
+``RollingUpdate`` sync reaches the update step."""
+STALE_SYNC_SKIPS = Counter(
+    "statefulset_controller_stale_sync_skips",
+    "Total number of StatefulSet syncs skipped due to a stale watch cache.",
+    ("group", "resource"),
+)
+"""Upstream's counter (``..._total``): syncs skipped while the set's own pod writes are
+not yet in the mirror."""
+
 Obj = dict[str, Any]
 Key = tuple[str, str]
 
@@ -148,6 +171,7 @@ class StatefulSetReconciler:
             self.expectations.forget(key)
             return Result()
         if not self.expectations.satisfied(key):
+            STALE_SYNC_SKIPS.labels("", "pods").inc()
             return Result()
         sts = obj.object
         selector = (sts.get("spec") or {}).get("selector")
@@ -264,6 +288,7 @@ class StatefulSetReconciler:
                     await self._execute(key, sts, update_set, action, by_name, existing)
             except ApiError as err:
                 error = err
+        self._observe(sts, pods, decision, now)
         status: Obj | None = None
         if decision.status is not None:
             status = pl.complete_update(sts, decision.status)
@@ -288,6 +313,45 @@ class StatefulSetReconciler:
             raise error
         after = pl.requeue_after(sts, status, pods, now)
         return Result(requeue_after=max(after, 0.001)) if after is not None else Result()
+
+    def _observe(self, sts: Obj, pods: list[Obj], decision: pl.SyncPlan, now: datetime) -> None:
+        """Upstream's gauges of the set (``updateStatefulSetStatus``,
+        ``updateStatefulSetAfterInvariantEstablished``)."""
+        meta, spec = sts["metadata"], sts.get("spec") or {}
+        labels = (
+            meta["namespace"],
+            meta["name"],
+            str(spec.get("podManagementPolicy") or "OrderedReady"),
+        )
+        strategy = spec.get("updateStrategy") or {}
+        rolling = strategy.get("rollingUpdate")
+        count = ident.replicas(sts)
+        try:
+            limit = (
+                1
+                if rolling is None
+                else ident.max_unavailable(rolling.get("maxUnavailable"), count)
+            )
+        except ValueError:
+            return
+        if decision.status is not None:
+            MAX_UNAVAILABLE.labels(*labels).set(limit)
+        if (
+            strategy.get("type", "RollingUpdate") == "RollingUpdate"
+            and decision.status is not None
+            and decision.waiting_for is None
+            and not meta.get("deletionTimestamp")
+        ):
+            min_ready = int(spec.get("minReadySeconds") or 0)
+            present = {p["metadata"]["name"]: p for p in pods if ident.in_range(p, sts)}
+            start = ident.start_ordinal(sts)
+            unavailable = sum(
+                1
+                for n in range(start, start + count)
+                if (pod := present.get(ident.pod_name(sts, n))) is None
+                or ident.is_unavailable(pod, min_ready, now)
+            )
+            UNAVAILABLE_REPLICAS.labels(*labels).set(unavailable)
 
     # Revisions --------------------------------------------------------------------------
     async def _create_revision(
