@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from steward.controllers.statefulset import history, identity, plan, retention
+from steward.controllers.statefulset import history, identity, plan, retention, writes
 
 PATH = Path(__file__).parent / "testdata" / "scenarios.json"
 NOW = "2026-01-01T12:00:00Z"
@@ -262,7 +262,10 @@ def steward(scenario: dict[str, Any]) -> dict[str, Any]:
             claims_off_policy=off_policy,
         )
     )
-    actions = [w for a in result.actions for w in _writes(a, sts, scenario["pods"], existing)]
+    update_set = history.apply_revision(sts, choice.update)
+    actions = [
+        w for a in result.actions for w in _writes(a, sts, update_set, scenario["pods"], existing)
+    ]
     status = written = None
     if result.status is not None:
         status = plan.complete_update(sts, result.status)
@@ -299,39 +302,23 @@ def _owners(claim: dict[str, Any]) -> str:
 def _writes(
     action: plan.Action,
     sts: dict[str, Any],
+    update_set: dict[str, Any],
     pods: list[dict[str, Any]],
     existing: dict[str, dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """The API writes an action makes, as upstream's StatefulPodControl makes them."""
-    pod = action.pod
-    label = pod["metadata"]["labels"].get("controller-revision-hash", "")
-
-    def missing() -> list[dict[str, Any]]:
-        wanted = identity.claims(sts, identity.ordinal(pod)).values()
-        return [
-            {"verb": "create-claim", "name": c["metadata"]["name"], "revision": ""}
-            for c in wanted
-            if c["metadata"]["name"] not in existing
-        ]
-
-    def fixes() -> list[dict[str, Any]]:
-        return [
-            {"verb": "update-claim", "name": f["metadata"]["name"], "revision": _owners(f)}
-            for f in retention.claims_off_policy(sts, pod, existing)
-        ]
-
-    me = {"verb": action.verb.value, "name": action.name, "revision": label}
-    if action.verb is plan.Verb.CREATE:
-        return [*missing(), me, *fixes()]
-    if action.verb is plan.Verb.CREATE_CLAIMS:
-        return [*missing(), *fixes()]
-    if action.verb is plan.Verb.FIX_CLAIMS:
-        return fixes()
-    if action.verb is plan.Verb.UPDATE:
-        before = next((p for p in pods if p["metadata"]["name"] == action.name), pod)
-        storage = [] if identity.storage_matches(sts, before) else missing()
-        return [*storage, *fixes(), me]
-    return [me]
+    """The API writes the controller makes for an action (:func:`writes.of`, in their
+    order), in the shape of upstream's record."""
+    before = next((p for p in pods if p["metadata"]["name"] == action.name), action.pod)
+    out = []
+    for write in writes.of(action, sts, update_set, before, existing).ordered():
+        if write.verb == "create-claim":
+            detail = ""
+        elif write.verb == "update-claim":
+            detail = _owners(write.body)
+        else:
+            detail = write.body["metadata"]["labels"].get("controller-revision-hash", "")
+        out.append({"verb": write.verb, "name": write.name, "revision": detail})
+    return out
 
 
 def normalized(writes: list[dict[str, Any]]) -> list[str]:

@@ -80,6 +80,7 @@ from steward.controllers.statefulset import history as hist
 from steward.controllers.statefulset import identity as ident
 from steward.controllers.statefulset import plan as pl
 from steward.controllers.statefulset import retention as ret
+from steward.controllers.statefulset import writes as wr
 
 log = logging.getLogger(__name__)
 
@@ -398,26 +399,37 @@ class StatefulSetReconciler:
         by_name: Mapping[str, Obj],
         existing: Mapping[str, Obj],
     ) -> None:
+        """Perform one action's writes (:func:`.writes.of`, in their order) with upstream's
+        Events; raise the first error."""
         pod = action.pod
-        if action.verb is pl.Verb.CREATE:
-            await self._create_pod(key, sts, pod, existing)
-        elif action.verb is pl.Verb.DELETE:
+        verb = action.verb
+        if verb is pl.Verb.DELETE:
             await self._delete_pod(key, sts, pod)
-        elif action.verb is pl.Verb.CREATE_CLAIMS:
-            await self._create_claims(sts, pod, existing)
-            await self._pod_step("update", sts, pod, self._fix_claims(sts, pod, existing))
-        elif action.verb is pl.Verb.FIX_CLAIMS:
-            await self._fix_claims(update_set, pod, existing)
-        else:
-            before = by_name.get(action.name, pod)
-            await self._update_pod(sts, update_set, before, pod, existing)
+            return
+        todo = wr.of(action, sts, update_set, by_name.get(action.name, pod), existing)
+        # Which Failed<Verb> pod Event a step's error records, as upstream's callers do.
+        claims_verb = {pl.Verb.CREATE: "create", pl.Verb.UPDATE: "update"}.get(verb)
+        owners_verb = None if verb is pl.Verb.FIX_CLAIMS else "update"
+        # Upstream checks the owners first on an update in place and for a scaled-down
+        # pod, and warns of a conflicting controller only when it then sets them.
+        warn = verb in (pl.Verb.CREATE, pl.Verb.CREATE_CLAIMS) or bool(todo.fix_claims)
+        if todo.create_claims or todo.deleting:
+            await self._step(claims_verb, sts, pod, self._create_claims(sts, pod, todo))
+        if verb is pl.Verb.CREATE:
+            await self._create_pod(key, sts, pod, todo, warn)
+            return
+        await self._step(owners_verb, sts, pod, self._fix_claims(sts, todo, warn))
+        if verb is pl.Verb.UPDATE:
+            await self._update_pod(sts, pod, todo)
 
-    async def _pod_step(self, verb: str, sts: Obj, pod: Obj, step: Any) -> None:
-        """Await ``step``; on an error, the pod's Failed<Verb> Event, then raise."""
+    async def _step(self, verb: str | None, sts: Obj, pod: Obj, step: Any) -> None:
+        """Await ``step``; on an error, the pod's Failed<Verb> Event (none without
+        ``verb``), then raise."""
         try:
             await step
         except ApiError as err:
-            self._pod_event(verb, sts, pod, err)
+            if verb is not None:
+                self._pod_event(verb, sts, pod, err)
             raise
 
     def _pod_event(self, verb: str, sts: Obj, pod: Obj, err: Exception | None) -> None:
@@ -442,9 +454,9 @@ class StatefulSetReconciler:
             )
             self.events.event(sts, "Warning", "FailedCreate", message)
 
-    async def _create_pod(self, key: Key, sts: Obj, pod: Obj, existing: Mapping[str, Obj]) -> None:
-        """``CreateStatefulPod``: its claims, the pod, its claims' owners."""
-        await self._pod_step("create", sts, pod, self._create_claims(sts, pod, existing))
+    async def _create_pod(self, key: Key, sts: Obj, pod: Obj, todo: wr.Writes, warn: bool) -> None:
+        """``CreateStatefulPod`` after its claims: the pod, then its claims' owners (also
+        after a refusal other than AlreadyExists, as upstream)."""
         self.expectations.expect_creations(key, 1)
         try:
             await self.pods.client.create(pod, namespace=key[0], stamp_trace=True)
@@ -453,10 +465,10 @@ class StatefulSetReconciler:
             if steward.namespace_terminating(err):
                 raise
             if not _already_exists(err):
-                await self._pod_step("update", sts, pod, self._fix_claims(sts, pod, existing))
+                await self._step("update", sts, pod, self._fix_claims(sts, todo, warn))
                 self._pod_event("create", sts, pod, err)
             raise
-        await self._pod_step("update", sts, pod, self._fix_claims(sts, pod, existing))
+        await self._step("update", sts, pod, self._fix_claims(sts, todo, warn))
         self._pod_event("create", sts, pod, None)
 
     async def _delete_pod(self, key: Key, sts: Obj, pod: Obj) -> None:
@@ -474,19 +486,13 @@ class StatefulSetReconciler:
             raise
         self._pod_event("delete", sts, pod, None)
 
-    async def _update_pod(
-        self, sts: Obj, update_set: Obj, before: Obj, pod: Obj, existing: Mapping[str, Obj]
-    ) -> None:
-        """``UpdateStatefulPod`` with ``updateSet``: missing claims when the storage was
-        off, the claims' owners, then the pod's identity (a patch of its labels; its
-        volumes when they were off, which the API server refuses as it refuses upstream's
-        update)."""
-        if not ident.storage_matches(update_set, before):
-            await self._pod_step("update", sts, pod, self._create_claims(update_set, pod, existing))
-        await self._pod_step("update", sts, pod, self._fix_claims(update_set, pod, existing))
+    async def _update_pod(self, sts: Obj, pod: Obj, todo: wr.Writes) -> None:
+        """The pod's write of ``UpdateStatefulPod``: a merge patch of its identity labels,
+        and of its volumes when its storage was off (which the API server refuses, as it
+        refuses upstream's PUT: a pod's volumes cannot change)."""
         meta = pod["metadata"]
         patch: Obj = {"metadata": {"labels": meta.get("labels") or {}}}
-        if not ident.storage_matches(update_set, before):
+        if todo.volumes:
             patch["spec"] = {"volumes": (pod.get("spec") or {}).get("volumes") or []}
         try:
             await self.pods.client.patch(meta["namespace"], meta["name"], patch, patch_type="merge")
@@ -496,21 +502,15 @@ class StatefulSetReconciler:
         self._pod_event("update", sts, pod, None)
 
     # Claims -----------------------------------------------------------------------------
-    async def _create_claims(self, sts: Obj, pod: Obj, existing: Mapping[str, Obj]) -> None:
-        """``createPersistentVolumeClaims``: each missing claim of the pod's ordinal
-        created (one found already counts as made); a claim being deleted is an error.
-        Raises the first error after trying them all."""
-        errors: list[str] = []
-        for claim in ident.claims(sts, ident.ordinal(pod)).values():
+    async def _create_claims(self, sts: Obj, pod: Obj, todo: wr.Writes) -> None:
+        """``createPersistentVolumeClaims``: each missing claim created (one found
+        already counts as made); a claim being deleted is an error. Raises after trying
+        them all, worded as upstream's aggregate error."""
+        errors = [f"pvc {name} is being deleted" for name in todo.deleting]
+        for claim in todo.create_claims:
             name = claim["metadata"]["name"]
-            found = existing.get(name)
-            if found is not None:
-                if (found.get("metadata") or {}).get("deletionTimestamp"):
-                    errors.append(f"pvc {name} is being deleted")
-                continue
-            body = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", **claim}
             try:
-                await self.claims.create(body, namespace=claim["metadata"]["namespace"])
+                await self.claims.create(claim, namespace=claim["metadata"]["namespace"])
             except ApiError as err:
                 if _already_exists(err):
                     continue
@@ -522,22 +522,21 @@ class StatefulSetReconciler:
             # As upstream's aggregate error reads: one alone, several in brackets.
             raise SyncError(errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]")
 
-    async def _fix_claims(self, sts: Obj, pod: Obj, existing: Mapping[str, Obj]) -> None:
+    async def _fix_claims(self, sts: Obj, todo: wr.Writes, warn: bool) -> None:
         """``UpdatePodClaimForRetentionPolicy``: the owners the retention policy wants on
-        the pod's existing claims (a ``ConflictingController`` Warning for a claim another
-        object controls)."""
-        for claim in ident.claims(sts, ident.ordinal(pod)).values():
-            found = existing.get(claim["metadata"]["name"])
-            if found is not None and ret.has_unexpected_controller(found, sts, pod):
+        the pod's claims (with ``warn``, a ``ConflictingController`` Warning for each
+        claim another object controls)."""
+        if warn:
+            for name in todo.conflicting:
                 self.events.event(
                     sts,
                     "Warning",
                     "ConflictingController",
-                    f"PersistentVolumeClaim {claim['metadata']['name']} has a conflicting "
-                    "OwnerReference that acts as a manging controller, the retention policy "
-                    "is ignored for this claim",
+                    f"PersistentVolumeClaim {name} has a conflicting OwnerReference that "
+                    "acts as a manging controller, the retention policy is ignored for "
+                    "this claim",
                 )
-        for fixed in ret.claims_off_policy(sts, pod, existing):
+        for fixed in todo.fix_claims:
             try:
                 await self.claims.update(fixed)
             except ApiError as err:
