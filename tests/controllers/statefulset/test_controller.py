@@ -34,6 +34,17 @@ def reasons(side: Side, reason: str) -> list[str]:
     return [e["message"] for e in side.events() if e.get("reason") == reason]
 
 
+async def recorded(side: Side, reason: str, want: list[str]) -> None:
+    """The set's Events of ``reason`` come to be ``want`` (in that order): Events are
+    recorded in the background."""
+    await eventually(
+        lambda: reasons(side, reason) == want,
+        f"{reason} Events {want}",
+        WITHIN,
+        failure=lambda _: f"{reason} Events: {reasons(side, reason)}, not {want}",
+    )
+
+
 async def watch_pods(side: Side, seen: list[list[tuple[str, bool]]], done: asyncio.Event) -> None:
     """Record (name, ready) of the live pods at every poll until ``done``."""
     while not done.is_set():
@@ -63,10 +74,10 @@ async def test_ordered_scale_up_and_down(steward: Side) -> None:
         names = [n for n, _ in snapshot]
         assert names == [f"web-{i}" for i in range(len(names))], snapshot
         assert sum(1 for _, ready in snapshot if not ready) <= 1, snapshot
-    created = reasons(steward, "SuccessfulCreate")
-    assert created == [f"Create Pod web-{i} in StatefulSet web successful" for i in range(3)]
-    deleted = reasons(steward, "SuccessfulDelete")
-    assert deleted == [f"Delete Pod web-{i} in StatefulSet web successful" for i in (2, 1)]
+    created = [f"Create Pod web-{i} in StatefulSet web successful" for i in range(3)]
+    await recorded(steward, "SuccessfulCreate", created)
+    deleted = [f"Delete Pod web-{i} in StatefulSet web successful" for i in (2, 1)]
+    await recorded(steward, "SuccessfulDelete", deleted)
 
 
 async def test_parallel_creates_past_pending_pods(steward: Side) -> None:
@@ -119,8 +130,8 @@ async def test_partitioned_rollout_then_rollback(steward: Side) -> None:
         "web-1": new,
         "web-2": new,
     }
-    deleted = reasons(steward, "SuccessfulDelete")
-    assert deleted == [f"Delete Pod web-{i} in StatefulSet web successful" for i in (2, 1)]
+    deleted = [f"Delete Pod web-{i} in StatefulSet web successful" for i in (2, 1)]
+    await recorded(steward, "SuccessfulDelete", deleted)
     revisions = {r["metadata"]["name"]: r["revision"] for r in steward.revisions()}
     assert revisions == {old: 1, new: 2}
 
