@@ -1,11 +1,13 @@
-"""The StatefulSet controller SIGKILLed in the middle of a rolling update: its standby
-takes over and finishes it with the right revisions.
+"""The StatefulSet controller SIGKILLed, and the informer restarted, in the middle of a
+rolling update: the standby (or the controller itself) finishes it with the right
+revisions.
 
 Steward's informer, manager and two StatefulSet controller instances (one active, one
 standby) run as processes (``stack.py``) against a control plane of this module's own
 whose kube-controller-manager has no statefulset controller (3 kwok nodes make pods
 Running and Ready). A set of six pods is rolled out, then its template changed; once the
-update has replaced some pods but not all, the active instance is SIGKILLed. The end
+update has replaced some pods but not all, the active instance is SIGKILLed (or the
+informer killed and started again). The end
 state must be the one upstream's controller reaches for that history, which is known
 exactly: every pod of the second template's revision, the update complete (current =
 update revision), two ControllerRevisions numbered 1 and 2 and named
@@ -19,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,14 +125,17 @@ def done(kube: KubeClient, ns: str, revision: str) -> dict[str, Any] | None:
     return dict(sts)
 
 
-def test_statefulset_sigkill_mid_rollout(stack: Stack, admin: KubeClient) -> None:
+def rollout_with_fault(
+    stack: Stack, admin: KubeClient, fault: Callable[[], None], what: str
+) -> list[str]:
+    """Roll a set of :data:`REPLICAS` pods out, change its template, let ``fault`` strike
+    once two to five pods are updated, and check the end state (see the module docs);
+    the services that exited."""
     ns = f"sts-fault-{uuid.uuid4().hex[:6]}"
     admin.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
     try:
         created = admin.request("POST", f"{APPS}/namespaces/{ns}/statefulsets", body("img:v1"))
-        first = history.new_revision({**created, "spec": {**created["spec"]}}, 1, {}, 0)[
-            "metadata"
-        ]["name"]
+        first = history.new_revision(created, 1, {}, 0)["metadata"]["name"]
         wait_for(lambda: done(admin, ns, first), "the first rollout", WITHIN)
         path = f"{APPS}/namespaces/{ns}/statefulsets/web"
         changed = admin.request(
@@ -141,15 +146,16 @@ def test_statefulset_sigkill_mid_rollout(stack: Stack, admin: KubeClient) -> Non
         )
         second = history.new_revision(changed, 2, {}, 0)["metadata"]["name"]
         end = time.monotonic() + WITHIN
+        updated = 0
         while time.monotonic() < end:
             updated = sum(1 for p in pods(admin, ns) if revision_of(p) == second)
             if updated >= 2:
                 break
             time.sleep(0.05)
         assert 2 <= updated < REPLICAS, f"{updated} pods updated: not mid-rollout"
-        stack.active("statefulset").kill()
-        killed = time.monotonic()
-        sts = wait_for(lambda: done(admin, ns, second), "the rollout after the SIGKILL", WITHIN)
+        fault()
+        struck = time.monotonic()
+        sts = wait_for(lambda: done(admin, ns, second), f"the rollout after {what}", WITHIN)
         assert [p["metadata"]["name"] for p in pods(admin, ns)] == [
             f"web-{i}" for i in range(REPLICAS)
         ]
@@ -157,9 +163,37 @@ def test_statefulset_sigkill_mid_rollout(stack: Stack, admin: KubeClient) -> Non
         numbers = {r["metadata"]["name"]: r["revision"] for r in revisions.get("items") or []}
         assert numbers == {first: 1, second: 2}
         assert (sts["status"].get("collisionCount") or 0) == 0
-        exited = stack.exited()
-        assert [e.split(":", 1)[0] for e in exited] == ["statefulset-0"], exited
-        print(f"statefulset SIGKILL mid-rollout: done {time.monotonic() - killed:.1f}s later")
+        print(f"statefulset {what} mid-rollout: done {time.monotonic() - struck:.1f}s later")
+        return stack.exited()
     finally:
         with contextlib.suppress(NotFoundError):
             admin.request("DELETE", f"/api/v1/namespaces/{ns}")
+
+
+def test_statefulset_sigkill_mid_rollout(stack: Stack, admin: KubeClient) -> None:
+    """The active instance SIGKILLed: the standby finishes the rollout. Catches: a
+    successor that makes another revision for the same template, renumbers, stops, or
+    replaces a pod twice over."""
+
+    def kill() -> None:
+        stack.active("statefulset").kill()
+
+    exited = rollout_with_fault(stack, admin, kill, "a SIGKILL")
+    assert [e.split(":", 1)[0] for e in exited] == ["statefulset-0"], exited
+
+
+def test_informer_restart_mid_rollout(stack: Stack, admin: KubeClient) -> None:
+    """The informer killed and started again: the controller, still running, resumes
+    from its re-listed mirror and finishes the rollout. Catches: a controller that stops
+    on a lost stream, or acts twice on what it re-lists."""
+    assert stack.informer is not None
+    informer = stack.informer
+
+    def restart() -> None:
+        informer.kill()
+        time.sleep(1.0)
+        informer.start()
+        stack.wait_serving(informer, stack.informer_address)
+
+    exited = rollout_with_fault(stack, admin, restart, "an informer restart")
+    assert not exited, exited
