@@ -8,7 +8,7 @@
 # controller-csrcleaner,controller-bootstrapsigner,controller-tokencleaner,
 # controller-nodelifecycle,controller-taint-eviction-controller,controller-podgc,
 # controller-ttl,controller-ttl-after-finished,controller-resourcequota,controller-cronjob,
-# controller-disruption}:TAG
+# controller-disruption,controller-statefulset}:TAG
 # (TAG: the first argument, else $STEWARD_IMAGE_TAG, else dev).
 #
 #   deploy/images/build.sh [TAG] [BUILDER FLAGS...]      the default (`make images` runs it)
@@ -98,6 +98,7 @@ for target in informer manager controller-job controller-replicaset \
   controller-resourcequota \
   controller-cronjob \
   controller-disruption \
+  controller-statefulset \
   controller-bootstrapsigner \
   controller-tokencleaner; do
   image="${prefix}-${target}:${tag}"

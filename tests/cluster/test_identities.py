@@ -94,7 +94,8 @@ def test_unknown_component_has_no_kubeconfig(cluster: LocalCluster) -> None:
         "controller-nodelifecycle, controller-podgc, controller-replicaset, "
         "controller-replicationcontroller, "
         "controller-resourcequota, controller-root-ca-cert-publisher, controller-serviceaccount, "
-        "controller-serviceaccount-token, controller-taint-eviction-controller, "
+        "controller-serviceaccount-token, controller-statefulset, "
+        "controller-taint-eviction-controller, "
         "controller-tokencleaner, controller-ttl, controller-ttl-after-finished"
     )
     with pytest.raises(ValueError, match=re.escape(f"known: {known}")):
@@ -504,6 +505,24 @@ EXPECTED_WRITES = {
     "controller-disruption": {
         ("policy", "poddisruptionbudgets/status", "update"),
         ("", "pods/status", "patch"),
+        ("", "events", "create"),
+    },
+    # Pods and their claims created, pods patched (adoption, identity) and deleted,
+    # revisions written, claims' owners updated; each set's status (and finalizers, for
+    # blockOwnerDeletion on the set; pods' finalizers, for claims a scaled-down pod owns).
+    "controller-statefulset": {
+        ("apps", "statefulsets/status", "update"),
+        ("apps", "statefulsets/finalizers", "update"),
+        ("", "pods", "create"),
+        ("", "pods", "patch"),
+        ("", "pods", "delete"),
+        ("", "pods/finalizers", "update"),
+        ("apps", "controllerrevisions", "create"),
+        ("apps", "controllerrevisions", "update"),
+        ("apps", "controllerrevisions", "patch"),
+        ("apps", "controllerrevisions", "delete"),
+        ("", "persistentvolumeclaims", "create"),
+        ("", "persistentvolumeclaims", "update"),
         ("", "events", "create"),
     },
     # cluster-info's signatures (that ConfigMap only).

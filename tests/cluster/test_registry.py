@@ -183,6 +183,7 @@ KCM_QUEUES = {
     "root-ca-cert-publisher": "root_ca_cert_publisher",
     "serviceaccount": "serviceaccount",
     "serviceaccount-token": "serviceaccount_tokens_service",
+    "statefulset": "statefulset",
     "taint-eviction-controller": "noexec_taint_pod",
     "tokencleaner": "token_cleaner",
     "ttl": "ttlcontroller",

@@ -89,6 +89,7 @@ APPS_CONTROLLERS = ",".join(
         *(f"-{name}" for name in NODE_CONTROLLERS),
         "-cronjob",
         "-disruption",
+        "-statefulset",
     ]
 )
 """kube-controller-manager's ``--controllers`` in ``apps_cluster`` (``endpointslice`` on,

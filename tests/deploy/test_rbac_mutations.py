@@ -46,13 +46,18 @@ quota and gives the pod back once deleted; and the CronJob controller
 forgetting a missing one, replacing the running one and starting the Job of the minute;
 and the disruption controller (``tests/deploy/disruption_exercise.py``) counts a budget's
 pods through the scale subresource of their ReplicaSet, reports a budget without pods and
-clears a stale ``DisruptionTarget`` condition; each controller dials the informer and the
-manager with its own projected token, so their list/watch and register rules are checked
-there. It all runs in ``apps_cluster``
+clears a stale ``DisruptionTarget`` condition,
+and the StatefulSet controller (``tests/deploy/statefulset_exercise.py``) adopts an
+orphan pod and revision, creates revisions (one after a name taken by another template),
+claims and pods, rolls back to the adopted revision, gives a scaled-down pod's claim
+that pod as owner and deletes the pod and the revision left over;
+each controller dials the informer and the manager with its own projected token, so their
+list/watch and register rules are checked there. It all runs in ``apps_cluster``
 (tests/deploy/conftest.py), where upstream's ReplicaSet, ReplicationController, Endpoints,
 DaemonSet, HorizontalPodAutoscaler, garbage collector and namespace controllers are off,
 and its identity and certificate controllers, and its node lifecycle, taint eviction, pod
-GC, TTL, TTL-after-finished, resource quota, CronJob and disruption controllers (its
+GC, TTL, TTL-after-finished, resource quota, CronJob, disruption and StatefulSet
+controllers (its
 endpointslice-controller runs beside Steward's).
 The manifests are rendered with the bootstrap-tokens component (its two controllers, and the
 manager's ``--controllers`` naming them); the three controllers that hold the cluster's keys
@@ -122,6 +127,7 @@ from tests.deploy.harness import (
     wait_for,
     write_kubeconfig,
 )
+from tests.deploy.statefulset_exercise import run_statefulset
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -150,6 +156,7 @@ TTL_AFTER_FINISHED = "steward-controller-ttl-after-finished"
 RESOURCEQUOTA = "steward-controller-resourcequota"
 CRONJOB = "steward-controller-cronjob"
 DISRUPTION = "steward-controller-disruption"
+STATEFULSET = "steward-controller-statefulset"
 
 
 @dataclass
@@ -515,6 +522,7 @@ EXERCISES: dict[str, Callable[[Bench, Identity], tuple[str | None, Process]]] = 
     ),
     CRONJOB: _identity_exercise(CRONJOB, "cronjob", run_cronjob),
     DISRUPTION: _identity_exercise(DISRUPTION, "disruption", run_disruption),
+    STATEFULSET: _identity_exercise(STATEFULSET, "statefulset", run_statefulset),
 }
 
 
@@ -569,6 +577,17 @@ def _owned_job(ref: dict[str, Any]) -> Doc:
         "kind": "Job",
         "metadata": {"name": "owned", "ownerReferences": [ref]},
         "spec": _JOB_OWNER,
+    }
+
+
+def _owned_claim(ref: dict[str, Any]) -> Doc:
+    """A PersistentVolumeClaim (a StatefulSet pod's, under ``whenScaled: Delete``) owned
+    through ``ref``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "owned", "ownerReferences": [ref]},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}},
     }
 
 
@@ -643,6 +662,14 @@ _CRONJOB_OWNER = {
     "suspend": True,
     "jobTemplate": {"spec": _JOB_OWNER},
 }
+# A StatefulSet of no replicas; a pod for no node.
+_STS_OWNER = {
+    "replicas": 0,
+    "serviceName": "owner",
+    "selector": {"matchLabels": {"owner": "none"}},
+    "template": _template("Always"),
+}
+_POD_OWNER = {**_template("Always")["spec"], "nodeSelector": {"steward-test/node": "none"}}
 # A Service without a selector: the EndpointSlice controller leaves it alone.
 _SERVICE_OWNER = {"ports": [{"port": 80}]}
 # A DaemonSet for no node (its node selector matches none).
@@ -700,6 +727,13 @@ REDUNDANT_HERE: dict[tuple[str, str], Callable[[Bench, Identity, dict[str, Any]]
     ("steward:controller:cronjob", "cronjobs/finalizers"): _owner_references_not_enforced(
         "batch/v1", "CronJob", _CRONJOB_OWNER, _owned_job
     ),
+    (
+        "steward:controller:statefulset",
+        "statefulsets/finalizers",
+    ): _owner_references_not_enforced("apps/v1", "StatefulSet", _STS_OWNER),
+    ("steward:controller:statefulset", "pods/finalizers"): _owner_references_not_enforced(
+        "v1", "Pod", _POD_OWNER, _owned_claim
+    ),
     ("steward:controller:namespace", "* without delete"): (
         _every_namespaced_type_deletes_by_collection
     ),
@@ -727,6 +761,7 @@ SPLIT_RULES = {
     "steward:controller:resourcequota",
     "steward:controller:cronjob",
     "steward:controller:disruption",
+    "steward:controller:statefulset",
 }
 """Roles whose rules carry several verbs (or resources), each for a call of its own: those
 that name every type (``*``), and the identity, certificate, node and pod controllers',
@@ -805,6 +840,7 @@ LANES: tuple[tuple[str, ...], ...] = (
         REPLICASET,
         REPLICATIONCONTROLLER,
         CRONJOB,
+        STATEFULSET,
         TTL_AFTER_FINISHED,
         DISRUPTION,
     ),
@@ -832,10 +868,11 @@ the mutated one was refused, or undo it:
 - the garbage collector deletes the dependents of any deleted owner (an EndpointSlice of
   a deleted Service, say) and the namespace controller empties any namespace being
   deleted: both run beside no controller whose children carry owner references but the
-  Job controller, whose exercise deletes no Job (the CronJob controller's Jobs and the
-  ReplicationController's pods carry them, and the TTL-after-finished controller deletes
-  Jobs in the foreground, which the garbage collector finishes, and the disruption
-  controller's ReplicaSet names a Deployment that does not exist: their lane);
+  Job controller, whose exercise deletes no Job (the CronJob controller's Jobs, the
+  StatefulSet controller's pods and claims and the ReplicationController's pods carry
+  them, the TTL-after-finished controller deletes Jobs in the foreground, which the
+  garbage collector finishes, and the disruption controller's ReplicaSet names a
+  Deployment that does not exist: their lane);
 - the pod garbage collector's threshold of one counts terminated pods cluster-wide, and
   the only pods that terminate are Jobs' (kwok's ``pod-complete`` stage): the Job
   controller runs in its lane, and so does the manager, whose exercise starts a Job

@@ -192,6 +192,7 @@ def test_the_rest_leaves_the_core_out_and_reaches_it_at_the_control_plane(
         "steward-controller-replicationcontroller",
         "steward-controller-cronjob",
         "steward-controller-disruption",
+        "steward-controller-statefulset",
     }
     for d in deployments:
         container = d["spec"]["template"]["spec"]["containers"][0]

@@ -224,6 +224,7 @@ READY = {
     "steward-controller-resourcequota": 1,
     "steward-controller-cronjob": 1,
     "steward-controller-disruption": 1,
+    "steward-controller-statefulset": 1,
 }
 """Ready pods of each component: the static core's mirror pods, one per component, and
 one pod of each other controller's Deployment."""

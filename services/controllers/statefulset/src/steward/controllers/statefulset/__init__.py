@@ -1,0 +1,1 @@
+"""Steward's StatefulSet controller (groundwork: pure decision functions, not registered)."""
