@@ -87,7 +87,7 @@ Steward's, kube-controller-manager all the others): ``--cronjobs`` CronJobs (500
 scheduled every minute, their Jobs suspended (no pods), all created before the first
 measured minute, for ``--cronjob-minutes`` minutes (5). Its figures: each Job's lag
 after its scheduled minute (when a watch first saw it, and its ``creationTimestamp``; p50,
-p99, max), the Jobs missing per minute, and the rest per Job seen. 5 workers on both
+p99, max), the Jobs missing per minute, and the rest per Job made in the span. 5 workers on both
 sides (upstream's ``--concurrent-cron-job-syncs`` default and Steward's). Not in a run
 without ``--workloads``: its minutes are real ones.
 
@@ -1079,7 +1079,7 @@ def identity_requests(measured: dict[str, Any], user: str, units: int) -> dict[s
 
 def units_of(workload: str, measured: dict[str, Any]) -> int:
     """What a workload's figures are per: a Job, a Deployment, a pod, a DaemonSet pod, an
-    HPA sync, a pod churned, a CronJob's Job seen, a StatefulSet replica."""
+    HPA sync, a pod churned, a CronJob's Job made in the span, a StatefulSet replica."""
     if workload == "hpa":
         return int(measured["syncs"])
     if workload == "quota":
@@ -1087,7 +1087,7 @@ def units_of(workload: str, measured: dict[str, Any]) -> int:
     if workload == "endpoints":
         return int(measured["services"] * measured["pods_per_service"])
     if workload == "cronjob":
-        return int(measured["jobs_seen"])
+        return int(measured["jobs_in_span"])
     if workload == "statefulset":
         return int(measured["replicas"])
     if workload == "daemonset":
@@ -1348,6 +1348,11 @@ def _cronjob_rows(
             "  Jobs missing per minute",
             " ".join(str(n) for n in up["missing_per_minute"]),
             " ".join(str(n) for n in st["missing_per_minute"]),
+        ),
+        (
+            "  Jobs made in the span, any minute (the unit of the figures per Job)",
+            f"{up['jobs_in_span']}",
+            f"{st['jobs_in_span']}",
         ),
     ]
     for key, label in (

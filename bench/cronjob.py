@@ -36,12 +36,15 @@ one. Its *lag* is measured twice:
   check on the first, not a replacement.
 
 The observation ends when every expected Job (N for each of the M minutes) has been seen,
-or :data:`TRAIL` seconds after the last measured minute (before the next minute's Jobs
-are due). A Job not seen by then is *missing* for its minute: upstream's controller,
-behind by more than a minute, creates only the latest missed run of a CronJob, so a
-lagging side loses runs rather than queuing them. Jobs of minutes outside the window are
-ignored. The meter (CPU, bytes, API requests) spans from just before the first minute
-to the end of the observation, idle work included; its figures are per Job seen.
+or :data:`TRAIL` seconds (a minute) after the last measured minute. A Job not seen by then
+is *missing* for its minute: a controller that syncs a CronJob after the next minute has
+begun creates that minute's Job, not the one it missed (upstream's creates only the most
+recent missed run), so a Job is made within a minute of its schedule or never, and a
+lagging side loses runs rather than queuing them. The lags and the missing count only
+the expected Jobs; Jobs of other minutes (the minute before the first one, and the one
+after the last) are left out of them. The meter (CPU, bytes, API requests) spans from just
+before the first minute to the end of the observation, idle work included; its figures are
+per Job seen in that span (``jobs_in_span``, whatever its minute: the work done).
 """
 
 from __future__ import annotations
@@ -77,8 +80,9 @@ SCHEDULED_TIMESTAMP = "batch.kubernetes.io/cronjob-scheduled-timestamp"
 MARGIN = 15.0
 """Seconds between the last CronJob created and the first minute that counts."""
 
-TRAIL = 55.0
-"""Seconds after the last measured minute's boundary that its Jobs are waited for."""
+TRAIL = 60.0
+"""Seconds after the last measured minute's boundary that its Jobs are waited for: until
+the next minute, after which none of them is made (module docs)."""
 
 METER_LEAD = 4.0
 """Seconds before the first minute that the meter starts (its own start waits 2.5 s for
@@ -147,6 +151,10 @@ class JobWatch:
         self.created: dict[str, float] = {}
         self.expected_seen = 0
         """How many of ``expected`` have been seen (read from another thread)."""
+        self.since = float("inf")
+        """Jobs first seen at or after this time (``time.time()``) are counted in
+        :attr:`in_span`."""
+        self.in_span = 0
         self.error: BaseException | None = None
         self.all_seen = threading.Event()
         self._stopped = threading.Event()
@@ -163,6 +171,8 @@ class JobWatch:
             return
         scheduled_time(job)  # the annotation's check
         self.seen[name] = now
+        if now >= self.since:
+            self.in_span += 1
         self.created[name] = parse_time(job["metadata"]["creationTimestamp"])
         if name in self.expected:
             self.expected_seen += 1
@@ -292,6 +302,7 @@ def run_phase(
     time.sleep(max(0.0, first - METER_LEAD - time.time()))
     if meter is not None:
         meter.begin()
+    watch.since = time.time()
     until = window[-1] + TRAIL
     while not watch.all_seen.is_set() and time.time() < until:
         watch.wait(min(until, time.time() + out.interval))
@@ -308,6 +319,7 @@ def run_phase(
             "minutes": minutes,
             "workers": WORKERS,
             "nodes": NODES,
+            "jobs_in_span": watch.in_span,
             "create_seconds": round(created - started, 3),
             "observed_seconds": round(ended - first, 3),
         }
