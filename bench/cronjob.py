@@ -38,13 +38,15 @@ one. Its *lag* is measured twice:
 The observation ends when every expected Job (N for each of the M minutes) has been seen,
 or :data:`TRAIL` seconds (a minute) after the last measured minute. A Job not seen by then
 is *missing* for its minute: a controller that syncs a CronJob after the next minute has
-begun creates that minute's Job, not the one it missed (upstream's creates only the most
-recent missed run), so a Job is made within a minute of its schedule or never, and a
-lagging side loses runs rather than queuing them. The lags and the missing count only
-the expected Jobs; Jobs of other minutes (the minute before the first one, and the one
-after the last) are left out of them. The meter (CPU, bytes, API requests) spans from just
-before the first minute to the end of the observation, idle work included; its figures are
-per Job seen in that span (``jobs_in_span``, whatever its minute: the work done).
+begun makes that minute's Job, not the one it missed (upstream's makes only the most
+recent missed run), so a Job comes within about a minute of its schedule or never, and a
+lagging side loses runs rather than queuing them. (A sync that read the clock before the
+next minute may make its Job just after, having waited in its client's token bucket: the
+Jobs are counted until the watch stops, a few seconds after the meter's end, so such a
+Job is late, not missing.) The lags and the missing count only the expected Jobs, not
+those of the minute after the last. The meter (CPU, bytes, API requests) spans from just
+before the first minute to the end of the observation, idle work included; its figures
+are per Job seen in that span (``jobs_in_span``, whatever its minute: the work done).
 """
 
 from __future__ import annotations
