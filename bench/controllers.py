@@ -81,6 +81,25 @@ per pod churned (deleted or created). At its default sizes a side takes about 15
 minutes on two busy cores, most of it creating 10,000 pods and the burst's 10,000
 requests.
 
+The CronJob workload (``cronjob``, :mod:`bench.cronjob`) runs in a cluster of its own per
+side (2 kwok nodes; Steward's side: Steward's CronJob and Job controllers and no other of
+Steward's, kube-controller-manager all the others): ``--cronjobs`` CronJobs (500)
+scheduled every minute, their Jobs suspended (no pods), all created before the first
+measured minute, for ``--cronjob-minutes`` minutes (5). Its figures: each Job's lag
+after its scheduled minute (when a watch first saw it, and its ``creationTimestamp``; p50,
+p99, max), the Jobs missing per minute, and the rest per Job made in the span. 5 workers on both
+sides (upstream's ``--concurrent-cron-job-syncs`` default and Steward's). Not in a run
+without ``--workloads``: its minutes are real ones.
+
+The StatefulSet workload (``statefulset``, :mod:`bench.statefulset`) runs in a cluster of
+its own per side: one StatefulSet of ``--sts-replicas`` replicas (100), every policy at its
+default (``OrderedReady``, ``RollingUpdate``), timed to all Ready, then a template change
+timed to all updated and Ready at one revision. Steward's side runs Steward's StatefulSet
+controller (the registry's ``statefulset``) and no other of Steward's, so a run with
+Steward's side is refused until that controller is registered. 5 workers on both sides
+(upstream's ``--concurrent-statefulset-syncs`` default). Its figures are per replica. Not
+in a run without ``--workloads``.
+
 The garbage collection workload (``gc``, :mod:`bench.garbage`) runs in a cluster of its own
 per side (kwok nodes for its pods at 200 a node), every one of Steward's controllers on
 its side, its garbage collector and namespace controller in place of upstream's (20 and 10
@@ -130,7 +149,7 @@ from typing import Any
 
 import orjson
 
-from bench import daemonset, deployment, endpoints, garbage, hpa, job, quota
+from bench import cronjob, daemonset, deployment, endpoints, garbage, hpa, job, quota, statefulset
 from bench.informer import Api, report
 from steward.cluster import ClusterConfig, LocalCluster
 from steward.cluster.identities import (
@@ -149,13 +168,26 @@ WORKERS = 5
 ``--concurrent-deployment-syncs`` and ``--concurrent-endpoint-syncs`` defaults, and
 Steward's controllers' defaults."""
 
-WORKLOADS = ("job", "deployment", "endpoints", "daemonset", "hpa", "quota", "gc", "gc_memory")
+WORKLOADS = (
+    "job",
+    "deployment",
+    "endpoints",
+    "daemonset",
+    "hpa",
+    "quota",
+    "cronjob",
+    "statefulset",
+    "gc",
+    "gc_memory",
+)
 """Every workload, in the order they run."""
 DEFAULT_WORKLOADS: tuple[str, ...] = ("job", "deployment", "endpoints", "daemonset", "hpa", "quota")
 """The workloads a run without ``--workloads`` runs (``make bench``): not the garbage
 collection ones, which take about 25 minutes for both sides at the defaults setting and
 their default sizes, and 100,000 objects created in each of three clusters for the
-memory, on two cores."""
+memory, on two cores; not the CronJob workload, whose minutes are real ones (about 8
+minutes a side and setting at its default size, half an hour in all); not the StatefulSet
+workload, whose Steward side needs a ``statefulset`` controller in the registry."""
 GC_SPANS = ("gc_background", "gc_foreground", "gc_namespaces")
 """The measured spans of the ``gc`` workload, each summarized as a workload of its own."""
 SUMMARIZED = (*(w for w in WORKLOADS if w not in ("gc", "gc_memory")), *GC_SPANS)
@@ -563,6 +595,10 @@ def run_side(
         result |= run_hpas(side, setting, args, out)
     if "quota" in args.workloads:
         result |= run_quota(side, setting, args, out)
+    if "cronjob" in args.workloads:
+        result |= run_cronjobs(side, setting, args, out)
+    if "statefulset" in args.workloads:
+        result |= run_statefulset(side, setting, args, out)
     if "gc" in args.workloads:
         result |= run_gc(side, setting, args, out)
     if "gc_memory" in args.workloads and setting.name == GC_MEMORY_SETTING:
@@ -757,6 +793,73 @@ def run_quota(
         cluster.down(progress=Progress(quiet=True))
 
 
+def run_cronjobs(
+    side: Side, setting: Setting, args: argparse.Namespace, out: Progress
+) -> dict[str, Any]:
+    """The CronJob workload (:mod:`bench.cronjob`) in a cluster of its own; on Steward's
+    side, Steward's CronJob and Job controllers are the only ones of Steward's."""
+    out.say(
+        f"{setting.name}: {side.name}: starting a cluster of {cronjob.NODES} nodes for the "
+        f"CronJob workload ({setting.describe()})"
+    )
+    cluster = start_cluster(side, setting, out, cronjob.NODES, "cronjob", only=cronjob.CONTROLLERS)
+    try:
+        api = Api(cluster)
+        out.say(
+            f"{setting.name}: {side.name}: {args.cronjobs} CronJobs every minute, "
+            f"{args.cronjob_minutes} minutes"
+        )
+        measured = cronjob.run_phase(
+            api,
+            "bench-cronjobs",
+            args.cronjobs,
+            args.cronjob_minutes,
+            args.threads,
+            out,
+            Meter(cluster),
+        )
+        out.say(
+            f"  {measured['jobs_seen']}/{measured['jobs_expected']} Jobs, lag seen p50 "
+            f"{measured['seen_lag_p50_s']:.3f} s, p99 {measured['seen_lag_p99_s']:.3f} s, max "
+            f"{measured['seen_lag_max_s']:.3f} s; missing per minute "
+            f"{measured['missing_per_minute']}"
+        )
+        return {"cronjob": measured}
+    finally:
+        cluster.down(progress=Progress(quiet=True))
+
+
+def run_statefulset(
+    side: Side, setting: Setting, args: argparse.Namespace, out: Progress
+) -> dict[str, Any]:
+    """The StatefulSet workload (:mod:`bench.statefulset`) in a cluster of its own; on
+    Steward's side, Steward's StatefulSet controller is the only one of Steward's."""
+    nodes = statefulset.nodes_for(args.sts_replicas)
+    out.say(
+        f"{setting.name}: {side.name}: starting a cluster of {nodes} nodes for the "
+        f"StatefulSet workload ({setting.describe()})"
+    )
+    cluster = start_cluster(
+        side, setting, out, nodes, "statefulset", only=(statefulset.CONTROLLER,)
+    )
+    try:
+        api = Api(cluster)
+        out.say(
+            f"{setting.name}: {side.name}: a StatefulSet of {args.sts_replicas} replicas, "
+            "then a template change"
+        )
+        measured = statefulset.run_phase(
+            api, "bench-statefulset", args.sts_replicas, args.timeout, out, Meter(cluster)
+        )
+        out.say(
+            f"  all Ready {measured['ready_seconds']:.2f} s, rollout "
+            f"{measured['rollout_seconds']:.2f} s"
+        )
+        return {"statefulset": measured | {"nodes": nodes}}
+    finally:
+        cluster.down(progress=Progress(quiet=True))
+
+
 def run_daemonsets(
     side: Side, setting: Setting, args: argparse.Namespace, out: Progress
 ) -> dict[str, Any]:
@@ -931,6 +1034,26 @@ side (kube-controller-manager on both sides, Steward's processes on its own), th
 own processes alone (upstream: kube-controller-manager), kube-apiserver, metrics-server."""
 
 
+CRONJOB_FIGURES = (
+    "seen_lag_p50_s",
+    "seen_lag_p99_s",
+    "seen_lag_max_s",
+    "created_lag_p50_s",
+    "created_lag_p99_s",
+    "created_lag_max_s",
+)
+"""The CronJob workload's lags, compared Steward / upstream (lower is better)."""
+
+CRONJOB_IDENTITIES = {
+    False: "system:serviceaccount:kube-system:cronjob-controller",
+    True: "steward:controller:cronjob",
+}
+"""The CronJob controller's identity on each side (Steward's side: True)."""
+
+STATEFULSET_FIGURES = ("ready_seconds", "rollout_seconds")
+"""The StatefulSet workload's times, compared Steward / upstream (lower is better)."""
+
+
 QUOTA_FIGURES = ("seconds", "trailing_seconds", "settle_seconds")
 """The resource quota workload's times, compared Steward / upstream (lower is better): the
 burst's span, its part after the last request, and the settle time."""
@@ -956,13 +1079,17 @@ def identity_requests(measured: dict[str, Any], user: str, units: int) -> dict[s
 
 def units_of(workload: str, measured: dict[str, Any]) -> int:
     """What a workload's figures are per: a Job, a Deployment, a pod, a DaemonSet pod, an
-    HPA sync, a pod churned."""
+    HPA sync, a pod churned, a CronJob's Job made in the span, a StatefulSet replica."""
     if workload == "hpa":
         return int(measured["syncs"])
     if workload == "quota":
         return int(measured["pods_churned"])
     if workload == "endpoints":
         return int(measured["services"] * measured["pods_per_service"])
+    if workload == "cronjob":
+        return int(measured["jobs_in_span"])
+    if workload == "statefulset":
+        return int(measured["replicas"])
     if workload == "daemonset":
         return int(measured["daemonsets"] * measured["nodes"])
     if workload == "gc_namespaces":
@@ -980,6 +1107,14 @@ def summarize_workload(side: Side, workload: str, measured: dict[str, Any]) -> d
     if workload == "daemonset":
         summary["daemonset_controller_requests_per_unit"] = identity_requests(
             measured, DAEMONSET_IDENTITIES[side.steward], units
+        )
+    if workload == "cronjob":
+        summary["cronjob_controller_requests_per_unit"] = identity_requests(
+            measured, CRONJOB_IDENTITIES[side.steward], units
+        )
+    if workload == "statefulset":
+        summary["statefulset_controller_requests_per_unit"] = identity_requests(
+            measured, statefulset.IDENTITIES[side.steward], units
         )
     if workload in GC_SPANS:
         for name in garbage.CONTROLLERS:
@@ -1054,6 +1189,22 @@ def compare(results: dict[str, Any]) -> dict[str, Any]:
             u, s = up["quota"]["summary"], st["quota"]["summary"]
             for key in QUOTA_CPU_FIGURES:
                 c[f"quota_{key.removesuffix('_per_unit')}_ratio"] = _ratio(s[key], u[key])
+        if "cronjob" in up and "cronjob" in st:
+            for key in CRONJOB_FIGURES:
+                c[f"cronjob_{key.removesuffix('_s')}_ratio"] = _ratio(
+                    st["cronjob"][key], up["cronjob"][key]
+                )
+            u, s = up["cronjob"]["summary"], st["cronjob"]["summary"]
+            for key in ("controller_cpu_per_unit", "apiserver_cpu_per_unit"):
+                c[f"cronjob_{key.removesuffix('_per_unit')}_ratio"] = _ratio(s[key], u[key])
+        if "statefulset" in up and "statefulset" in st:
+            for key in STATEFULSET_FIGURES:
+                c[f"statefulset_{key.removesuffix('_seconds')}_ratio"] = _ratio(
+                    st["statefulset"][key], up["statefulset"][key]
+                )
+            u, s = up["statefulset"]["summary"], st["statefulset"]["summary"]
+            for key in ("controller_cpu_per_unit", "apiserver_cpu_per_unit"):
+                c[f"statefulset_{key.removesuffix('_per_unit')}_ratio"] = _ratio(s[key], u[key])
         for span in GC_SPANS:
             if span in up and span in st:
                 c[f"{span}_time_ratio"] = _ratio(st[span]["seconds"], up[span]["seconds"])
@@ -1180,6 +1331,69 @@ def _daemonset_rows(
         rows += _identity_request_rows(
             "API requests per DaemonSet pod of the DaemonSet controller's identity", u, s
         )
+    return rows
+
+
+def _cronjob_rows(
+    up: dict[str, Any], st: dict[str, Any], ratios: dict[str, Any]
+) -> list[tuple[str, str, str]]:
+    what = f"{up['cronjobs']} CronJobs x {up['minutes']} minutes"
+    rows = [
+        (
+            f"{what}: Jobs seen of expected",
+            f"{up['jobs_seen']}/{up['jobs_expected']}",
+            f"{st['jobs_seen']}/{st['jobs_expected']}",
+        ),
+        (
+            "  Jobs missing per minute",
+            " ".join(str(n) for n in up["missing_per_minute"]),
+            " ".join(str(n) for n in st["missing_per_minute"]),
+        ),
+        (
+            "  Jobs made in the span, any minute (the unit of the figures per Job)",
+            f"{up['jobs_in_span']}",
+            f"{st['jobs_in_span']}",
+        ),
+    ]
+    for key, label in (
+        ("seen_lag", "lag, scheduled → seen by a watch"),
+        ("created_lag", "lag, scheduled → creationTimestamp (whole seconds)"),
+    ):
+        for q in ("p50", "p99", "max"):
+            r = ratios[f"cronjob_{key}_{q}_ratio"]
+            rows.append(
+                (
+                    f"  {label} {q}",
+                    f"{up[f'{key}_{q}_s']:.3f} s",
+                    f"{st[f'{key}_{q}_s']:.3f} s (ratio {r:.2f})",
+                )
+            )
+    rows += _per_job_table(up, st, "Job")
+    rows += _identity_request_rows(
+        "API requests per Job of the CronJob controller's identity",
+        up["summary"]["cronjob_controller_requests_per_unit"],
+        st["summary"]["cronjob_controller_requests_per_unit"],
+    )
+    return rows
+
+
+def _statefulset_rows(
+    up: dict[str, Any], st: dict[str, Any], ratios: dict[str, Any]
+) -> list[tuple[str, str, str]]:
+    what = f"a StatefulSet of {up['replicas']} replicas"
+    rows = []
+    for key, label in (
+        ("ready_seconds", "created → all Ready"),
+        ("rollout_seconds", "template changed → all updated and Ready"),
+    ):
+        r = ratios[f"statefulset_{key.removesuffix('_seconds')}_ratio"]
+        rows.append((f"{what}: {label}", f"{up[key]:.2f} s", f"{st[key]:.2f} s (ratio {r:.2f})"))
+    rows += _per_job_table(up, st, "replica")
+    rows += _identity_request_rows(
+        "API requests per replica of the StatefulSet controller's identity",
+        up["summary"]["statefulset_controller_requests_per_unit"],
+        st["summary"]["statefulset_controller_requests_per_unit"],
+    )
     return rows
 
 
@@ -1414,6 +1628,20 @@ def table(results: dict[str, Any]) -> str:
                 f"{q['sync_period_seconds']:g} s, {q['nodes']} kwok nodes in a cluster of the "
                 "quota workload's own (Steward's side: its resource quota controller only)"
             )
+        if "cronjob" in up:
+            c = up["cronjob"]
+            clusters.append(
+                f"{c['workers']} CronJob workers and {c['nodes']} kwok nodes in a cluster of "
+                "the CronJob workload's own (suspended Jobs: no pods; Steward's side: its CronJob "
+                "and Job controllers only)"
+            )
+        if "statefulset" in up:
+            t = up["statefulset"]
+            clusters.append(
+                f"{t['workers']} StatefulSet workers and {t['nodes']} kwok nodes in a cluster "
+                "of the StatefulSet workload's own (Steward's side: its StatefulSet controller "
+                "only)"
+            )
         spans = [up[span] for span in GC_SPANS if span in up]
         if spans:
             clusters.append(
@@ -1498,6 +1726,10 @@ def table(results: dict[str, Any]) -> str:
             rows += _hpa_rows(up["hpa"], st["hpa"], ratios)
         if "quota" in up and "quota" in st:
             rows += _quota_rows(up["quota"], st["quota"], ratios)
+        if "cronjob" in up and "cronjob" in st:
+            rows += _cronjob_rows(up["cronjob"], st["cronjob"], ratios)
+        if "statefulset" in up and "statefulset" in st:
+            rows += _statefulset_rows(up["statefulset"], st["statefulset"], ratios)
         rows += _gc_rows(up, st, ratios)
         w0 = max(len(r[0]) for r in rows)
         w1 = max(len(r[1]) for r in rows)
@@ -1632,6 +1864,24 @@ def main() -> int:
         help="pods of each of them, half churned in the burst (default 100)",
     )
     parser.add_argument(
+        "--cronjobs",
+        type=int,
+        default=500,
+        help="CronJobs of the CronJob workload, each every minute (default 500)",
+    )
+    parser.add_argument(
+        "--cronjob-minutes",
+        type=int,
+        default=5,
+        help="minutes the CronJob workload measures (default 5)",
+    )
+    parser.add_argument(
+        "--sts-replicas",
+        type=int,
+        default=100,
+        help="replicas of the StatefulSet workload's StatefulSet (default 100)",
+    )
+    parser.add_argument(
         "--gc-deployments",
         type=int,
         default=200,
@@ -1692,6 +1942,17 @@ def main() -> int:
         )
     if args.quota_namespaces < 1 or args.quota_pods < 2:
         parser.error("the quota workload needs a namespace or more and 2 pods or more in each")
+    if args.cronjobs < 1 or args.cronjob_minutes < 1 or args.sts_replicas < 1:
+        parser.error("--cronjobs, --cronjob-minutes and --sts-replicas must be 1 or more")
+    if (
+        "statefulset" in args.workloads
+        and STEWARD.name in args.sides
+        and statefulset.CONTROLLER not in STEWARD_CONTROLLERS
+    ):
+        parser.error(
+            "the statefulset workload's Steward side needs Steward's StatefulSet controller, "
+            "and no controller named 'statefulset' is registered: run it with --sides upstream"
+        )
     if args.tracing_rounds < 0:
         parser.error(f"--tracing-rounds must not be negative, not {args.tracing_rounds}")
     return run(args)
