@@ -95,8 +95,7 @@ The StatefulSet workload (``statefulset``, :mod:`bench.statefulset`) runs in a c
 its own per side: one StatefulSet of ``--sts-replicas`` replicas (100), every policy at its
 default (``OrderedReady``, ``RollingUpdate``), timed to all Ready, then a template change
 timed to all updated and Ready at one revision. Steward's side runs Steward's StatefulSet
-controller (the registry's ``statefulset``) and no other of Steward's, so a run with
-Steward's side is refused until that controller is registered. 5 workers on both sides
+controller (the registry's ``statefulset``) and no other of Steward's. 5 workers on both sides
 (upstream's ``--concurrent-statefulset-syncs`` default). Its figures are per replica. Not
 in a run without ``--workloads``.
 
@@ -1944,15 +1943,6 @@ def main() -> int:
         parser.error("the quota workload needs a namespace or more and 2 pods or more in each")
     if args.cronjobs < 1 or args.cronjob_minutes < 1 or args.sts_replicas < 1:
         parser.error("--cronjobs, --cronjob-minutes and --sts-replicas must be 1 or more")
-    if (
-        "statefulset" in args.workloads
-        and STEWARD.name in args.sides
-        and statefulset.CONTROLLER not in STEWARD_CONTROLLERS
-    ):
-        parser.error(
-            "the statefulset workload's Steward side needs Steward's StatefulSet controller, "
-            "and no controller named 'statefulset' is registered: run it with --sides upstream"
-        )
     if args.tracing_rounds < 0:
         parser.error(f"--tracing-rounds must not be negative, not {args.tracing_rounds}")
     return run(args)

@@ -5,10 +5,9 @@ R replicas on kwok nodes to all Ready, then a change of its pod template rolled 
 The workload runs in a cluster of its own per side (:func:`nodes_for` kwok nodes). Upstream's
 side runs every one of kube-controller-manager's controllers. Steward's runs Steward's
 informer, manager and StatefulSet controller (the registry's ``statefulset``) and no other
-of Steward's controllers, kube-controller-manager all the others; until a controller named
-``statefulset`` is registered, Steward's side cannot run and :mod:`bench.controllers`
-refuses it. Both sides run :data:`WORKERS` workers (kube-controller-manager's
-``--concurrent-statefulset-syncs`` default). kube-scheduler binds the pods on both sides and
+of Steward's controllers, kube-controller-manager all the others. Both sides run
+:data:`WORKERS` workers (kube-controller-manager's ``--concurrent-statefulset-syncs``
+default). kube-scheduler binds the pods on both sides and
 kwok makes each Ready as soon as it is bound.
 
 # What is measured

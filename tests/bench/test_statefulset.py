@@ -5,8 +5,6 @@ control plane."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,6 @@ import pytest
 from bench import controllers, statefulset
 from bench.informer import Api
 from steward.cluster import LocalCluster
-from steward.cluster.identities import STEWARD_CONTROLLERS
 from steward.cluster.progress import Progress
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,22 +79,6 @@ def test_a_statefulset_of_defaults() -> None:
     assert spec["replicas"] == 7
     assert "podManagementPolicy" not in spec and "updateStrategy" not in spec  # OrderedReady
     assert statefulset.nodes_for(100) == 2 and statefulset.nodes_for(450) == 3
-
-
-@pytest.mark.unit
-@pytest.mark.skipif(
-    statefulset.CONTROLLER in STEWARD_CONTROLLERS, reason="Steward's StatefulSet is registered"
-)
-def test_the_steward_side_needs_stewards_statefulset_controller() -> None:
-    run = subprocess.run(
-        [sys.executable, "-m", "bench.controllers", "--workloads=statefulset", "--sides=steward"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert run.returncode == 2
-    assert "no controller named 'statefulset' is registered" in run.stderr
 
 
 def _measured(kcm: float, own: float, seconds: float) -> dict[str, Any]:
