@@ -1,15 +1,16 @@
-"""The resource quota, taint eviction, pod GC, node lifecycle, TTL-after-finished and
-CronJob controllers SIGKILLed, and the informer restarted, in the middle of their work.
+"""The resource quota, taint eviction, pod GC, node lifecycle, TTL-after-finished, CronJob
+and disruption controllers SIGKILLed, and the informer restarted, in the middle of their
+work.
 
 Steward's informer, manager, ``resourcequota``, ``taint-eviction-controller``,
-``podgc`` (a short sweep period and quarantine, :data:`FLAGS`), ``ttl-after-finished``
-and ``cronjob`` run as processes
+``podgc`` (a short sweep period and quarantine, :data:`FLAGS`), ``ttl-after-finished``,
+``cronjob`` and ``disruption`` run as processes
 (``stack.py``, one stack for the module, each case leaving an active instance of every
 controller it started behind; ``nodelifecycle`` is started by its case only, the last,
 as it would taint the other cases' kubelet-less nodes) against a control plane of this
 module's own whose kube-controller-manager runs none of the resource quota, taint
-eviction, pod GC, node lifecycle, TTL-after-finished and CronJob controllers (no nodes: nothing but
-the test touches a node it makes).
+eviction, pod GC, node lifecycle, TTL-after-finished, CronJob and disruption controllers
+(no nodes: nothing but the test touches a node it makes).
 
 - Quotas: :data:`NAMESPACES` namespaces with a quota each (``pods``, ``requests.cpu``,
   ``count/configmaps``) and a burst of pod and ConfigMap creates, deletions and pods
@@ -80,6 +81,17 @@ the test touches a node it makes).
   exactly its one Job, ``<name>-<due minutes>`` with the scheduled-timestamp
   annotation, controlled by it, and with ``status.active`` holding it and
   ``lastScheduleTime`` the due time.
+- Disruption: :data:`BUDGETS` ReplicaSets (upstream's ReplicaSet controller makes their
+  pods, which stay Pending: the module has no nodes) with a budget each
+  (``minAvailable``). Right after the controller's first status write it is SIGKILLed
+  with the informer; while both are down every ReplicaSet is scaled and every budget's
+  ``minAvailable`` raised (a new generation), then the informer comes back and a
+  successor takes over. As upstream's controller ends (pkg/controller/disruption:
+  ``getExpectedPodCount`` reads the ReplicaSet's ``spec.replicas``, ``countHealthyPods``
+  counts Ready pods), every budget must end with ``expectedPods`` the new scale,
+  ``desiredHealthy`` the new ``minAvailable``, no pod healthy, no disruption allowed,
+  ``observedGeneration`` current and the ``DisruptionAllowed`` condition False
+  (``InsufficientPods``).
 """
 
 from __future__ import annotations
@@ -143,9 +155,17 @@ UPSTREAM_OFF = (
     "nodelifecycle",
     "ttl-after-finished",
     "cronjob",
+    "disruption",
 )
 """kube-controller-manager's controllers the module's control plane runs without."""
-KINDS = ("resourcequota", "taint-eviction-controller", "podgc", "ttl-after-finished", "cronjob")
+KINDS = (
+    "resourcequota",
+    "taint-eviction-controller",
+    "podgc",
+    "ttl-after-finished",
+    "cronjob",
+    "disruption",
+)
 FLAGS: dict[str, tuple[str, ...]] = {
     "podgc": ("--pod-gc-check-period=300ms", "--pod-gc-quarantine-time=2s"),
 }
@@ -883,6 +903,126 @@ def test_cronjob_sigkill_with_its_informer_mid_schedule(
     print(
         f"cronjob and the informer SIGKILLed with {at_kill} of {len(want)} CronJobs started: "
         f"all started and recorded {time.monotonic() - resumed:.1f}s after the first resumed"
+    )
+
+
+# Disruption ------------------------------------------------------------------------------
+BUDGETS = 30
+"""Enough that the controller (one worker, 20 requests a second) is still at work when the
+fault strikes."""
+
+
+def replicaset_body(name: str, replicas: int) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+            },
+        },
+    }
+
+
+def budget_body(name: str, min_available: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": name}}},
+    }
+
+
+def budget_end(kube: KubeClient, ns: str) -> dict[str, Any]:
+    """Each budget's status (the condition without its time), and whether it is of the
+    budget's generation, by name."""
+    found = kube.request("GET", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets")
+    end = {}
+    for budget in found.get("items") or ():
+        status = budget.get("status") or {}
+        end[budget["metadata"]["name"]] = {
+            "current": status.get("observedGeneration") == budget["metadata"]["generation"],
+            **{
+                k: status.get(k)
+                for k in ("expectedPods", "desiredHealthy", "currentHealthy", "disruptionsAllowed")
+            },
+            "condition": [
+                (c.get("type"), c.get("status"), c.get("reason"))
+                for c in status.get("conditions") or ()
+            ],
+        }
+    return end
+
+
+@pytest.fixture
+def budget_ns(admin: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace of the case's ReplicaSets and budgets, dropped at the end."""
+    yield from scoped_namespace(admin, request)
+
+
+def test_disruption_sigkill_with_its_informer_while_owners_scale(
+    faults: Faults, admin: KubeClient, budget_ns: str
+) -> None:
+    kube, ns = admin, budget_ns
+    names = [f"web-{i:02d}" for i in range(BUDGETS)]
+    apps = f"/apis/apps/v1/namespaces/{ns}/replicasets"
+    policy = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"
+    in_parallel(lambda n: kube.request("POST", apps, replicaset_body(n, 2)), names)
+    in_parallel(lambda n: kube.request("POST", policy, budget_body(n, 1)), names)
+    started = time.monotonic()
+
+    def synced() -> int:
+        return sum(1 for e in budget_end(kube, ns).values() if e["current"])
+
+    wait_for(lambda: synced() > 0, "the first budget's status", WITHIN)
+    faults.kill("disruption")
+    stack = faults.stack
+    assert stack.informer is not None
+    stack.informer.kill()
+    at_kill = synced()
+
+    def change(name: str) -> None:
+        kube.request(
+            "PATCH",
+            f"{apps}/{name}",
+            {"spec": {"replicas": 3}},
+            content_type="application/merge-patch+json",
+        )
+        kube.request(
+            "PATCH",
+            f"{policy}/{name}",
+            {"spec": {"minAvailable": 2}},
+            content_type="application/merge-patch+json",
+        )
+
+    in_parallel(change, names)
+    stack.informer.start()
+    stack.wait_serving(stack.informer, stack.informer_address)
+    faults.replace("disruption")
+    settled = {
+        "current": True,
+        "expectedPods": 3,
+        "desiredHealthy": 2,
+        "currentHealthy": 0,
+        "disruptionsAllowed": 0,
+        "condition": [("DisruptionAllowed", "False", "InsufficientPods")],
+    }
+    want = dict.fromkeys(names, settled)
+    wait_for(
+        lambda: budget_end(kube, ns) == want,
+        "every budget's status of the new scale and generation",
+        WITHIN,
+        actual=lambda: {n: e for n, e in budget_end(kube, ns).items() if e != settled},
+    )
+    faults.check_exits()
+    print(
+        f"disruption and the informer SIGKILLed with {at_kill} of {BUDGETS} budgets synced: "
+        f"all current {time.monotonic() - started:.1f}s after the budgets were made"
     )
 
 
