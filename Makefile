@@ -100,6 +100,7 @@ bench: build ## run the benchmarks: a table on screen, JSON in bench-results/
 	$(BIN)/python -m bench.informer
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.controllers --profile
+	$(BIN)/python -m bench.controllers --workloads cronjob --settings defaults
 	$(BIN)/python -m bench.mirror_memory --informer
 
 .PHONY: e2e
