@@ -365,8 +365,12 @@ class DisruptionReconciler:
     # Stale DisruptionTarget conditions ----------------------------------------------------
     async def _stale(self, key: StalePod) -> Result:
         """Upstream's ``syncStalePodDisruption``: a pod whose condition went stale gets it
-        set False (a strategic merge patch of ``pods/status`` on the version read, so a
-        change meanwhile conflicts and is retried); one not stale yet is queued again."""
+        set False; one not stale yet is queued again. Upstream updates the status of the
+        version it read, so any change meanwhile conflicts; here a JSON patch tests the
+        very condition the decision was made on (its index, type, status and time) and
+        replaces it: a change of that condition meanwhile fails the test (422, retried
+        from a newer mirror), while a change elsewhere in the pod, which the mirror's
+        projection of pods may not show, does not hold the write back forever."""
         obj = self.mirror.get(PODS, key.namespace, key.name)
         if obj is None:
             return Result()
@@ -378,18 +382,25 @@ class DisruptionReconciler:
         if left.total_seconds() > 0:
             self.ctx.enqueue(key, left.total_seconds())
             return Result()
-        cleared = next(
-            c
-            for c in stale.cleared_conditions(pod, now)
-            if c.get("type") == stale.DISRUPTION_TARGET
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        index, old = next(
+            (i, c) for i, c in enumerate(conditions) if c.get("type") == stale.DISRUPTION_TARGET
         )
-        patch = {
-            "metadata": {"resourceVersion": obj.resource_version},
-            "status": {
-                "conditions": [{"reason": None, "message": None, "lastProbeTime": None, **cleared}]
+        cleared = stale.cleared_conditions(pod, now)[index]
+        at = f"/status/conditions/{index}"
+        patch = [
+            {"op": "test", "path": f"{at}/type", "value": stale.DISRUPTION_TARGET},
+            {"op": "test", "path": f"{at}/status", "value": old.get("status")},
+            {
+                "op": "test",
+                "path": f"{at}/lastTransitionTime",
+                "value": old.get("lastTransitionTime"),
             },
-        }
-        await self.pods.patch(key.namespace, key.name, patch, subresource="status")
+            {"op": "replace", "path": at, "value": cleared},
+        ]
+        await self.pods.patch(
+            key.namespace, key.name, patch, patch_type="json", subresource="status"
+        )
         log.info(
             "pod %s/%s: stale DisruptionTarget condition reset to False", key.namespace, key.name
         )
